@@ -1,0 +1,3 @@
+from perfgate.cli import main
+
+main()

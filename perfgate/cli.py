@@ -1,0 +1,173 @@
+"""The command line: parse, call, print, exit code. No torch here.
+
+Exit codes: 0 ok | 1 the gate failed | 2 usage or configuration error | 3 infrastructure failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from perfgate import config as config_mod
+from perfgate.config import ConfigError
+from perfgate.model import STATUS_OK, SchemaError
+
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> None:
+    click.echo(f"perfgate: error: {message}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Known errors become one line and a documented exit code, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from perfgate.runner import InfrastructureError
+
+        try:
+            return fn(*args, **kwargs)
+        except (ConfigError, SchemaError) as exc:
+            fail(str(exc), EXIT_USAGE)
+        except InfrastructureError as exc:
+            fail(str(exc), EXIT_INFRA)
+
+    return wrapper
+
+
+def load_settings(config: str | None) -> config_mod.Settings:
+    return config_mod.load(config)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="perfgate")
+def main() -> None:
+    """perfgate: run standard PyTorch workloads under each optimization toggle, measure them honestly,
+    gate regressions against baselines."""
+
+
+config_option = click.option("--config", "config", type=click.Path(dir_okay=False), default=None,
+                             help="pyproject.toml to read [tool.perfgate] from (default: nearest upward).")
+
+
+@main.command("list")
+@config_option
+@click.option("--workloads-dir", "workloads_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Also look for workloads here.")
+@handle_errors
+def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
+    """Workloads with their sizes, toggles with their requirements, and suites."""
+    from perfgate.runner import run_probe
+
+    settings = load_settings(config)
+    dirs = [*settings.workloads_dirs, *(Path(d) for d in workloads_dirs)]
+    probe = run_probe(dirs, settings.threads)
+    env = probe["environment"]
+    click.echo(f"torch {env['torch']}  cuda available: {env['cuda_available']}"
+               + (f"  device: {env['device_name']}" if env.get("device_name") else ""))
+    click.echo("\nWorkloads:")
+    for name, info in probe["workloads"].items():
+        click.echo(f"  {name}: {info['description']}")
+        for size, params in info["sizes"].items():
+            click.echo(f"      {size}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
+        for v, desc in info.get("variants", {}).items():
+            click.echo(f"      variant {v}: {desc}")
+    for err in probe.get("workload_errors", []):
+        click.echo(f"  ERROR {err['error']}")
+    click.echo("\nToggles (requirements; can it run here?):")
+    for t in probe["toggles"]:
+        reqs = ", ".join(t["requires"]) or "-"
+        here = "yes" if not t.get("unmet_here") else f"no: {t['unmet_here']}"
+        click.echo(f"  {t['name']:<24} needs {reqs:<32} {here}")
+    click.echo("\nSuites:")
+    for s in settings.suites.values():
+        click.echo(f"  {s.name}: {s.description}")
+        click.echo(f"      workloads {', '.join(s.workloads)}; sizes {', '.join(s.sizes)}; device {s.device}")
+        click.echo(f"      toggles {', '.join(s.toggles)}")
+
+
+@main.command("run")
+@config_option
+@click.option("--suite", "-s", default=None, help="Suite from [tool.perfgate.suites] (default: default_suite).")
+@click.option("-w", "--workload", "workloads", multiple=True, help="Only these workloads (glob patterns allowed).")
+@click.option("-t", "--toggles", "toggles", multiple=True, help="Toggle sets, e.g. -t eager -t compile+amp-bf16.")
+@click.option("--size", default=None, help="Size for every workload (smoke, pr, full, ...).")
+@click.option("--device", type=click.Choice(config_mod.DEVICES), default=None, help="Device (default: the suite's).")
+@click.option("--out", "out", type=click.Path(file_okay=False), default=None,
+              help="Run folder (default: <reports_dir>/<run-id>).")
+@click.option("--processes", type=click.IntRange(min=1), default=None, help="Worker processes per case.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads per worker (default 1).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=None, help="Seconds per worker process.")
+@click.option("--samples", type=click.IntRange(min=1), default=None, help="Timed samples per process.")
+@click.option("--workloads-dir", "workloads_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Also discover workloads in this folder, for this run.")
+@handle_errors
+def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], toggles: tuple[str, ...],
+            size: str | None, device: str | None, out: str | None, processes: int | None, threads: int | None,
+            timeout_s: float | None, samples: int | None, workloads_dirs: tuple[str, ...]) -> None:
+    """Run a suite (or a selection) and write results.json with a table of step times per toggle."""
+    from dataclasses import replace
+
+    from perfgate import console, environment, runner
+    from perfgate.model import RunResult
+    from perfgate.plan import Catalog, plan_cases
+    from perfgate.storage import check_writable_dir
+
+    settings = load_settings(config)
+    for d in workloads_dirs:
+        if not Path(d).is_dir():
+            raise ConfigError(f"--workloads-dir {d} is not a directory")
+    settings = settings.with_overrides(
+        processes=processes, threads=threads, timeout_s=timeout_s,
+        workloads_dirs=(*settings.workloads_dirs, *(Path(d).resolve() for d in workloads_dirs)) if workloads_dirs else None,
+        timing=replace(settings.timing, samples=samples) if samples else None,
+    )
+    suite_obj = settings.suite(suite or settings.default_suite)
+    run_id = runner.new_run_id(suite_obj.name)
+    run_dir = Path(out).resolve() if out else runner.unique_run_dir(settings.reports_dir, run_id)
+    problem = check_writable_dir(run_dir)
+    if problem:
+        raise ConfigError(problem)
+
+    probe = runner.run_probe(settings.workloads_dirs, settings.threads)
+    catalog = Catalog.from_probe(probe)
+    if catalog.errors:
+        raise ConfigError(catalog.errors[0]["error"])
+    cases = plan_cases(suite_obj, catalog, workloads, toggles, size, device)
+    if not cases:
+        raise ConfigError(f"suite {suite_obj.name!r} selects no cases")
+    files = {name: info["file"] for name, info in catalog.workloads.items()}
+    env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
+    env["machine_key"] = environment.machine_key(env, cases[0].device)
+    run = RunResult(run_id=run_dir.name, suite=suite_obj.name, environment=env,
+                    started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settings=settings.to_json())
+    click.echo(f"perfgate: {len(cases)} case(s) of suite {suite_obj.name!r} on {cases[0].device}, "
+               f"{settings.processes} process(es) each, {settings.threads} thread(s) -> {run_dir}")
+
+    def progress(event: str, k: int, n: int, spec: Any, result: Any, elapsed: float) -> None:
+        if event == "start":
+            click.echo(console.progress_line(k, n, spec, elapsed, k - 1))
+        else:
+            click.echo(f"      {result.status:<8} {console.outcome_text(result)}  ({result.duration_s:.1f} s)")
+
+    if settings.reports_dir in run_dir.parents:
+        runner.mark_latest(settings.reports_dir, run_dir)
+    run = runner.execute(cases, files, settings, run, run_dir, progress)
+    run = replace(run, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    runner.write_results(run, run_dir / "results.json")
+    click.echo(console.run_tables(run))
+    click.echo(f"\n{runner.summary_status(run)}; results: {run_dir / 'results.json'}")
+    if not any(c.status == STATUS_OK for c in run.cases):
+        fail("no case could run (see the failures and skip reasons above)", EXIT_INFRA)
+
+
+if __name__ == "__main__":
+    main()

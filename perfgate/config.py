@@ -1,0 +1,215 @@
+"""``[tool.perfgate]`` in pyproject.toml -> typed, validated Settings. No torch.
+
+perfgate finds the nearest pyproject.toml with a ``[tool.perfgate]`` table upward from the current
+directory; ``--config PATH`` overrides. Relative paths in the table are relative to that file's folder.
+Without any such file, the built-in defaults below apply (the smoke suite, CPU, ./workloads).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class ConfigError(ValueError):
+    """Bad configuration or bad input: reported as one line, exit code 2."""
+
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    workloads: tuple[str, ...] = ("*",)
+    sizes: tuple[str, ...] = ("smoke",)
+    toggles: tuple[str, ...] = ("eager",)
+    device: str = "auto"
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """The sample budget of one worker process. Stored in each run's settings for later readers."""
+
+    samples: int = 12  # timed samples per process
+    min_sample_s: float = 0.005  # a sample repeats the unit until it lasts at least this long
+    max_warmup: int = 30  # warm-up units at most
+    warmup_tolerance: float = 0.05  # warm-up ends when 3 consecutive units agree within this
+    max_time_s: float = 30.0  # sampling stops early past this (after at least 3 samples)
+
+
+@dataclass(frozen=True)
+class Settings:
+    root: Path
+    source: Path | None
+    workloads_dirs: tuple[Path, ...]
+    baselines_dir: Path
+    reports_dir: Path
+    threads: int = 1
+    processes: int = 2
+    timeout_s: float = 600.0
+    seed: int = 0
+    default_suite: str = "smoke"
+    suites: dict[str, Suite] = field(default_factory=dict)
+    timing: TimingSettings = TimingSettings()
+    # sections owned by later layers (gate thresholds...): kept raw and validated by their modules
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def suite(self, name: str) -> Suite:
+        if name not in self.suites:
+            raise ConfigError(f"unknown suite {name!r}; valid suites: {', '.join(sorted(self.suites)) or '(none)'}")
+        return self.suites[name]
+
+    def with_overrides(self, **kw: Any) -> Settings:
+        return replace(self, **{k: v for k, v in kw.items() if v is not None})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": str(self.source) if self.source else None,
+            "workloads_dirs": [str(p) for p in self.workloads_dirs],
+            "threads": self.threads,
+            "processes": self.processes,
+            "timeout_s": self.timeout_s,
+            "seed": self.seed,
+            "timing": self.timing.__dict__.copy(),
+        }
+
+
+# The embedded default: what `perfgate run` does in a folder with no [tool.perfgate] at all.
+DEFAULT_SUITES = {
+    "smoke": Suite("smoke", ("*",), ("smoke",), ("eager", "compile", "amp-bf16", "channels-last"), "cpu",
+                   "Every workload at smoke size on CPU."),
+}
+
+_KNOWN_KEYS = {
+    "workloads_dirs", "baselines_dir", "reports_dir", "threads", "processes", "timeout_s", "seed",
+    "default_suite", "suites", "timing", "gate",
+}
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml with a [tool.perfgate] table, from ``start`` upward."""
+    for d in [start, *start.parents]:
+        candidate = d / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                data = tomllib.loads(candidate.read_text())
+            except (tomllib.TOMLDecodeError, OSError):
+                continue
+            if "perfgate" in data.get("tool", {}):
+                return candidate
+    return None
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], where: str, what: str) -> Any:
+    if not isinstance(value, kind) or (kind in (int, float) and isinstance(value, bool)):
+        raise ConfigError(f"{where}: {what} must be {getattr(kind, '__name__', kind)}, got {value!r}")
+    return value
+
+
+def _str_list(value: Any, where: str, what: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: {what} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _positive(value: Any, where: str, what: str, kind: type = int) -> Any:
+    v = _expect(value, (int, float) if kind is float else int, where, what)
+    if v <= 0:
+        raise ConfigError(f"{where}: {what} must be positive, got {v!r}")
+    return kind(v)
+
+
+def parse_suites(raw: dict[str, Any], where: str) -> dict[str, Suite]:
+    suites = {}
+    for name, body in raw.items():
+        w = f"{where} [tool.perfgate.suites.{name}]"
+        _expect(body, dict, w, "a suite")
+        unknown = set(body) - {"workloads", "sizes", "toggles", "device", "description"}
+        if unknown:
+            raise ConfigError(f"{w}: unknown key(s) {', '.join(sorted(unknown))}; valid: workloads, sizes, toggles, device, description")
+        device = body.get("device", "auto")
+        if device not in DEVICES:
+            raise ConfigError(f"{w}: device {device!r} is not one of {', '.join(DEVICES)}")
+        suites[name] = Suite(
+            name=name,
+            workloads=_str_list(body.get("workloads", ["*"]), w, "workloads"),
+            sizes=_str_list(body.get("sizes", ["smoke"]), w, "sizes"),
+            toggles=_str_list(body.get("toggles", ["eager"]), w, "toggles"),
+            device=device,
+            description=str(body.get("description", "")),
+        )
+    return suites
+
+
+def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
+    """Settings from ``config`` (a pyproject.toml) or the nearest one upward from ``cwd``."""
+    cwd = Path(cwd or Path.cwd()).resolve()
+    if config is not None:
+        source: Path | None = Path(config).resolve()
+        if not source.is_file():
+            raise ConfigError(f"config file {config} does not exist")
+    else:
+        source = find_pyproject(cwd)
+    if source is None:
+        return Settings(
+            root=cwd,
+            source=None,
+            workloads_dirs=(cwd / "workloads",),
+            baselines_dir=cwd / "baselines",
+            reports_dir=cwd / "reports",
+            suites=dict(DEFAULT_SUITES),
+        )
+    try:
+        data = tomllib.loads(source.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML ({exc})") from exc
+    raw = data.get("tool", {}).get("perfgate")
+    if raw is None:
+        raise ConfigError(f"{source}: has no [tool.perfgate] table")
+    where = str(source)
+    unknown = set(raw) - _KNOWN_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown [tool.perfgate] key(s) {', '.join(sorted(unknown))}; valid: {', '.join(sorted(_KNOWN_KEYS))}")
+    root = source.parent
+    timing_raw = raw.get("timing", {})
+    _expect(timing_raw, dict, where, "[tool.perfgate.timing]")
+    timing_fields = TimingSettings.__dataclass_fields__
+    bad = set(timing_raw) - set(timing_fields)
+    if bad:
+        raise ConfigError(f"{where}: unknown [tool.perfgate.timing] key(s) {', '.join(sorted(bad))}; valid: {', '.join(timing_fields)}")
+    timing = TimingSettings(
+        **{
+            k: _positive(v, where, f"timing.{k}", float if isinstance(getattr(TimingSettings, k), float) else int)
+            for k, v in timing_raw.items()
+        }
+    )
+    suites = parse_suites(raw.get("suites", {}), where) or dict(DEFAULT_SUITES)
+    default_suite = raw.get("default_suite", "smoke" if "smoke" in suites else next(iter(suites)))
+    if default_suite not in suites:
+        raise ConfigError(f"{where}: default_suite {default_suite!r} is not a suite; valid: {', '.join(sorted(suites))}")
+    return Settings(
+        root=root,
+        source=source,
+        workloads_dirs=tuple(root / d for d in _str_list(raw.get("workloads_dirs", ["workloads"]), where, "workloads_dirs")),
+        baselines_dir=root / _expect(raw.get("baselines_dir", "baselines"), str, where, "baselines_dir"),
+        reports_dir=root / _expect(raw.get("reports_dir", "reports"), str, where, "reports_dir"),
+        threads=_positive(raw.get("threads", 1), where, "threads"),
+        processes=_positive(raw.get("processes", 2), where, "processes"),
+        timeout_s=_positive(raw.get("timeout_s", 600), where, "timeout_s", float),
+        seed=_expect(raw.get("seed", 0), int, where, "seed"),
+        default_suite=default_suite,
+        suites=suites,
+        timing=timing,
+        extra={k: raw[k] for k in ("gate",) if k in raw},
+    )

@@ -1,0 +1,131 @@
+"""Timing one unit of work honestly: the first call on its own, warm-up until stable, then samples.
+
+The timer is a seam (``Timer``): CPU uses perf_counter_ns, CUDA uses events with one synchronize per
+sample, and tests drive the loop with a fake clock.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class Timer(Protocol):
+    name: str
+
+    def time_ns(self, fn: Callable[[], Any], loops: int) -> int:
+        """Nanoseconds taken by ``loops`` calls of ``fn``, all device work included."""
+
+
+class PerfCounterTimer:
+    name = "perf_counter_ns"
+
+    def time_ns(self, fn: Callable[[], Any], loops: int) -> int:
+        t0 = time.perf_counter_ns()
+        for _ in range(loops):
+            fn()
+        return time.perf_counter_ns() - t0
+
+
+class CudaEventTimer:
+    """CUDA events around the loop; one synchronize per sample, after the end event."""
+
+    name = "cuda_event"
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+
+    def time_ns(self, fn: Callable[[], Any], loops: int) -> int:
+        cuda = self._torch.cuda
+        start = cuda.Event(enable_timing=True)
+        end = cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(loops):
+            fn()
+        end.record()
+        end.synchronize()
+        return int(start.elapsed_time(end) * 1e6)
+
+
+def timer_for(device: str) -> Timer:
+    return CudaEventTimer() if device.startswith("cuda") else PerfCounterTimer()
+
+
+@dataclass
+class Measurement:
+    first_call_s: float
+    warmup_units: int
+    loops: int
+    samples_ns: list[int]
+    warmup_ns: list[int]
+    stable: bool
+    timer: str
+
+
+def _stable(window: list[int], tolerance: float) -> bool:
+    med = statistics.median(window)
+    return med > 0 and (max(window) - min(window)) / med <= tolerance
+
+
+def measure(
+    unit: Callable[[], Any],
+    timer: Timer,
+    *,
+    samples: int = 12,
+    min_sample_s: float = 0.005,
+    max_warmup: int = 30,
+    warmup_tolerance: float = 0.05,
+    max_time_s: float = 30.0,
+    sync: Callable[[], None] = lambda: None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Measurement:
+    """Time ``unit``: first call alone (compile lands there), warm-up until three consecutive units agree
+    within ``warmup_tolerance`` (or ``max_warmup`` units), then ``samples`` samples of ``loops`` units each,
+    ``loops`` chosen so a sample lasts at least ``min_sample_s``. GC is off while sampling."""
+    t0 = clock()
+    unit()
+    sync()
+    first_call_s = clock() - t0
+
+    warmup: list[int] = []
+    stable = False
+    budget_start = clock()
+    while len(warmup) < max_warmup:
+        warmup.append(timer.time_ns(unit, 1))
+        if len(warmup) >= 3 and _stable(warmup[-3:], warmup_tolerance):
+            stable = True
+            break
+        if clock() - budget_start > max_time_s / 2 and len(warmup) >= 3:
+            break
+    unit_ns = statistics.median(warmup[-3:])
+    loops = max(1, math.ceil(min_sample_s * 1e9 / max(unit_ns, 1)))
+
+    out: list[int] = []
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        sample_start = clock()
+        for _ in range(samples):
+            out.append(timer.time_ns(unit, loops))
+            if len(out) >= 3 and clock() - sample_start > max_time_s:
+                break
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return Measurement(
+        first_call_s=first_call_s,
+        warmup_units=len(warmup),
+        loops=loops,
+        samples_ns=out,
+        warmup_ns=warmup,
+        stable=stable,
+        timer=timer.name,
+    )

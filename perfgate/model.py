@@ -1,0 +1,359 @@
+"""The data model: what was measured (CaseSpec), what came of it (CaseResult), a whole run (RunResult).
+
+No torch here: results are read, compared and reported on machines without a GPU or torch.
+Derived statistics are computed from the raw samples when asked, so nothing stored can go stale.
+
+Schema history (``perfgate.results/N``):
+  1  first version: spec, status, per-process raw samples, metrics, profile, accuracy, environment.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from perfgate.stats import Ratio, SampleSummary, ratio_of, summarize
+
+SCHEMA = "perfgate.results/1"
+SCHEMA_HISTORY = {
+    "perfgate.results/1": "first version",
+}
+
+STATUS_OK = "ok"
+STATUS_SKIPPED = "skipped"
+STATUS_FAILED = "failed"
+STATUSES = (STATUS_OK, STATUS_SKIPPED, STATUS_FAILED)
+
+FAILURE_CLASSES = ("oom", "compile-error", "unsupported", "timeout", "crash", "error")
+
+
+# Every metric a case can carry in CaseResult.metrics, and how the gate judges it:
+#   deterministic  exact (or a small configured tolerance): gates reliably even on a noisy CPU runner
+#   memory         relative tolerance with an absolute floor
+#   time           statistical (the step time itself is judged from the raw samples, not from here)
+#   info           reported, never gated
+METRIC_KINDS: dict[str, str] = {
+    "aten_ops_per_step": "deterministic",
+    "kernels_per_step": "deterministic",
+    "memcpy_per_step": "deterministic",
+    "memset_per_step": "deterministic",
+    "syncs_per_step": "deterministic",
+    "flops_per_step": "deterministic",
+    "graph_breaks": "deterministic",
+    "unique_graphs": "deterministic",
+    "recompiles": "deterministic",
+    "peak_cuda_allocated_bytes": "memory",
+    "peak_cuda_reserved_bytes": "memory",
+    "peak_rss_bytes": "memory",
+    "cpu_bytes_allocated_per_step": "memory",
+    "compile_cold_s": "time",
+    "compile_warm_s": "time",
+    "achieved_flops_per_s": "info",
+}
+
+# The verdict kinds of a comparison, per case and metric.
+VERDICT_KINDS = (
+    "regression", "win", "unchanged", "inconclusive", "new", "missing", "newly-failing", "fixed", "skipped",
+)
+GATE_FAILING_VERDICTS = ("regression", "newly-failing")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One case x metric judged against a baseline, with the numbers that made the decision."""
+
+    case_key: str
+    metric: str  # "step_time", "accuracy", "status", or a METRIC_KINDS name
+    kind: str  # one of VERDICT_KINDS
+    baseline: float | None = None
+    current: float | None = None
+    ratio: float | None = None  # current / baseline
+    ratio_low: float | None = None
+    ratio_high: float | None = None
+    p_value: float | None = None
+    threshold: float | None = None  # the relative change that counts as large, or the tolerance used
+    rule: str = ""  # the rule applied, in words
+    advice: str | None = None
+
+    @property
+    def fails_gate(self) -> bool:
+        return self.kind in GATE_FAILING_VERDICTS
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Verdict:
+        return cls(**data)
+
+
+class SchemaError(ValueError):
+    """A results file that cannot be read: corrupt JSON, an unknown schema or a malformed entry."""
+
+
+def _freeze_params(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(params.items()))
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """What is measured: one workload x size x toggle-set x device. Hashable; the baseline key."""
+
+    workload: str
+    size: str
+    toggles: tuple[str, ...]
+    device: str
+    params: tuple[tuple[str, Any], ...] = ()
+    dtype: str = "float32"
+
+    @property
+    def toggle_name(self) -> str:
+        return "+".join(self.toggles)
+
+    @property
+    def key(self) -> str:
+        """Stable identity across runs: workload/size/toggles/device."""
+        return f"{self.workload}/{self.size}/{self.toggle_name}/{self.device}"
+
+    @property
+    def param_dict(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "size": self.size,
+            "toggles": list(self.toggles),
+            "device": self.device,
+            "dtype": self.dtype,
+            "params": self.param_dict,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CaseSpec:
+        return cls(
+            workload=data["workload"],
+            size=data["size"],
+            toggles=tuple(data["toggles"]),
+            device=data["device"],
+            dtype=data.get("dtype", "float32"),
+            params=_freeze_params(data.get("params", {})),
+        )
+
+
+@dataclass
+class ProcessSamples:
+    """The raw timing of one worker process: the first call, warm-up, then samples of the unit of work.
+
+    ``samples_ns`` are nanoseconds per sample; one sample is ``loops`` units of ``steps_per_unit`` steps.
+    """
+
+    samples_ns: list[int]
+    loops: int = 1
+    steps_per_unit: int = 1
+    first_call_s: float | None = None
+    warmup_units: int = 0
+    timer: str = "perf_counter_ns"
+    process_index: int = 0
+
+    @property
+    def step_times_s(self) -> list[float]:
+        per = 1e-9 / (self.loops * self.steps_per_unit)
+        return [ns * per for ns in self.samples_ns]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProcessSamples:
+        return cls(**data)
+
+
+@dataclass
+class CaseResult:
+    """What came of one case: status, raw samples per process, and the metrics of the profile pass."""
+
+    spec: CaseSpec
+    status: str
+    processes: list[ProcessSamples] = field(default_factory=list)
+    failure_class: str | None = None
+    message: str | None = None
+    # deterministic, memory and compile metrics by name (kernels_per_step, peak_cuda_bytes, graph_breaks...)
+    metrics: dict[str, float] = field(default_factory=dict)
+    # free-form profile detail: top ops/kernels, graph-break reasons, trace paths
+    profile: dict[str, Any] = field(default_factory=dict)
+    # numerical drift against the eager fp32 reference: max_abs, mean_abs, rel_l2, verdict ok|drift
+    accuracy: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+    # how the numbers were obtained: warm-up rule, sample budget, threads, seed
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    @property
+    def step_samples_s(self) -> list[float]:
+        """Every step-time sample of every process, in seconds per step."""
+        return [t for p in self.processes for t in p.step_times_s]
+
+    def step_time(self) -> SampleSummary | None:
+        samples = self.step_samples_s
+        if self.status != STATUS_OK or not samples:
+            return None
+        return summarize(samples, groups=[p.step_times_s for p in self.processes])
+
+    @property
+    def first_call_s(self) -> float | None:
+        firsts = [p.first_call_s for p in self.processes if p.first_call_s is not None]
+        return max(firsts) if firsts else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec.to_json(),
+            "key": self.key,
+            "status": self.status,
+            "failure_class": self.failure_class,
+            "message": self.message,
+            "processes": [p.to_json() for p in self.processes],
+            "metrics": self.metrics,
+            "profile": self.profile,
+            "accuracy": self.accuracy,
+            "duration_s": self.duration_s,
+            "metadata": self.metadata,
+            "derived": self._derived_json(),
+        }
+
+    def _derived_json(self) -> dict[str, Any]:
+        """Convenience copy of the statistics for readers of the file; recomputed, never read back."""
+        st = self.step_time()
+        if st is None:
+            return {}
+        return {
+            "step_time_s": st.to_json(),
+            "throughput_steps_per_s": 1.0 / st.median if st.median > 0 else None,
+            "first_call_s": self.first_call_s,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CaseResult:
+        status = data["status"]
+        if status not in STATUSES:
+            raise SchemaError(f"unknown case status {status!r}; valid: {', '.join(STATUSES)}")
+        return cls(
+            spec=CaseSpec.from_json(data["spec"]),
+            status=status,
+            processes=[ProcessSamples.from_json(p) for p in data.get("processes", [])],
+            failure_class=data.get("failure_class"),
+            message=data.get("message"),
+            metrics=dict(data.get("metrics", {})),
+            profile=dict(data.get("profile", {})),
+            accuracy=dict(data.get("accuracy", {})),
+            duration_s=float(data.get("duration_s", 0.0)),
+            metadata=dict(data.get("metadata", {})),
+        )
+
+
+@dataclass
+class RunResult:
+    """One run of perfgate: its environment fingerprint and one CaseResult per case."""
+
+    run_id: str
+    suite: str | None
+    environment: dict[str, Any]
+    cases: list[CaseResult] = field(default_factory=list)
+    started_at: str = ""
+    finished_at: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    schema: str = SCHEMA
+
+    def case(self, key: str) -> CaseResult | None:
+        for c in self.cases:
+            if c.key == key:
+                return c
+        return None
+
+    def with_case(self, result: CaseResult) -> RunResult:
+        """A copy with ``result`` added, replacing an earlier result for the same case."""
+        cases = [c for c in self.cases if c.key != result.key] + [result]
+        return replace(self, cases=cases)
+
+    def eager_for(self, case: CaseResult) -> CaseResult | None:
+        """The eager case of the same workload, size and device in this run: the speedup reference."""
+        spec = case.spec
+        return self.case(f"{spec.workload}/{spec.size}/eager/{spec.device}")
+
+    def speedup(self, case: CaseResult) -> Ratio | None:
+        """Speedup of ``case`` against eager in this run (eager time / case time), with a conservative CI."""
+        eager = self.eager_for(case)
+        if eager is None:
+            return None
+        return ratio_of(eager.step_time(), case.step_time())
+
+    def counts(self) -> dict[str, int]:
+        out = {s: 0 for s in STATUSES}
+        for c in self.cases:
+            out[c.status] += 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "run_id": self.run_id,
+            "suite": self.suite,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "environment": self.environment,
+            "settings": self.settings,
+            "cases": [c.to_json() for c in self.cases],
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, sort_keys=False, default=str) + "\n"
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "results") -> RunResult:
+        if not isinstance(data, dict):
+            raise SchemaError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        schema = data.get("schema")
+        if schema not in SCHEMA_HISTORY:
+            raise SchemaError(
+                f"{source}: unknown schema {schema!r}; this perfgate reads {', '.join(SCHEMA_HISTORY)}"
+            )
+        data = upgrade(data)
+        try:
+            return cls(
+                run_id=data["run_id"],
+                suite=data.get("suite"),
+                environment=dict(data.get("environment", {})),
+                cases=[CaseResult.from_json(c) for c in data.get("cases", [])],
+                started_at=data.get("started_at", ""),
+                finished_at=data.get("finished_at"),
+                settings=dict(data.get("settings", {})),
+                schema=SCHEMA,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SchemaError(f"{source}: malformed results ({type(exc).__name__}: {exc})") from exc
+
+
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """Bring an older results document up to the current schema. Version 1 is current."""
+    return data
+
+
+def load_results(path: str | Path) -> RunResult:
+    """Read a results.json; raises SchemaError naming the file for anything unreadable."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "results.json"
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SchemaError(f"{p}: cannot read ({exc.strerror or exc})") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    return RunResult.from_json(data, source=str(p))

@@ -1,0 +1,280 @@
+"""Spawns worker processes, enforces timeouts, classifies failures, and keeps results.json current.
+
+No torch and no workload is ever imported here: a crash, hang or out-of-memory in one case cannot take
+the orchestrator or the other cases with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import perfgate
+from perfgate.config import Settings
+from perfgate.model import (
+    STATUS_FAILED,
+    STATUS_OK,
+    STATUS_SKIPPED,
+    CaseResult,
+    CaseSpec,
+    ProcessSamples,
+    RunResult,
+)
+from perfgate.storage import atomic_write_text
+
+PROBE_TIMEOUT_S = 300
+STDERR_TAIL_LINES = 25
+
+
+class InfrastructureError(RuntimeError):
+    """The machinery itself failed (no Python, a probe that dies): exit code 3."""
+
+
+def package_parent() -> str:
+    return str(Path(perfgate.__file__).resolve().parent.parent)
+
+
+def worker_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The worker's environment: threads pinned for every math library, perfgate importable."""
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+        env[var] = str(threads)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent(), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: its own process group (so a timeout kills everything it started) and,
+    on Linux, SIGKILL when the orchestrator dies, so a killed `perfgate run` leaves no worker behind."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def run_probe(workloads_dirs: Sequence[Path], threads: int = 1) -> dict[str, Any]:
+    """Ask a worker what it can see: workloads, toggles, torch and CUDA. Raises InfrastructureError."""
+    cmd = [sys.executable, "-m", "perfgate.worker", "--probe"]
+    for d in workloads_dirs:
+        cmd += ["--workloads-dir", str(d)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=worker_env(threads))
+    except subprocess.TimeoutExpired as exc:
+        raise InfrastructureError(f"the worker probe did not answer within {PROBE_TIMEOUT_S} s") from exc
+    if proc.returncode != 0:
+        raise InfrastructureError(f"the worker probe failed (exit {proc.returncode}): {_tail(proc.stderr, 5)}")
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError) as exc:
+        raise InfrastructureError(f"the worker probe printed no catalog: {_tail(proc.stdout + proc.stderr, 5)}") from exc
+
+
+@dataclass
+class ProcessOutcome:
+    """One worker process: its own result dict, or the runner's classification of its death."""
+
+    result: dict[str, Any]
+    returncode: int | None
+    wall_s: float
+
+
+def _classify_death(returncode: int, stderr: str) -> tuple[str, str]:
+    lowered = stderr.lower()
+    if "memoryerror" in lowered or "out of memory" in lowered:
+        return "oom", _tail(stderr)
+    if returncode < 0:
+        sig = _signal_name(-returncode)
+        hint = " (often the kernel's out-of-memory killer)" if -returncode == signal.SIGKILL else ""
+        return "crash", f"worker killed by {sig}{hint}\n{_tail(stderr)}".rstrip()
+    return "crash", f"worker exited with code {returncode} without a result\n{_tail(stderr)}".rstrip()
+
+
+def run_worker(cfg: dict[str, Any], timeout_s: float, threads: int, work_dir: Path,
+               env_extra: dict[str, str] | None = None) -> ProcessOutcome:
+    """Run one worker on ``cfg``; never raises for anything the worker does."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    fd, spec_path = tempfile.mkstemp(prefix="case-", suffix=".json", dir=work_dir)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(cfg, fh)
+    out_path = spec_path[:-5] + ".out.json"
+    cmd = [sys.executable, "-m", "perfgate.worker", "--case", spec_path, "--out", out_path]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=worker_env(threads, env_extra), preexec_fn=_die_with_parent,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        stdout, stderr = proc.communicate()
+        result = {
+            "status": STATUS_FAILED,
+            "failure_class": "timeout",
+            "message": f"worker exceeded the {timeout_s:g} s timeout and was killed\n{_tail(stderr, 10)}".rstrip(),
+        }
+        return ProcessOutcome(result, None, time.perf_counter() - t0)
+    finally:
+        for p in (spec_path,):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+    wall = time.perf_counter() - t0
+    try:
+        result = json.loads(Path(out_path).read_text())
+        os.unlink(out_path)
+    except (OSError, json.JSONDecodeError):
+        failure_class, message = _classify_death(proc.returncode, stderr)
+        result = {"status": STATUS_FAILED, "failure_class": failure_class, "message": message}
+    return ProcessOutcome(result, proc.returncode, wall)
+
+
+def case_config(spec: CaseSpec, workload_file: str, settings: Settings, process_index: int,
+                run_dir: Path, profile: bool) -> dict[str, Any]:
+    return {
+        "spec": spec.to_json(),
+        "workload_file": workload_file,
+        "process_index": process_index,
+        "threads": settings.threads,
+        "seed": settings.seed,
+        "timing": settings.timing.__dict__.copy(),
+        "run_dir": str(run_dir),
+        "profile": profile,
+    }
+
+
+def run_case(spec: CaseSpec, workload_file: str, settings: Settings, run_dir: Path,
+             env_extra: dict[str, str] | None = None,
+             configure: Callable[[dict[str, Any]], None] | None = None) -> CaseResult:
+    """All worker processes of one case, back to back. A skip or failure in any process ends the case."""
+    t0 = time.perf_counter()
+    processes: list[ProcessSamples] = []
+    first: dict[str, Any] | None = None
+    for i in range(settings.processes):
+        cfg = case_config(spec, workload_file, settings, i, run_dir, profile=(i == 0))
+        if configure:
+            configure(cfg)
+        outcome = run_worker(cfg, settings.timeout_s, settings.threads, run_dir / ".work", env_extra)
+        res = outcome.result
+        if res.get("status") != STATUS_OK:
+            return CaseResult(
+                spec=spec,
+                status=res.get("status", STATUS_FAILED),
+                failure_class=res.get("failure_class"),
+                message=res.get("message"),
+                processes=processes,
+                duration_s=time.perf_counter() - t0,
+                metadata={"failed_process": i} if res.get("status") == STATUS_FAILED else {},
+            )
+        processes.append(ProcessSamples.from_json(res["process"]))
+        if first is None:
+            first = res
+    assert first is not None
+    metadata = dict(first.get("metadata", {}))
+    metadata["processes"] = settings.processes
+    return CaseResult(
+        spec=spec,
+        status=STATUS_OK,
+        processes=processes,
+        metrics=first.get("metrics", {}),
+        profile=first.get("profile", {}),
+        accuracy=first.get("accuracy", {}),
+        duration_s=time.perf_counter() - t0,
+        metadata=metadata,
+    )
+
+
+Progress = Callable[[str, int, int, CaseSpec, CaseResult | None, float], None]
+
+
+def write_results(run: RunResult, path: Path) -> None:
+    atomic_write_text(path, run.dumps())
+
+
+def execute(cases: Sequence[CaseSpec], workload_files: dict[str, str], settings: Settings, run: RunResult,
+            run_dir: Path, progress: Progress | None = None,
+            after_case: Callable[[RunResult], None] | None = None) -> RunResult:
+    """Run every case, rewriting results.json atomically after each one. Returns the completed run."""
+    results_path = run_dir / "results.json"
+    write_results(run, results_path)
+    t0 = time.perf_counter()
+    for k, spec in enumerate(cases, start=1):
+        if progress:
+            progress("start", k, len(cases), spec, None, time.perf_counter() - t0)
+        result = run_case(spec, workload_files[spec.workload], settings, run_dir)
+        run = run.with_case(result)
+        write_results(run, results_path)
+        if after_case:
+            after_case(run)
+        if progress:
+            progress("done", k, len(cases), spec, result, time.perf_counter() - t0)
+    return run
+
+
+def summary_status(run: RunResult) -> str:
+    counts = run.counts()
+    return ", ".join(f"{counts[s]} {s}" for s in (STATUS_OK, STATUS_SKIPPED, STATUS_FAILED) if counts[s])
+
+
+# ---------------------------------------------------------------- run folders
+
+LATEST_FILE = "LATEST"
+
+
+def new_run_id(suite: str | None, now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return f"{stamp}-{suite}" if suite else stamp
+
+
+def unique_run_dir(reports_dir: Path, run_id: str) -> Path:
+    path, n = reports_dir / run_id, 1
+    while path.exists():
+        n += 1
+        path = reports_dir / f"{run_id}-{n}"
+    return path
+
+
+def mark_latest(reports_dir: Path, run_dir: Path) -> None:
+    atomic_write_text(reports_dir / LATEST_FILE, run_dir.name + "\n")
+
+
+def latest_run_dir(reports_dir: Path) -> Path | None:
+    """The newest run under ``reports_dir``: the one LATEST names, else the newest results.json."""
+    marker = reports_dir / LATEST_FILE
+    if marker.is_file():
+        cand = reports_dir / marker.read_text().strip()
+        if (cand / "results.json").is_file():
+            return cand
+    runs = sorted(reports_dir.glob("*/results.json"), key=lambda p: p.stat().st_mtime)
+    return runs[-1].parent if runs else None

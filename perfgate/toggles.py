@@ -1,0 +1,273 @@
+"""Optimization toggles: what each one is, what it needs, and how it is applied to a workload.
+
+The registry (names, groups, requirements) is plain data so the orchestrator can list and validate toggle
+sets from the worker's catalog; applying a toggle imports torch and runs only inside a worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# Requirements a toggle may declare. Each maps to a check run in the worker (see unmet_requirement).
+REQ_CUDA = "cuda"
+REQ_CXX = "cxx-compiler"  # inductor on CPU compiles C++; on CUDA it needs triton instead
+REQ_DYNAMO = "dynamo"  # a Python version that torch.compile supports
+REQ_BF16 = "bf16"
+REQ_NO_GRAD = "no-grad-workload"  # the workload's step does not need autograd
+REQ_IMAGE_STATE = "4d-state"  # the workload's state is an NCHW image batch
+REQ_TORCHSCRIPT = "torchscript"
+
+
+@dataclass(frozen=True)
+class Toggle:
+    name: str
+    description: str
+    requires: tuple[str, ...] = ()
+    # at most one toggle of a group per case: two compilers, or two autocast dtypes, cannot compose
+    group: str | None = None
+
+    def to_json(self, order: int) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "requires": list(self.requires),
+            "group": self.group,
+            "order": order,
+        }
+
+
+_COMPILE_REQS = (REQ_DYNAMO, REQ_CXX)
+
+# Registry order is the canonical order of a composed name: "compile+amp-bf16", never "amp-bf16+compile".
+TOGGLES: tuple[Toggle, ...] = (
+    Toggle("eager", "fp32 eager execution: the reference every other toggle is compared with", group="eager"),
+    Toggle("compile", "torch.compile, default mode (inductor)", _COMPILE_REQS, group="compiler"),
+    Toggle(
+        "compile-reduce-overhead",
+        "torch.compile mode='reduce-overhead' (inductor + CUDA graphs)",
+        _COMPILE_REQS + (REQ_CUDA,),
+        group="compiler",
+    ),
+    Toggle(
+        "compile-max-autotune", "torch.compile mode='max-autotune' (autotuned kernels)", _COMPILE_REQS, group="compiler"
+    ),
+    Toggle("torchscript", "torch.jit.script of the model", (REQ_TORCHSCRIPT,), group="compiler"),
+    Toggle("amp-bf16", "torch.autocast to bfloat16", (REQ_BF16,), group="autocast"),
+    Toggle("amp-fp16", "torch.autocast to float16", (), group="autocast"),
+    Toggle("channels-last", "model and input in channels_last memory format", (REQ_IMAGE_STATE,)),
+    Toggle("cudnn-benchmark", "torch.backends.cudnn.benchmark = True", (REQ_CUDA,)),
+    Toggle("tf32", "TF32 matmuls and convolutions (fp32 reference runs with TF32 off)", (REQ_CUDA,)),
+    Toggle("cuda-graphs", "the unit of work captured once in a CUDA graph and replayed", (REQ_CUDA,), group="graphs"),
+    Toggle("inference-mode", "torch.inference_mode() instead of torch.no_grad()", (REQ_NO_GRAD,)),
+)
+TOGGLES_BY_NAME = {t.name: t for t in TOGGLES}
+
+
+def catalog() -> list[dict[str, Any]]:
+    """The registry as JSON-able dicts, in canonical order."""
+    return [t.to_json(i) for i, t in enumerate(TOGGLES)]
+
+
+# ---------------------------------------------------------------- requirement checks (torch imported)
+
+
+def _cxx_compiler() -> str | None:
+    for cand in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if cand and shutil.which(cand):
+            return shutil.which(cand)
+    return None
+
+
+def unmet_requirement(req: str, device: str, workload: dict[str, Any] | None = None) -> str | None:
+    """None when ``req`` holds here for ``device``; otherwise the reason, in words, that it does not."""
+    import torch
+
+    is_cuda = device.startswith("cuda")
+    if req == REQ_CUDA:
+        if not is_cuda:
+            return "needs a CUDA device (this case runs on cpu)"
+        if not torch.cuda.is_available():
+            return "needs CUDA, and torch.cuda.is_available() is False here"
+        return None
+    if req == REQ_DYNAMO:
+        try:
+            from torch._dynamo.eval_frame import is_dynamo_supported
+
+            if not is_dynamo_supported():
+                return f"torch.compile (dynamo) does not support Python {sys.version.split()[0]} in torch {torch.__version__}"
+        except Exception as exc:  # pragma: no cover - depends on the torch build
+            return f"torch.compile is unavailable: {exc}"
+        return None
+    if req == REQ_CXX:
+        if is_cuda:
+            if importlib.util.find_spec("triton") is None:
+                return "inductor on CUDA needs triton, which is not installed"
+            return None
+        if _cxx_compiler() is None:
+            return "inductor on CPU needs a C++ compiler (g++ or clang++ on PATH, or $CXX)"
+        return None
+    if req == REQ_BF16:
+        if is_cuda and torch.cuda.is_available():
+            try:
+                if not torch.cuda.is_bf16_supported():
+                    return "this GPU does not support bfloat16"
+            except Exception as exc:
+                return f"cannot tell whether this GPU supports bfloat16: {exc}"
+        return None
+    if req == REQ_NO_GRAD:
+        if workload and workload.get("needs_grad"):
+            return "the workload's step needs autograd, which inference mode forbids"
+        return None
+    if req == REQ_IMAGE_STATE:
+        if workload and not workload.get("channels_last_applies", True):
+            return "the workload's state is not an NCHW image batch, so channels_last does not apply"
+        return None
+    if req == REQ_TORCHSCRIPT:
+        if not hasattr(torch, "jit") or not hasattr(torch.jit, "script"):
+            return f"torch {torch.__version__} has no TorchScript"
+        return None
+    raise ValueError(f"unknown requirement {req!r}")
+
+
+def skip_reason(toggles: tuple[str, ...], device: str, workload: dict[str, Any]) -> str | None:
+    """Why this toggle set cannot run here for this workload, or None."""
+    for name in toggles:
+        t = TOGGLES_BY_NAME.get(name)
+        if t is None:  # a workload variant: it declares no requirements
+            continue
+        for req in t.requires:
+            reason = unmet_requirement(req, device, workload)
+            if reason:
+                return f"{name}: {reason}"
+    return None
+
+
+# ---------------------------------------------------------------- application (torch imported)
+
+
+@dataclass
+class Prepared:
+    """A workload with its toggles applied: call ``unit()`` to run one unit of work."""
+
+    unit: Callable[[], Any]
+    model: Any
+    built: Any
+    toggles: tuple[str, ...]
+    variants: frozenset[str]
+
+
+def set_global_flags(toggles: tuple[str, ...], device: str) -> None:
+    """Backend flags. The fp32 reference runs with TF32 off, so 'tf32' is a change one can measure."""
+    import torch
+
+    tf32 = "tf32" in toggles
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    torch.backends.cudnn.benchmark = "cudnn-benchmark" in toggles
+
+
+def _to_channels_last(state: Any) -> Any:
+    import torch
+
+    if isinstance(state, torch.Tensor):
+        return state.contiguous(memory_format=torch.channels_last) if state.dim() == 4 else state
+    if isinstance(state, (tuple, list)):
+        return type(state)(_to_channels_last(s) for s in state)
+    return state
+
+
+def _compile_mode(toggles: tuple[str, ...]) -> str | None:
+    for name, mode in (
+        ("compile", "default"),
+        ("compile-reduce-overhead", "reduce-overhead"),
+        ("compile-max-autotune", "max-autotune"),
+    ):
+        if name in toggles:
+            return mode
+    return None
+
+
+def grad_context(toggles: tuple[str, ...], needs_grad: bool) -> Callable[[], contextlib.AbstractContextManager]:
+    import torch
+
+    if "inference-mode" in toggles:
+        return torch.inference_mode
+    if needs_grad:
+        return contextlib.nullcontext
+    return torch.no_grad
+
+
+def autocast_context(toggles: tuple[str, ...], device: str) -> Callable[[], contextlib.AbstractContextManager]:
+    import torch
+
+    device_type = "cuda" if device.startswith("cuda") else "cpu"
+    if "amp-bf16" in toggles:
+        return lambda: torch.autocast(device_type=device_type, dtype=torch.bfloat16)
+    if "amp-fp16" in toggles:
+        return lambda: torch.autocast(device_type=device_type, dtype=torch.float16)
+    return contextlib.nullcontext
+
+
+def prepare(
+    workload: Any, params: dict[str, Any], device: str, toggles: tuple[str, ...], variants: frozenset[str]
+) -> Prepared:
+    """Build the workload and apply ``toggles`` in a fixed order: flags, build, layout, compiler, contexts,
+    graph capture."""
+    import torch
+
+    set_global_flags(toggles, device)
+    dev = torch.device(device)
+    built = workload.build(params, dev, torch.float32, variants)
+    model = built.model
+    if "channels-last" in toggles:
+        if isinstance(model, torch.nn.Module):
+            model = model.to(memory_format=torch.channels_last)
+        built.state = _to_channels_last(built.state)
+    if "torchscript" in toggles:
+        model = torch.jit.script(model)
+    mode = _compile_mode(toggles)
+    if mode is not None:
+        model = torch.compile(model, mode=mode)
+    grad_ctx = grad_context(toggles, workload.needs_grad)
+    amp_ctx = autocast_context(toggles, device)
+
+    def unit() -> Any:
+        with grad_ctx(), amp_ctx():
+            return workload.run_unit(model, built, params)
+
+    if "cuda-graphs" in toggles:
+        unit = capture_cuda_graph(unit)
+    return Prepared(unit=unit, model=model, built=built, toggles=toggles, variants=variants)
+
+
+def capture_cuda_graph(unit: Callable[[], Any], warmup: int = 3) -> Callable[[], Any]:
+    """Capture ``unit`` in a CUDA graph (after warm-up on a side stream); return a function that replays it.
+
+    The unit must start from fixed input tensors (the workload's initial state), which is how perfgate's
+    units are defined, so a replay repeats exactly the captured work.
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            unit()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = unit()
+
+    def replay() -> Any:
+        graph.replay()
+        return static_out
+
+    return replay

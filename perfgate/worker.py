@@ -1,0 +1,232 @@
+"""The measuring process: ``python -m perfgate.worker``. One process per case and repetition.
+
+  --probe [--workloads-dir D]...   print the catalog (workloads, toggles, torch environment) as JSON
+  --case SPEC.json --out OUT.json  measure one case; write one process result to OUT.json
+
+The worker always writes its result file when it can, failures included (classified here); the runner
+classifies what the worker cannot report itself (timeouts, signals, a dead interpreter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from perfgate.storage import atomic_write_json
+
+TAIL_LINES = 25
+
+
+def torch_environment() -> dict[str, Any]:
+    """The torch side of the environment fingerprint; every CUDA call guarded (CPU builds vary)."""
+    import torch
+
+    env: dict[str, Any] = {
+        "torch": torch.__version__,
+        "torch_cuda": getattr(torch.version, "cuda", None),
+        "cudnn": None,
+        "cuda_available": False,
+        "device_name": None,
+        "compute_capability": None,
+        "gpu_count": 0,
+    }
+    try:
+        env["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except Exception:
+        pass
+    try:
+        env["cuda_available"] = bool(torch.cuda.is_available())
+        if env["cuda_available"]:
+            env["gpu_count"] = torch.cuda.device_count()
+            env["device_name"] = torch.cuda.get_device_name(0)
+            major, minor = torch.cuda.get_device_capability(0)
+            env["compute_capability"] = f"{major}.{minor}"
+    except Exception as exc:
+        env["cuda_error"] = str(exc)
+    return env
+
+
+def probe(workloads_dirs: list[str]) -> dict[str, Any]:
+    from perfgate import toggles
+    from perfgate.workload import discover
+
+    found = discover(workloads_dirs)
+    env = torch_environment()
+    workloads = {}
+    for name, (cls, path) in sorted(found.workloads.items()):
+        info = cls.describe()
+        info["file"] = str(path)
+        workloads[name] = info
+    toggle_list = toggles.catalog()
+    for t in toggle_list:
+        # availability on the default device of this machine, for `perfgate list`
+        device = "cuda" if env["cuda_available"] else "cpu"
+        t["unmet_here"] = toggles.skip_reason((t["name"],), device, {})
+    return {
+        "environment": env,
+        "workloads": workloads,
+        "workload_errors": found.errors,
+        "toggles": toggle_list,
+    }
+
+
+def classify(exc: BaseException) -> str:
+    """Failure class of an exception raised while building, compiling or running a case."""
+    text = f"{type(exc).__name__}: {exc}"
+    module = type(exc).__module__ or ""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return "oom"
+    lowered = text.lower()
+    if "out of memory" in lowered or "can't allocate memory" in lowered or "cannot allocate memory" in lowered:
+        return "oom"
+    if module.startswith(("torch._dynamo", "torch._inductor", "torch.jit", "torch._C._jit")) or "torchscript" in lowered:
+        return "compile-error"
+    if isinstance(exc, NotImplementedError) or "not implemented for" in lowered or "not supported" in lowered:
+        return "unsupported"
+    frames = traceback.extract_tb(exc.__traceback__)
+    if any("/torch/_inductor/" in f.filename or "/torch/_dynamo/" in f.filename for f in frames) and (
+        "compile" in lowered or "lowering" in lowered or "backend" in lowered
+    ):
+        return "compile-error"
+    return "error"
+
+
+def error_tail(exc: BaseException, lines: int = TAIL_LINES) -> str:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip().splitlines()
+    return "\n".join(text[-lines:])
+
+
+def _set_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set (parallel work started): harmless for timing
+        pass
+
+
+def _seed(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+
+
+def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Measure one case in this process; return the process result (status, samples, metrics...)."""
+    from perfgate import toggles as toggles_mod
+    from perfgate.measure import measure, timer_for
+    from perfgate.model import CaseSpec
+    from perfgate.workload import load_file
+
+    spec = CaseSpec.from_json(cfg["spec"])
+    timing = cfg.get("timing", {})
+    started = time.perf_counter()
+    result: dict[str, Any] = {"status": "ok", "metrics": {}, "profile": {}, "accuracy": {}, "metadata": {}}
+    _set_threads(int(cfg.get("threads", 1)))
+    _seed(int(cfg.get("seed", 0)))
+
+    classes = {c.name: c for c in load_file(Path(cfg["workload_file"]))}
+    if spec.workload not in classes:
+        raise RuntimeError(f"workload {spec.workload!r} not found in {cfg['workload_file']}")
+    workload = classes[spec.workload]()
+    info = workload.describe()
+    known = set(toggles_mod.TOGGLES_BY_NAME)
+    variants = frozenset(t for t in spec.toggles if t not in known)
+    registry_toggles = tuple(t for t in spec.toggles if t in known and t != "eager")
+
+    reason = toggles_mod.skip_reason(spec.toggles, spec.device, info)
+    if reason:
+        result.update(status="skipped", message=reason)
+        return result
+
+    params = spec.param_dict
+    prepared = toggles_mod.prepare(workload, params, spec.device, registry_toggles, variants)
+    timer = timer_for(spec.device)
+    sync = _sync_for(spec.device)
+    m = measure(prepared.unit, timer, sync=sync, **timing)
+    result["process"] = {
+        "samples_ns": m.samples_ns,
+        "loops": m.loops,
+        "steps_per_unit": workload.steps_per_unit(params),
+        "first_call_s": m.first_call_s,
+        "warmup_units": m.warmup_units,
+        "timer": m.timer,
+        "process_index": int(cfg.get("process_index", 0)),
+    }
+    result["metadata"] = {
+        "warmup_stable": m.stable,
+        "warmup_ns": m.warmup_ns,
+        "threads": int(cfg.get("threads", 1)),
+        "seed": int(cfg.get("seed", 0)),
+        "variants": sorted(variants),
+    }
+    if cfg.get("profile", False):
+        from perfgate import profiling
+
+        profiling.profile_pass(cfg, spec, workload, prepared, result)
+    result["duration_s"] = time.perf_counter() - started
+    return result
+
+
+def _sync_for(device: str):
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def _main_case(spec_file: str, out_file: str) -> int:
+    cfg = json.loads(Path(spec_file).read_text())
+    try:
+        result = run_case(cfg)
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a classified result
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        result = {
+            "status": "failed",
+            "failure_class": classify(exc),
+            "message": error_tail(exc),
+        }
+    atomic_write_json(out_file, result)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m perfgate.worker", description=__doc__)
+    parser.add_argument("--probe", action="store_true")
+    parser.add_argument("--workloads-dir", action="append", default=[])
+    parser.add_argument("--case")
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    if args.probe:
+        data = probe(args.workloads_dir)
+        data["environment"]["python_executable"] = sys.executable
+        data["environment"]["worker_platform"] = platform.platform()
+        data["environment"]["pid"] = os.getpid()
+        json.dump(data, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    if not (args.case and args.out):
+        parser.error("either --probe or both --case and --out")
+    return _main_case(args.case, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

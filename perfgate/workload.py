@@ -1,0 +1,200 @@
+"""The workload API and workload discovery. Imported by workers only (workloads import torch).
+
+A workload is a Python file in a workloads directory defining one or more subclasses of
+:class:`Workload`; perfgate finds them the way pytest finds tests, with no registration elsewhere.
+See docs/workloads.md for a complete example.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REQUIRED_SIZES = ("smoke", "pr", "full")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a toggle's output may drift from the eager fp32 reference and still be ``ok``.
+
+    A case is ``ok`` when its relative L2 error is at most ``rel_l2`` and its max abs error at most
+    ``max_abs`` (either may be None to skip that check).
+    """
+
+    rel_l2: float | None = 1e-2
+    max_abs: float | None = None
+
+    def to_json(self) -> dict[str, float | None]:
+        return {"rel_l2": self.rel_l2, "max_abs": self.max_abs}
+
+
+@dataclass
+class Built:
+    """What ``Workload.build`` returns: the model the toggles transform and the initial state.
+
+    ``model`` is usually a ``torch.nn.Module`` (compile, torchscript and channels-last apply to it).
+    ``state`` is a tensor or a tuple of tensors: the input of the first step.
+    ``extra`` carries anything else ``step`` needs (constants, preallocated buffers).
+    """
+
+    model: Any
+    state: Any
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Workload:
+    """Base class of a standard workload. Subclass it in a file under a workloads directory.
+
+    Class attributes a subclass sets:
+      name         unique workload name (used on the command line and as the baseline key)
+      description  one line: what it models
+      sizes        {"smoke": {...}, "pr": {...}, "full": {...}}: named sizes -> real parameters
+      tolerance    Tolerance on the output after one unit of work
+      variants     {"groupnorm": "one line"}: workload-specific toggles, composable with '+'
+      needs_grad   True when the step needs autograd (forces from energies); else steps run in no_grad
+      channels_last_applies  False when the state is not a 4-D image batch
+
+    Methods a subclass implements:
+      build(params, device, dtype, variants) -> Built
+      step(model, state, built, params) -> new state
+    and may override steps_per_unit(params) (default: params["steps"]) and output(state).
+    """
+
+    name: str = ""
+    description: str = ""
+    sizes: dict[str, dict[str, Any]] = {}
+    tolerance: Tolerance = Tolerance()
+    variants: dict[str, str] = {}
+    needs_grad: bool = False
+    channels_last_applies: bool = True
+
+    def build(self, params: dict[str, Any], device: Any, dtype: Any, variants: frozenset[str]) -> Built:
+        raise NotImplementedError(f"{type(self).__name__}.build")
+
+    def step(self, model: Any, state: Any, built: Built, params: dict[str, Any]) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.step")
+
+    def steps_per_unit(self, params: dict[str, Any]) -> int:
+        """Steps in one timed unit of work; step time is the unit's time divided by this."""
+        return int(params.get("steps", 1))
+
+    def output(self, state: Any) -> Any:
+        """The tensor compared against the eager fp32 reference (default: the state, or its first item)."""
+        if isinstance(state, (tuple, list)):
+            return state[0]
+        return state
+
+    def run_unit(self, model: Any, built: Built, params: dict[str, Any]) -> Any:
+        """One unit of work from the initial state: ``steps_per_unit`` steps. What the timer measures."""
+        state = built.state
+        for _ in range(self.steps_per_unit(params)):
+            state = self.step(model, state, built, params)
+        return state
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        return {
+            "name": cls.name,
+            "description": cls.description,
+            "sizes": {k: dict(v) for k, v in cls.sizes.items()},
+            "variants": dict(cls.variants),
+            "tolerance": cls.tolerance.to_json(),
+            "needs_grad": cls.needs_grad,
+            "channels_last_applies": cls.channels_last_applies,
+        }
+
+
+class WorkloadError(Exception):
+    """A workload file that cannot be loaded or a workload that breaks the API."""
+
+
+@dataclass
+class Discovered:
+    workloads: dict[str, tuple[type[Workload], Path]]
+    errors: list[dict[str, str]]
+
+
+def _validate(cls: type[Workload], path: Path) -> str | None:
+    if not cls.name or not isinstance(cls.name, str):
+        return f"{path}: {cls.__name__} has no name"
+    if not cls.description:
+        return f"{path}: workload {cls.name!r} has no description"
+    missing = [s for s in REQUIRED_SIZES if s not in cls.sizes]
+    if missing:
+        return f"{path}: workload {cls.name!r} lacks sizes {', '.join(missing)} (needs {', '.join(REQUIRED_SIZES)})"
+    return None
+
+
+def load_file(path: Path) -> list[type[Workload]]:
+    """Import one workload file under a unique module name; return the Workload subclasses it defines."""
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+    mod_name = f"perfgate_workload_{path.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise WorkloadError(f"{path}: not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    spec.loader.exec_module(module)
+    found = []
+    for obj in vars(module).values():
+        if (
+            isinstance(obj, type)
+            and issubclass(obj, Workload)
+            and obj is not Workload
+            and obj.__module__ == mod_name
+            and obj.name
+        ):
+            found.append(obj)
+    return found
+
+
+def workload_files(dirs: Iterable[str | Path]) -> list[Path]:
+    files: list[Path] = []
+    for d in dirs:
+        p = Path(d)
+        if p.is_file() and p.suffix == ".py":
+            files.append(p)
+        elif p.is_dir():
+            files.extend(sorted(f for f in p.glob("*.py") if not f.name.startswith("_")))
+    return files
+
+
+def discover(dirs: Iterable[str | Path]) -> Discovered:
+    """Every workload in ``dirs``; a file that fails to import is an error naming the file, not a crash."""
+    workloads: dict[str, tuple[type[Workload], Path]] = {}
+    errors: list[dict[str, str]] = []
+    for f in workload_files(dirs):
+        try:
+            classes = load_file(f)
+        except Exception as exc:  # a user's file may raise anything at import
+            tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            errors.append({"file": str(f), "error": f"{f}: failed to import: {tb}"})
+            continue
+        for cls in classes:
+            problem = _validate(cls, f)
+            if problem:
+                errors.append({"file": str(f), "error": problem})
+            elif cls.name in workloads and workloads[cls.name][1] != f:
+                errors.append(
+                    {"file": str(f), "error": f"{f}: workload {cls.name!r} already defined in {workloads[cls.name][1]}"}
+                )
+            else:
+                workloads[cls.name] = (cls, f)
+    return Discovered(workloads=workloads, errors=errors)
+
+
+def find(dirs: Iterable[str | Path], name: str) -> tuple[type[Workload], Path]:
+    found = discover(dirs)
+    if name not in found.workloads:
+        errs = "; ".join(e["error"] for e in found.errors)
+        raise WorkloadError(f"unknown workload {name!r}" + (f" ({errs})" if errs else ""))
+    return found.workloads[name]
+
+
+StepFn = Callable[[Any, Any, Built, dict[str, Any]], Any]
