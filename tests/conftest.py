@@ -1,0 +1,35 @@
+"""Shared test helpers. End-to-end tests run the real CLI in a subprocess: `python -m perfgate ...`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_WORKLOADS = REPO / "tests" / "workloads"
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, cwd: Path | str = REPO, timeout: float = 600, env: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess:
+    """Run `python -m perfgate ARGS` as a user would; returns the completed process (text output)."""
+    return subprocess.run(
+        [sys.executable, "-m", "perfgate", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env or cli_env(),
+    )
+
+
+@pytest.fixture
+def cli():
+    return run_cli

@@ -1,0 +1,18 @@
+"""The quick start's main job, end to end: the real CLI in a subprocess, tiny settings."""
+
+import json
+
+from conftest import run_cli
+
+
+def test_run_eager_rollout_writes_results(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("run", "-w", "operator_rollout", "-t", "eager", "--samples", "3", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    data = json.loads((out / "results.json").read_text())
+    assert data["schema"] == "perfgate.results/1"
+    (case,) = data["cases"]
+    assert case["status"] == "ok"
+    assert case["key"] == "operator_rollout/smoke/eager/cpu"
+    assert len(case["processes"]) == 2
+    assert "operator_rollout [smoke, cpu]" in proc.stdout
