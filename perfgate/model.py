@@ -357,3 +357,42 @@ def load_results(path: str | Path) -> RunResult:
     except json.JSONDecodeError as exc:
         raise SchemaError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
     return RunResult.from_json(data, source=str(p))
+
+
+@dataclass
+class Comparison:
+    """Every verdict of one comparison: a run against a stored baseline or against a base ref's run.
+
+    Produced by perfgate.compare; consumed by the console, the exporters and the gate's exit code.
+    """
+
+    verdicts: list[Verdict]
+    mode: str = "baseline"  # "baseline" (a stored file) or "against" (base and head in the same job)
+    baseline_source: str | None = None  # the baseline file's path, or "git:REF"
+    baseline: RunResult | None = None
+    # environment keys that differ: {key: [baseline value, current value]}
+    environment_diff: dict[str, list[Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def gate_failed(self) -> bool:
+        return any(v.fails_gate for v in self.verdicts)
+
+    def counts(self) -> dict[str, int]:
+        out = {k: 0 for k in VERDICT_KINDS}
+        for v in self.verdicts:
+            out[v.kind] += 1
+        return out
+
+    def for_case(self, key: str) -> list[Verdict]:
+        return [v for v in self.verdicts if v.case_key == key]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "baseline_source": self.baseline_source,
+            "environment_diff": self.environment_diff,
+            "warnings": self.warnings,
+            "gate_failed": self.gate_failed,
+            "verdicts": [v.to_json() for v in self.verdicts],
+        }
