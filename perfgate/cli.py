@@ -109,18 +109,26 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="Timed samples per process.")
 @click.option("--workloads-dir", "workloads_dirs", multiple=True, type=click.Path(file_okay=False),
               help="Also discover workloads in this folder, for this run.")
+@click.option("--shard", "shard", default=None, metavar="I/N",
+              help="Run only part I of N of the cases (numbered from 1), balanced by expected cost; "
+                   "`perfgate merge` joins the parts.")
+@click.option("--shard-costs", "shard_costs", type=click.Path(), default=None,
+              help="results.json or baseline file whose case durations balance the shards "
+                   "(default: baselines/<machine>/<suite>.json when present, else an estimate).")
 @handle_errors
 def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], toggles: tuple[str, ...],
             size: str | None, device: str | None, out: str | None, processes: int | None, threads: int | None,
-            timeout_s: float | None, samples: int | None, workloads_dirs: tuple[str, ...]) -> None:
+            timeout_s: float | None, samples: int | None, workloads_dirs: tuple[str, ...],
+            shard: str | None, shard_costs: str | None) -> None:
     """Run a suite (or a selection) and write results.json with a table of step times per toggle."""
     from dataclasses import replace
 
     from perfgate import console, environment, runner
     from perfgate.model import RunResult
-    from perfgate.plan import Catalog, plan_cases
+    from perfgate.plan import Catalog, parse_shard, plan_cases
     from perfgate.storage import check_writable_dir
 
+    shard_obj = parse_shard(shard) if shard else None  # a bad --shard fails before the slow probe
     settings = load_settings(config)
     for d in workloads_dirs:
         if not Path(d).is_dir():
@@ -149,6 +157,18 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     env["machine_key"] = environment.machine_key(env, cases[0].device)
     run = RunResult(run_id=run_dir.name, suite=suite_obj.name, environment=env,
                     started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settings=settings.to_json())
+    if shard_obj:
+        from perfgate.merge import select_shard
+
+        cases, run.settings["shard"] = select_shard(cases, shard_obj, shard_costs, settings, suite_obj.name,
+                                                    env["machine_key"])
+        click.echo(f"perfgate: shard {shard_obj.text}: {len(cases)} of {run.settings['shard']['cases_total']} "
+                   f"case(s), balanced by {run.settings['shard']['cost_source']}")
+        if not cases:
+            runner.write_results(replace(run, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z")),
+                                 run_dir / "results.json")
+            click.echo(f"perfgate: nothing to run in shard {shard_obj.text}; results: {run_dir / 'results.json'}")
+            return
     click.echo(f"perfgate: {len(cases)} case(s) of suite {suite_obj.name!r} on {cases[0].device}, "
                f"{settings.processes} process(es) each, {settings.threads} thread(s) -> {run_dir}")
 

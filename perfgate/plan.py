@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import fnmatch
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from perfgate.config import DEVICES, ConfigError, Suite
@@ -129,3 +131,121 @@ def plan_cases(
                 seen.add(ts)
                 cases.append(CaseSpec(workload=name, size=sz, toggles=ts, device=dev, params=params))
     return cases
+
+
+# ---------------------------------------------------------------- shards
+
+# Seconds a case is expected to take when no earlier run timed it: compilation dominates a smoke or pr
+# case (15-18 s per operator was measured for the rollout), so a compile case weighs several eager ones.
+ESTIMATE_BASE_S = 5.0
+ESTIMATE_TOGGLE_S = {
+    "compile": 30.0,
+    "compile-reduce-overhead": 40.0,
+    "compile-max-autotune": 120.0,
+    "torchscript": 10.0,
+    "cuda-graphs": 10.0,
+}
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One of ``count`` parts of a suite, numbered from 1 as a CI matrix names them (``--shard 2/4``)."""
+
+    index: int
+    count: int
+
+    @property
+    def text(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def parse_shard(text: str) -> Shard:
+    """``"I/N"`` -> Shard; ConfigError for anything else (1 <= I <= N)."""
+    parts = text.strip().split("/")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ConfigError(f"--shard {text!r} is not I/N; write e.g. --shard 1/4 (shards numbered from 1)")
+    index, count = (int(p) for p in parts)
+    if count < 1 or not 1 <= index <= count:
+        raise ConfigError(f"--shard {text!r}: I must be between 1 and N and N at least 1, e.g. --shard 1/{max(count, 1)}")
+    return Shard(index, count)
+
+
+def estimated_cost_s(spec: CaseSpec) -> float:
+    """A rough expected duration for a case no earlier run has timed: the costliest toggle dominates."""
+    return ESTIMATE_BASE_S + max((ESTIMATE_TOGGLE_S.get(t, 0.0) for t in spec.toggles), default=0.0)
+
+
+def costs_from_results(data: dict[str, Any]) -> dict[str, float]:
+    """``{case key: duration_s}`` from a results or baseline document (anything with ``cases`` carrying
+    ``key`` or ``spec`` and ``duration_s``). Cases without a positive duration are left out."""
+    costs: dict[str, float] = {}
+    cases = data.get("cases", []) if isinstance(data, dict) else []
+    if isinstance(cases, dict):  # a baseline keyed by case
+        cases = [{"key": k, **v} for k, v in cases.items() if isinstance(v, dict)]
+    for case in cases:
+        if not isinstance(case, dict):
+            continue
+        key = case.get("key")
+        if key is None and isinstance(case.get("spec"), dict):
+            try:
+                key = CaseSpec.from_json(case["spec"]).key
+            except (KeyError, TypeError):
+                continue
+        duration = case.get("duration_s")
+        if isinstance(key, str) and isinstance(duration, (int, float)) and duration > 0:
+            costs[key] = float(duration)
+    return costs
+
+
+def expected_costs(cases: Sequence[CaseSpec], timed: dict[str, float] | None = None) -> dict[str, float]:
+    """Each case's expected seconds: its earlier timing where ``timed`` has one, else the estimate.
+
+    Timed and estimated cases are mixed on one scale: an untimed case is scaled by the ratio of timed
+    durations to their estimates, so a fast machine's timings and the estimates stay comparable.
+    """
+    timed = timed or {}
+    known = [c for c in cases if c.key in timed]
+    scale = 1.0
+    if known:
+        scale = sum(timed[c.key] for c in known) / sum(estimated_cost_s(c) for c in known)
+    return {c.key: timed[c.key] if c.key in timed else estimated_cost_s(c) * scale for c in cases}
+
+
+def partition_cases(cases: Sequence[CaseSpec], count: int,
+                    costs: dict[str, float] | None = None) -> list[list[CaseSpec]]:
+    """Split ``cases`` into ``count`` lists with every case in exactly one, balanced by expected cost.
+
+    Deterministic (same cases and costs -> same split on every runner): longest expected case first,
+    ties broken by case key, each to the least loaded shard (lowest number on a tie). Within a shard
+    the plan's order is kept, so a shard reads like a slice of the suite.
+    """
+    if count < 1:
+        raise ConfigError(f"shard count must be at least 1, got {count}")
+    cost = costs if costs is not None else expected_costs(cases)
+    order = {c.key: i for i, c in enumerate(cases)}
+    loads = [0.0] * count
+    members: list[list[CaseSpec]] = [[] for _ in range(count)]
+    for case in sorted(cases, key=lambda c: (-cost.get(c.key, estimated_cost_s(c)), c.key)):
+        target = min(range(count), key=lambda i: (loads[i], i))
+        members[target].append(case)
+        loads[target] += cost.get(case.key, estimated_cost_s(case))
+    return [sorted(m, key=lambda c: order[c.key]) for m in members]
+
+
+def shard_cases(cases: Sequence[CaseSpec], shard: Shard, costs: dict[str, float] | None = None) -> list[CaseSpec]:
+    """The cases of ``shard`` (see partition_cases)."""
+    return partition_cases(cases, shard.count, costs)[shard.index - 1]
+
+
+def load_costs(path: str | Path) -> dict[str, float]:
+    """Case durations from a results.json, a run folder or a baseline file; ConfigError if unreadable."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "results.json"
+    try:
+        data = json.loads(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"--shard-costs {path}: cannot read ({exc.strerror or exc}); give a results.json or baseline file") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--shard-costs {path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    return costs_from_results(data)

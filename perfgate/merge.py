@@ -1,0 +1,203 @@
+"""Shards: choosing one shard's cases for `perfgate run --shard I/N`, and joining shard results into one
+run for `perfgate merge`. No torch: merging runs on a CI machine with no GPU.
+
+Shard results join only when they are parts of the same measurement: same schema version, suite,
+environment (hardware, torch, CUDA, Python, perfgate, commit) and measuring settings, and no case twice.
+Anything else is refused with one line naming the first file that disagrees and how.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from perfgate.config import ConfigError, Settings
+from perfgate.model import CaseResult, CaseSpec, RunResult, SchemaError, load_results
+from perfgate.plan import Shard, costs_from_results, expected_costs, load_costs, partition_cases
+
+# Environment keys that make two shards one measurement. Host names, paths and PIDs may differ between
+# runners of one pool; the hardware and software that set the numbers may not.
+ENVIRONMENT_KEYS = (
+    "machine_key", "machine", "device_name", "compute_capability", "nvidia_driver", "torch", "torch_cuda",
+    "cudnn", "python", "python_implementation", "perfgate", "git_commit",
+)
+# Settings that change what a sample means; the rest (timeouts, config paths) may differ.
+SETTINGS_KEYS = ("threads", "processes", "seed", "timing")
+# Files of a shard's run folder that belong to the shard alone; the merged run writes its own.
+SHARD_ONLY_FILES = ("results.json", "summary.md", "report.html", "junit.xml", ".work")
+
+
+def select_shard(cases: Sequence[CaseSpec], shard: Shard, costs_path: str | Path | None, settings: Settings,
+                 suite: str, machine_key: str) -> tuple[list[CaseSpec], dict[str, Any]]:
+    """The cases of ``shard`` and the record of how they were chosen (stored as ``settings.shard``).
+
+    Costs come from ``costs_path`` when given, else the suite's baseline for this machine when there is
+    one (baselines/<machine>/<suite>.json), else an estimate from the toggles.
+    """
+    timed: dict[str, float] = {}
+    source = "estimate"
+    if costs_path is not None:
+        timed, source = load_costs(costs_path), str(costs_path)
+    else:
+        baseline = settings.baselines_dir / machine_key / f"{suite}.json"
+        if baseline.is_file():
+            try:
+                timed, source = costs_from_results(json.loads(baseline.read_text())), str(baseline)
+            except (OSError, json.JSONDecodeError):
+                timed = {}  # an unreadable baseline fails the gate later, with its own message
+    if not any(c.key in timed for c in cases):
+        source = "estimate"
+    parts = partition_cases(cases, shard.count, expected_costs(cases, timed))
+    record = {
+        "index": shard.index,
+        "count": shard.count,
+        "cases_total": len(cases),
+        "cost_source": source,
+        "plan": [c.key for c in cases],
+    }
+    return parts[shard.index - 1], record
+
+
+def find_results(paths: Sequence[str | Path]) -> list[Path]:
+    """results.json files named by ``paths``: a file, a run folder, or a folder of downloaded run folders."""
+    found: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_file():
+            found.append(p)
+        elif (p / "results.json").is_file():
+            found.append(p / "results.json")
+        elif p.is_dir():
+            nested = sorted(p.rglob("results.json"))
+            if not nested:
+                raise ConfigError(f"{p}: no results.json in this folder or below it")
+            found.extend(nested)
+        else:
+            raise ConfigError(f"{p}: no such results file or folder")
+    unique = list(dict.fromkeys(f.resolve() for f in found))
+    if not unique:
+        raise ConfigError("no results to merge; give results.json files or run folders")
+    return unique
+
+
+def _raw_schema(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text()).get("schema")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None  # load_results reports it properly
+
+
+def _first_difference(a: dict[str, Any], b: dict[str, Any], keys: Sequence[str]) -> str | None:
+    for k in keys:
+        if a.get(k) != b.get(k):
+            return f"{k} {b.get(k)!r} (expected {a.get(k)!r})"
+    return None
+
+
+def check_compatible(runs: Sequence[tuple[Path, RunResult, Any]]) -> None:
+    """Raise ConfigError unless every run is a part of the same measurement as the first."""
+    first_path, first, first_schema = runs[0]
+    shard0 = first.settings.get("shard")
+    seen: dict[str, Path] = {}
+    shard_seen: dict[int, Path] = {}
+    for path, run, schema in runs:
+        where = f"cannot merge {path}"
+        if schema != first_schema:
+            raise ConfigError(f"{where}: schema {schema!r} differs from {first_path}'s {first_schema!r}; "
+                              "rerun the shards with one perfgate version")
+        if run.suite != first.suite:
+            raise ConfigError(f"{where}: suite {run.suite!r} differs from {first_path}'s {first.suite!r}")
+        diff = _first_difference(first.environment, run.environment, ENVIRONMENT_KEYS)
+        if diff:
+            raise ConfigError(f"{where}: environment differs from {first_path}: {diff}; "
+                              "shards must run on identical machines and software")
+        diff = _first_difference(first.settings, run.settings, SETTINGS_KEYS)
+        if diff:
+            raise ConfigError(f"{where}: settings differ from {first_path}: {diff}")
+        shard = run.settings.get("shard")
+        if (shard is None) != (shard0 is None) or (
+                shard and (shard.get("count"), shard.get("plan")) != (shard0.get("count"), shard0.get("plan"))):
+            raise ConfigError(f"{where}: not a shard of the same plan as {first_path} "
+                              "(different --shard N, selection or unsharded run)")
+        if shard:
+            index = shard.get("index")
+            if index in shard_seen:
+                raise ConfigError(f"{where}: shard {index}/{shard.get('count')} was already given by {shard_seen[index]}")
+            shard_seen[index] = path
+        for case in run.cases:
+            if case.key in seen:
+                raise ConfigError(f"{where}: case {case.key} is also in {seen[case.key]}; each case must come from one shard")
+            seen[case.key] = path
+
+
+def _rewrite_paths(case: CaseResult, old_root: Path, new_root: Path) -> CaseResult:
+    """Trace paths inside a shard's folder point into the merged folder, where the traces are copied."""
+    profile = dict(case.profile)
+    changed = False
+    for k, v in case.profile.items():
+        if isinstance(v, str) and k.startswith("trace"):
+            try:
+                rel = Path(v).relative_to(old_root)
+            except ValueError:
+                continue
+            profile[k], changed = str(new_root / rel), True
+    return replace(case, profile=profile) if changed else case
+
+
+def merge_runs(paths: Sequence[str | Path], out_dir: str | Path) -> tuple[RunResult, list[str]]:
+    """Join shard results into one run for ``out_dir`` (its results.json is the caller's to write);
+    copies each shard's traces there. Returns the run and warnings (missing shards or cases)."""
+    out = Path(out_dir).resolve()
+    files = find_results(paths)
+    runs = []
+    for f in files:
+        schema = _raw_schema(f)
+        try:
+            runs.append((f, load_results(f), schema))
+        except SchemaError as exc:
+            raise ConfigError(f"cannot merge {exc}") from exc
+    check_compatible(runs)
+    first = runs[0][1]
+    shard0 = first.settings.get("shard")
+    cases: list[CaseResult] = []
+    for f, run, _ in runs:
+        shard_dir = f.parent.resolve()
+        if shard_dir != out:
+            shutil.copytree(shard_dir, out, dirs_exist_ok=True,
+                            ignore=lambda d, names, top=shard_dir: [n for n in names if Path(d) == top and n in SHARD_ONLY_FILES])
+        cases.extend(_rewrite_paths(c, shard_dir, out) for c in run.cases)
+    warnings: list[str] = []
+    settings = dict(first.settings)
+    if shard0:
+        plan = shard0.get("plan", [])
+        order = {k: i for i, k in enumerate(plan)}
+        cases.sort(key=lambda c: order.get(c.key, len(order)))
+        merged = sorted(r.settings["shard"]["index"] for _, r, _ in runs)
+        absent = [i for i in range(1, shard0["count"] + 1) if i not in merged]
+        have = {c.key for c in cases}
+        missing = [k for k in plan if k not in have]
+        if absent:
+            count = shard0["count"]
+            warnings.append(f"shard(s) {', '.join(f'{i}/{count}' for i in absent)} not given; "
+                            f"{len(missing)} case(s) of the plan have no result")
+        elif missing:
+            warnings.append(f"{len(missing)} planned case(s) have no result: {', '.join(missing[:5])}"
+                            + (" ..." if len(missing) > 5 else ""))
+        settings["shard"] = {"merged": merged, "count": shard0["count"], "cases_total": len(plan),
+                             "missing_cases": missing, "plan": plan}
+    hosts = sorted({str(r.environment.get("hostname")) for _, r, _ in runs})
+    environment = dict(first.environment)
+    if len(hosts) > 1:
+        environment["hostname"] = ", ".join(hosts)
+    starts = [r.started_at for _, r, _ in runs if r.started_at]
+    ends = [r.finished_at for _, r, _ in runs if r.finished_at]
+    merged_run = RunResult(
+        run_id=out.name, suite=first.suite, environment=environment, cases=cases,
+        started_at=min(starts) if starts else "", finished_at=max(ends) if ends else None,
+        settings=settings,
+    )
+    return merged_run, warnings
