@@ -189,5 +189,31 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
         fail("no case could run (see the failures and skip reasons above)", EXIT_INFRA)
 
 
+# ---------------------------------------------------------------- perfgate merge (issue 7)
+
+@main.command("merge")
+@click.argument("results", nargs=-1, required=True, type=click.Path())
+@click.option("--out", "out", type=click.Path(file_okay=False), required=True,
+              help="Folder for the merged run (results.json; traces copied from the shards).")
+@handle_errors
+def merge_cmd(results: tuple[str, ...], out: str) -> None:
+    """Join shard results (files, run folders, or a folder of downloaded run folders) into one run.
+
+    Refuses shards of different suites, environments, settings or schema versions, and a case twice."""
+    from perfgate import console, runner
+    from perfgate.merge import merge_runs
+    from perfgate.storage import check_writable_dir
+
+    problem = check_writable_dir(out)
+    if problem:
+        raise ConfigError(problem)
+    run, warnings = merge_runs(results, out)
+    runner.write_results(run, Path(out) / "results.json")
+    for w in warnings:
+        click.echo(f"perfgate: warning: {w}", err=True)
+    click.echo(console.run_tables(run))
+    click.echo(f"\n{runner.summary_status(run) or 'no cases'}; merged results: {Path(out) / 'results.json'}")
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,140 @@
+"""`perfgate merge`: shard results join into one run with the same cases as the unsharded plan, and
+shards that are not parts of one measurement are refused with one line (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_cli
+from shard_fixtures import ENVIRONMENT, suite_cases, write_shard_runs
+
+from perfgate.config import ConfigError
+from perfgate.merge import merge_runs
+from perfgate.model import load_results
+
+
+@pytest.mark.parametrize("count", [1, 3, 8])
+def test_merged_shards_hold_the_plan_in_plan_order(tmp_path, count):
+    cases = suite_cases()
+    paths = write_shard_runs(tmp_path, cases, count)
+    run, warnings = merge_runs(paths, tmp_path / "merged")
+    assert warnings == []
+    assert [c.key for c in run.cases] == [c.key for c in cases]
+    assert run.suite == "pr" and run.run_id == "merged"
+    assert run.settings["shard"]["merged"] == list(range(1, count + 1))
+    assert run.started_at == "2026-01-01T00:01:00+0000"
+
+
+def test_cli_merges_a_folder_of_downloaded_artifacts(tmp_path):
+    cases = suite_cases(workloads=2, toggles=3)
+    write_shard_runs(tmp_path, cases, 2)
+    (tmp_path / "shards" / "perfgate-shard-1" / "tb").mkdir()
+    (tmp_path / "shards" / "perfgate-shard-1" / "tb" / "trace.json").write_text("{}")
+    out = tmp_path / "merged"
+    proc = run_cli("merge", str(tmp_path / "shards"), "--out", str(out), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    merged = load_results(out / "results.json")
+    assert sorted(c.key for c in merged.cases) == sorted(c.key for c in cases)
+    assert (out / "tb" / "trace.json").is_file()  # traces travel with the merged run
+    assert "6 ok" in proc.stdout
+
+
+def test_a_missing_shard_is_a_warning_naming_it(tmp_path):
+    paths = write_shard_runs(tmp_path, suite_cases(), 3)
+    run, warnings = merge_runs([paths[0], paths[2]], tmp_path / "merged")
+    assert len(warnings) == 1 and "2/3" in warnings[0]
+    assert len(run.settings["shard"]["missing_cases"]) == len(suite_cases()) - len(run.cases)
+
+
+def _edit(path, fn):
+    data = json.loads(path.read_text())
+    fn(data)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("what, edit, message", [
+    ("suite", lambda d: d.update(suite="smoke"), "suite 'smoke'"),
+    ("torch", lambda d: d["environment"].update(torch="2.12.0"), "environment differs"),
+    ("gpu", lambda d: d["environment"].update(device_name="NVIDIA A100", machine_key="nvidia-a100"), "machine_key"),
+    ("python", lambda d: d["environment"].update(python="3.11.9"), "python"),
+    ("commit", lambda d: d["environment"].update(git_commit="b" * 40), "git_commit"),
+    ("settings", lambda d: d["settings"].update(processes=5), "settings differ"),
+    ("plan", lambda d: d["settings"]["shard"].update(count=4), "not a shard of the same plan"),
+])
+def test_merge_refuses_mismatched_shards(tmp_path, what, edit, message):
+    paths = write_shard_runs(tmp_path, suite_cases(), 2)
+    _edit(paths[1], edit)
+    with pytest.raises(ConfigError, match=message):
+        merge_runs(paths, tmp_path / "merged")
+
+
+def test_merge_refuses_another_schema(tmp_path):
+    paths = write_shard_runs(tmp_path, suite_cases(), 2)
+    _edit(paths[1], lambda d: d.update(schema="perfgate.results/99"))
+    with pytest.raises(ConfigError, match="perfgate.results/99"):
+        merge_runs(paths, tmp_path / "merged")
+
+
+def test_merge_refuses_a_case_twice(tmp_path):
+    paths = write_shard_runs(tmp_path, suite_cases(), 2)
+
+    def steal(d):
+        other = json.loads(paths[0].read_text())
+        d["cases"].append(other["cases"][0])
+    _edit(paths[1], steal)
+    with pytest.raises(ConfigError, match="is also in"):
+        merge_runs(paths, tmp_path / "merged")
+
+
+def test_merge_refuses_the_same_shard_twice(tmp_path):
+    paths = write_shard_runs(tmp_path, suite_cases(), 2)
+    copy = tmp_path / "copy" / "results.json"
+    copy.parent.mkdir()
+    copy.write_text(paths[0].read_text())
+    with pytest.raises(ConfigError, match="already given"):
+        merge_runs([paths[0], copy], tmp_path / "merged")
+
+
+def test_hostnames_may_differ(tmp_path):
+    paths = write_shard_runs(tmp_path, suite_cases(), 2)
+    _edit(paths[1], lambda d: d["environment"].update(hostname="runner-2"))
+    run, _ = merge_runs(paths, tmp_path / "merged")
+    assert run.environment["hostname"] == "runner-1, runner-2"
+    assert run.environment["torch"] == ENVIRONMENT["torch"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nowhere"], "no such results file"),
+    (["EMPTY"], "no results.json"),
+])
+def test_cli_merge_bad_input_is_one_line_exit_2(tmp_path, args, message):
+    (tmp_path / "EMPTY").mkdir()
+    proc = run_cli("merge", *[str(tmp_path / a) for a in args], "--out", str(tmp_path / "m"), timeout=120)
+    assert proc.returncode == 2
+    assert message in proc.stderr and proc.stderr.strip().count("\n") == 0
+
+
+def test_cli_merge_mismatch_is_one_line_exit_2(tmp_path):
+    paths = write_shard_runs(tmp_path, suite_cases(), 2)
+    _edit(paths[1], lambda d: d["environment"].update(torch="2.12.0"))
+    proc = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m"), timeout=120)
+    assert proc.returncode == 2
+    assert "torch '2.12.0'" in proc.stderr and proc.stderr.strip().count("\n") == 0
+
+
+@pytest.mark.slow
+def test_real_shards_merge_to_the_unsharded_case_set(tmp_path):
+    """Two real `perfgate run --shard` runs (eager and channels-last, 1 process, 2 samples) merged."""
+    args = ["-w", "operator_rollout", "-t", "eager", "-t", "channels-last", "--processes", "1", "--samples", "2"]
+    for i in (1, 2):
+        proc = run_cli("run", *args, "--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}"))
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+        assert f"shard {i}/2: 1 of 2 case(s)" in proc.stdout
+        assert load_results(tmp_path / f"s{i}").settings["shard"]["index"] == i
+    proc = run_cli("merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "all"))
+    assert proc.returncode == 0, proc.stderr
+    merged = load_results(tmp_path / "all")
+    assert [c.key for c in merged.cases] == ["operator_rollout/smoke/eager/cpu",
+                                             "operator_rollout/smoke/channels-last/cpu"]
+    assert all(c.status == "ok" for c in merged.cases)
