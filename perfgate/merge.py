@@ -18,6 +18,7 @@ from typing import Any
 from perfgate.config import ConfigError, Settings
 from perfgate.model import CaseResult, CaseSpec, RunResult, SchemaError, load_results
 from perfgate.plan import Shard, costs_from_results, expected_costs, load_costs, partition_cases
+from perfgate.runner import write_results
 
 # Environment keys that make two shards one measurement. Host names, paths and PIDs may differ between
 # runners of one pool; the hardware and software that set the numbers may not.
@@ -28,7 +29,11 @@ ENVIRONMENT_KEYS = (
 # Settings that change what a sample means; the rest (timeouts, config paths) may differ.
 SETTINGS_KEYS = ("threads", "processes", "seed", "timing")
 # Files of a shard's run folder that belong to the shard alone; the merged run writes its own.
-SHARD_ONLY_FILES = ("results.json", "summary.md", "report.html", "junit.xml", ".work")
+SHARD_ONLY_FILES = ("results.json", "summary.md", "report.html", "junit.xml", "comparison.json", ".work",
+                    "results-remeasure.json")
+# Runs inside a run's folder that belong to it: the base ref's run of `--against`.
+SUB_RUNS = ("base",)
+REMEASURE_FILE = "results-remeasure.json"
 
 
 def select_shard(cases: Sequence[CaseSpec], shard: Shard, costs_path: str | Path | None, settings: Settings,
@@ -62,6 +67,16 @@ def select_shard(cases: Sequence[CaseSpec], shard: Shard, costs_path: str | Path
     return parts[shard.index - 1], record
 
 
+def run_folders_below(root: Path) -> list[Path]:
+    """The shallowest results.json files under ``root``: a run folder's own sub-runs (the base run of
+    ``--against`` in base/, re-measurements) belong to that run and are not shards of their own."""
+    found: list[Path] = []
+    for f in sorted(root.rglob("results.json"), key=lambda q: (len(q.parts), str(q))):
+        if not any(r.parent in f.parents for r in found):
+            found.append(f)
+    return sorted(found)
+
+
 def find_results(paths: Sequence[str | Path]) -> list[Path]:
     """results.json files named by ``paths``: a file, a run folder, or a folder of downloaded run folders."""
     found: list[Path] = []
@@ -72,7 +87,7 @@ def find_results(paths: Sequence[str | Path]) -> list[Path]:
         elif (p / "results.json").is_file():
             found.append(p / "results.json")
         elif p.is_dir():
-            nested = sorted(p.rglob("results.json"))
+            nested = run_folders_below(p)
             if not nested:
                 raise ConfigError(f"{p}: no results.json in this folder or below it")
             found.extend(nested)
@@ -148,11 +163,21 @@ def _rewrite_paths(case: CaseResult, old_root: Path, new_root: Path) -> CaseResu
     return replace(case, profile=profile) if changed else case
 
 
-def merge_runs(paths: Sequence[str | Path], out_dir: str | Path) -> tuple[RunResult, list[str]]:
-    """Join shard results into one run for ``out_dir`` (its results.json is the caller's to write);
-    copies each shard's traces there. Returns the run and warnings (missing shards or cases)."""
-    out = Path(out_dir).resolve()
-    files = find_results(paths)
+def _copy_shard_files(shard_dir: Path, out: Path) -> None:
+    """Traces and other files of a shard's folder into the merged folder; what belongs to the shard
+    alone (its results, reports, comparison, sub-runs such as base/) is merged separately or rewritten."""
+    if shard_dir == out:
+        return
+
+    def ignore(d: str, names: list[str]) -> list[str]:
+        if Path(d) != shard_dir:
+            return []
+        return [n for n in names if n in SHARD_ONLY_FILES or n in SUB_RUNS]
+
+    shutil.copytree(shard_dir, out, dirs_exist_ok=True, ignore=ignore)
+
+
+def _load_all(files: Sequence[Path]) -> list[tuple[Path, RunResult, Any]]:
     runs = []
     for f in files:
         schema = _raw_schema(f)
@@ -160,15 +185,35 @@ def merge_runs(paths: Sequence[str | Path], out_dir: str | Path) -> tuple[RunRes
             runs.append((f, load_results(f), schema))
         except SchemaError as exc:
             raise ConfigError(f"cannot merge {exc}") from exc
+    return runs
+
+
+def merge_runs(paths: Sequence[str | Path], out_dir: str | Path) -> tuple[RunResult, list[str]]:
+    """Join shard results into one run for ``out_dir`` (its results.json is the caller's to write);
+    copies each shard's traces there, and merges the shards' sub-runs (the ``--against`` base run in
+    base/, re-measurements) into the same places under ``out_dir``. Returns the run and warnings."""
+    out = Path(out_dir).resolve()
+    runs = _load_all(find_results(paths))
     check_compatible(runs)
+    for sub in SUB_RUNS:
+        subs = [f.parent / sub / "results.json" for f, _, _ in runs]
+        present = [f for f in subs if f.is_file()]
+        if present and len(present) != len(subs):
+            raise ConfigError(f"cannot merge: only some shards have a {sub}/ run "
+                              f"(e.g. {present[0].parent.parent}); run every shard with the same options")
+        if present:
+            sub_run, _ = merge_runs(present, out / sub)
+            write_results(sub_run, out / sub / "results.json")
+    remeasured = [c for f, _, _ in runs if (f.parent / REMEASURE_FILE).is_file()
+                  for c in load_results(f.parent / REMEASURE_FILE).cases]
     first = runs[0][1]
+    if remeasured:
+        write_results(replace(first, run_id=out.name, cases=remeasured), out / REMEASURE_FILE)
     shard0 = first.settings.get("shard")
     cases: list[CaseResult] = []
     for f, run, _ in runs:
         shard_dir = f.parent.resolve()
-        if shard_dir != out:
-            shutil.copytree(shard_dir, out, dirs_exist_ok=True,
-                            ignore=lambda d, names, top=shard_dir: [n for n in names if Path(d) == top and n in SHARD_ONLY_FILES])
+        _copy_shard_files(shard_dir, out)
         cases.extend(_rewrite_paths(c, shard_dir, out) for c in run.cases)
     warnings: list[str] = []
     settings = dict(first.settings)

@@ -12,6 +12,7 @@ from shard_fixtures import ENVIRONMENT, suite_cases, write_shard_runs
 from perfgate.config import ConfigError
 from perfgate.merge import merge_runs
 from perfgate.model import load_results
+from perfgate.runner import write_results
 
 
 @pytest.mark.parametrize("count", [1, 3, 8])
@@ -138,3 +139,31 @@ def test_real_shards_merge_to_the_unsharded_case_set(tmp_path):
     assert [c.key for c in merged.cases] == ["operator_rollout/smoke/eager/cpu",
                                              "operator_rollout/smoke/channels-last/cpu"]
     assert all(c.status == "ok" for c in merged.cases)
+
+
+def _add_base_runs(paths, commit="c" * 40):
+    """What `--against REF` leaves in each shard's folder: the base ref's run in base/results.json."""
+    for p in paths:
+        run = load_results(p)
+        run.environment["git_commit"] = commit
+        run.run_id += "-base"
+        write_results(run, p.parent / "base" / "results.json")
+
+
+def test_against_base_runs_merge_into_base_and_are_not_shards(tmp_path):
+    cases = suite_cases(workloads=2, toggles=3)
+    paths = write_shard_runs(tmp_path, cases, 2)
+    _add_base_runs(paths)
+    out = tmp_path / "merged"
+    proc = run_cli("merge", str(tmp_path / "shards"), "--out", str(out), timeout=120)
+    assert proc.returncode == 0, proc.stderr  # base/results.json is no third shard
+    head, base = load_results(out), load_results(out / "base")
+    assert [c.key for c in head.cases] == [c.key for c in base.cases] == [c.key for c in cases]
+    assert base.environment["git_commit"] == "c" * 40 and head.environment["git_commit"] == "a" * 40
+
+
+def test_merge_refuses_base_runs_from_only_some_shards(tmp_path):
+    paths = write_shard_runs(tmp_path, suite_cases(), 2)
+    _add_base_runs(paths[:1])
+    with pytest.raises(ConfigError, match="only some shards have a base/ run"):
+        merge_runs(paths, tmp_path / "merged")
