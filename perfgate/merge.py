@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.config import ConfigError, Settings
-from perfgate.model import CaseResult, CaseSpec, RunResult, SchemaError, load_results
+from perfgate.model import CaseResult, CaseSpec, Comparison, RunResult, SchemaError, Verdict, load_results
 from perfgate.plan import Shard, costs_from_results, expected_costs, load_costs, partition_cases
 from perfgate.runner import write_results
 
@@ -246,3 +246,49 @@ def merge_runs(paths: Sequence[str | Path], out_dir: str | Path) -> tuple[RunRes
         settings=settings,
     )
     return merged_run, warnings
+
+
+COMPARISON_FILE = "comparison.json"
+
+
+def comparison_from_json(data: dict[str, Any], source: str) -> Comparison:
+    """A Comparison read back from a comparison.json; ConfigError naming ``source`` if malformed."""
+    try:
+        return Comparison(
+            verdicts=[Verdict.from_json(v) for v in data["verdicts"]],
+            mode=data.get("mode", "baseline"),
+            baseline_source=data.get("baseline_source"),
+            environment_diff=dict(data.get("environment_diff", {})),
+            warnings=list(data.get("warnings", [])),
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{source}: malformed comparison ({type(exc).__name__}: {exc})") from exc
+
+
+def merged_comparison(paths: Sequence[str | Path]) -> Comparison | None:
+    """The shards' own verdicts joined into one Comparison, when every shard compared itself (as
+    `perfgate run --against REF` does, re-measurements included, on the machine that measured).
+    None when no shard did; ConfigError when only some did or they compared against different things."""
+    files = [f.parent / COMPARISON_FILE for f in find_results(paths)]
+    present = [f for f in files if f.is_file()]
+    if not present:
+        return None
+    if len(present) != len(files):
+        missing = next(f for f in files if not f.is_file())
+        raise ConfigError(f"cannot merge: {missing.parent} has no {COMPARISON_FILE} while other shards do; "
+                          "run every shard with the same --against/--gate options")
+    parts = []
+    for f in present:
+        try:
+            parts.append(comparison_from_json(json.loads(f.read_text()), str(f)))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"{f}: cannot read the shard's comparison ({exc})") from exc
+    first = parts[0]
+    for f, part in zip(present, parts, strict=True):
+        if (part.mode, part.baseline_source) != (first.mode, first.baseline_source):
+            raise ConfigError(f"cannot merge {f}: compared against {part.baseline_source!r}, "
+                              f"other shards against {first.baseline_source!r}")
+    warnings = list(dict.fromkeys(w for p in parts for w in p.warnings))
+    return Comparison(verdicts=[v for p in parts for v in p.verdicts], mode=first.mode,
+                      baseline_source=first.baseline_source, environment_diff=first.environment_diff,
+                      warnings=warnings)

@@ -10,8 +10,8 @@ from conftest import run_cli
 from shard_fixtures import ENVIRONMENT, suite_cases, write_shard_runs
 
 from perfgate.config import ConfigError
-from perfgate.merge import merge_runs
-from perfgate.model import load_results
+from perfgate.merge import merge_runs, merged_comparison
+from perfgate.model import Comparison, Verdict, load_results
 from perfgate.runner import write_results
 
 
@@ -167,3 +167,35 @@ def test_merge_refuses_base_runs_from_only_some_shards(tmp_path):
     _add_base_runs(paths[:1])
     with pytest.raises(ConfigError, match="only some shards have a base/ run"):
         merge_runs(paths, tmp_path / "merged")
+
+
+def _write_comparison(path, kinds, source="git:abc (abc)"):
+    run = load_results(path)
+    verdicts = [Verdict(case_key=c.key, metric="step_time", kind=k, baseline=1.0, current=1.0, rule="test")
+                for c, k in zip(run.cases, kinds, strict=False)]
+    comp = Comparison(verdicts=verdicts, mode="against", baseline_source=source, warnings=["noisy runner"])
+    (path.parent / "comparison.json").write_text(json.dumps(comp.to_json()))
+    return verdicts
+
+
+def test_shard_comparisons_join_into_one_verdict(tmp_path):
+    paths = write_shard_runs(tmp_path, suite_cases(workloads=2, toggles=2), 2)
+    v1 = _write_comparison(paths[0], ["unchanged", "unchanged"])
+    v2 = _write_comparison(paths[1], ["regression", "win"])
+    comp = merged_comparison(paths)
+    assert comp.verdicts == v1 + v2
+    assert comp.gate_failed and comp.mode == "against" and comp.warnings == ["noisy runner"]
+
+
+def test_no_shard_comparisons_means_none(tmp_path):
+    assert merged_comparison(write_shard_runs(tmp_path, suite_cases(), 2)) is None
+
+
+@pytest.mark.parametrize("case", ["only-some", "different-base"])
+def test_shard_comparisons_must_agree(tmp_path, case):
+    paths = write_shard_runs(tmp_path, suite_cases(), 2)
+    _write_comparison(paths[0], ["unchanged"])
+    if case == "different-base":
+        _write_comparison(paths[1], ["unchanged"], source="git:def (def)")
+    with pytest.raises(ConfigError, match="comparison.json" if case == "only-some" else "compared against"):
+        merged_comparison(paths)
