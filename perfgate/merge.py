@@ -292,3 +292,14 @@ def merged_comparison(paths: Sequence[str | Path]) -> Comparison | None:
     return Comparison(verdicts=[v for p in parts for v in p.verdicts], mode=first.mode,
                       baseline_source=first.baseline_source, environment_diff=first.environment_diff,
                       warnings=warnings)
+
+
+def load_comparison_file(run_dir: str | Path) -> Comparison | None:
+    """The comparison.json of a run folder, or None when the run was not compared."""
+    f = Path(run_dir) / COMPARISON_FILE
+    if not f.is_file():
+        return None
+    try:
+        return comparison_from_json(json.loads(f.read_text()), str(f))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{f}: cannot read the comparison ({exc})") from exc

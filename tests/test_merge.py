@@ -10,7 +10,7 @@ from conftest import run_cli
 from shard_fixtures import ENVIRONMENT, suite_cases, write_shard_runs
 
 from perfgate.config import ConfigError
-from perfgate.merge import merge_runs, merged_comparison
+from perfgate.merge import load_comparison_file, merge_runs, merged_comparison
 from perfgate.model import Comparison, Verdict, load_results
 from perfgate.runner import write_results
 
@@ -199,3 +199,14 @@ def test_shard_comparisons_must_agree(tmp_path, case):
         _write_comparison(paths[1], ["unchanged"], source="git:def (def)")
     with pytest.raises(ConfigError, match="comparison.json" if case == "only-some" else "compared against"):
         merged_comparison(paths)
+
+
+def test_comparison_file_round_trips(tmp_path):
+    paths = write_shard_runs(tmp_path, suite_cases(workloads=1, toggles=2), 1)
+    verdicts = _write_comparison(paths[0], ["regression", "win"])
+    comp = load_comparison_file(paths[0].parent)
+    assert comp.verdicts == verdicts and comp.baseline_source == "git:abc (abc)"
+    assert load_comparison_file(tmp_path) is None
+    (tmp_path / "comparison.json").write_text("{")
+    with pytest.raises(ConfigError, match="cannot read the comparison"):
+        load_comparison_file(tmp_path)
