@@ -195,12 +195,16 @@ def test_baselines_workflow_opens_a_pull_request_and_never_pushes_main(workflows
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    """.ci/smoke-gate.sh as the workflow calls it, narrowed to one workload, eager only, 2 samples."""
+    """.ci/smoke-gate.sh as the workflow calls it (against a git ref, as PERFGATE_AGAINST is set to the
+    pull request's base there), narrowed to one workload, eager only, one process, 2 samples."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout: --against needs one")
     tmp = tmp_path_factory.mktemp("smoke")
     summary = tmp / "step-summary.md"
     summary.write_text("earlier step\n")
-    env = cli_env(PERFGATE_PYTHON=sys.executable, PERFGATE_OUT=str(tmp / "out"), GITHUB_STEP_SUMMARY=str(summary))
-    env.pop("PERFGATE_AGAINST", None)
+    env = cli_env(PERFGATE_PYTHON=sys.executable, PERFGATE_OUT=str(tmp / "out"), GITHUB_STEP_SUMMARY=str(summary),
+                  PERFGATE_AGAINST=head.stdout.strip())
     proc = subprocess.run(["bash", str(SMOKE_SCRIPT), "-w", "operator_rollout", "-t", "eager",
                            "--samples", "2", "--processes", "1"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -215,6 +219,8 @@ def test_smoke_script_runs_the_gate_and_leaves_its_outputs(smoke_run):
     assert [c["key"] for c in data["cases"]] == ["operator_rollout/smoke/eager/cpu"]
     assert data["cases"][0]["status"] == "ok"
     assert (out / "summary.md").read_text().strip()
+    assert (out / "base" / "results.json").is_file()  # the base ref ran next to the head
+    assert json.loads((out / "comparison.json").read_text())["mode"] == "against"
     assert "smoke-gate: perfgate exited" in proc.stdout
 
 
