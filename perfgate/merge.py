@@ -269,7 +269,8 @@ def merged_comparison(paths: Sequence[str | Path]) -> Comparison | None:
     """The shards' own verdicts joined into one Comparison, when every shard compared itself (as
     `perfgate run --against REF` does, re-measurements included, on the machine that measured).
     None when no shard did; ConfigError when only some did or they compared against different things."""
-    files = [f.parent / COMPARISON_FILE for f in find_results(paths)]
+    # A shard that drew no case (more shards than cases) ran nothing to compare.
+    files = [f.parent / COMPARISON_FILE for f in find_results(paths) if load_results(f).cases]
     present = [f for f in files if f.is_file()]
     if not present:
         return None

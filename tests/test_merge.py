@@ -187,6 +187,13 @@ def test_shard_comparisons_join_into_one_verdict(tmp_path):
     assert comp.gate_failed and comp.mode == "against" and comp.warnings == ["noisy runner"]
 
 
+def test_an_empty_shard_needs_no_comparison(tmp_path):
+    paths = write_shard_runs(tmp_path, suite_cases(workloads=1, toggles=1), 2)  # shard 2 drew no case
+    assert load_results(paths[1]).cases == []
+    _write_comparison(paths[0], ["unchanged"])
+    assert len(merged_comparison(paths).verdicts) == 1
+
+
 def test_no_shard_comparisons_means_none(tmp_path):
     assert merged_comparison(write_shard_runs(tmp_path, suite_cases(), 2)) is None
 
