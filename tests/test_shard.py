@@ -9,6 +9,7 @@ from conftest import run_cli
 from shard_fixtures import suite_cases
 
 from perfgate.config import ConfigError
+from perfgate.model import load_results
 from perfgate.plan import (
     Shard,
     costs_from_results,
@@ -125,3 +126,12 @@ def test_cli_shard_costs_unreadable_is_exit_2(tmp_path):
                    "--out", str(tmp_path / "run"), timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert "--shard-costs" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_a_shard_without_cases_writes_an_empty_run(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("run", "-w", "operator_rollout", "-t", "eager", "--shard", "2/2", "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing to run in shard 2/2" in proc.stdout
+    run = load_results(out)
+    assert run.cases == [] and run.settings["shard"]["plan"] == ["operator_rollout/smoke/eager/cpu"]
