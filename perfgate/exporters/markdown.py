@@ -48,6 +48,31 @@ CASE_HEADER = ["| case | status | step time | speedup vs eager | vs baseline | r
                "|---|---|---|---|---|---|---|"]
 
 
+class _Budget:
+    """Lines added while they fit under the size budget; counts what had to be left out."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used, self.lines, self.left_out = limit, 0, [], 0
+
+    def add(self, line: str, force: bool = False) -> bool:
+        if not force and self.used + len(line) + 1 > self.limit:
+            return False
+        self.lines.append(line)
+        self.used += len(line) + 1
+        return True
+
+    def table(self, title: list[str], header: list[str], rows: list[str]) -> None:
+        if not rows:
+            return
+        if not all(self.add(x) for x in [*title, *header]):
+            self.left_out += len(rows)
+            return
+        for i, row in enumerate(rows):
+            if not self.add(row):
+                self.left_out += len(rows) - i
+                return
+
+
 class MarkdownExporter:
     name = "md"
     filename = "summary.md"
@@ -56,47 +81,42 @@ class MarkdownExporter:
         self.size_budget = size_budget
 
     def render(self, report: ReportInput) -> bytes:
+        note = (f"*… {{n}} more row(s) not shown to stay under GitHub's comment size limit; "
+                f"see `{report.html_filename}` in the run's artifacts.*")
+        # room for the closing tag and the truncation note, whatever is cut
+        out = _Budget(self.size_budget - len(note) - 64)
         b = report.verdict
         icon = {"pass": "✅", "fail": "❌"}.get(b.state, "ℹ️")
-        head = [f"## perfgate: {icon} {cell(b.headline)}", ""]
         run = report.run
-        head.append(f"Run `{cell(run.run_id)}`, suite `{cell(run.suite)}`"
-                    + (f", baseline `{cell(report.comparison.baseline_source)}`" if report.comparison else "")
-                    + f". Full report: `{report.html_filename}` in the run's artifacts.")
-        head.append("")
-        if report.comparison:
-            for w in report.comparison.warnings:
-                head.append(f"> ⚠️ {cell(w)}")
-            if report.comparison.warnings:
-                head.append("")
-            gated = [(None, v) for v in report.comparison.verdicts if v.fails_gate]
-            wins = [(None, v) for v in report.comparison.verdicts if v.kind in ("win", "fixed")]
-            if gated:
-                head += ["### Regressions", "", *_verdict_table(gated), ""]
-            if wins:
-                head += ["### Wins", "", *_verdict_table(wins), ""]
+        out.add(f"## perfgate: {icon} {cell(b.headline)}", force=True)
+        out.add("", force=True)
+        out.add(f"Run `{cell(run.run_id)}`, suite `{cell(run.suite)}`"
+                + (f", baseline `{cell(report.comparison.baseline_source)}`" if report.comparison else "")
+                + f". Full report: `{report.html_filename}` in the run's artifacts.", force=True)
+        out.add("", force=True)
+        comp = report.comparison
+        if comp:
+            for w in comp.warnings:
+                out.add(f"> ⚠️ {cell(w)}")
+            if comp.warnings:
+                out.add("")
+            gated = [(None, v) for v in comp.verdicts if v.fails_gate]
+            wins = [(None, v) for v in comp.verdicts if v.kind in ("win", "fixed")]
+            header = _verdict_table([])
+            out.table(["### Regressions", ""], header, _verdict_table(gated)[2:] + [""] if gated else [])
+            out.table(["### Wins", ""], header, _verdict_table(wins)[2:] + [""] if wins else [])
             if not gated and not wins:
-                head += ["No regressions and no wins against the baseline.", ""]
-        text = "\n".join(head) + "\n"
-        tail = "\n</details>\n"
-        cut_note = (f"\n\n*… {{n}} more case(s) not shown to stay under GitHub's comment size limit; "
-                    f"see `{report.html_filename}` in the run's artifacts.*\n")
-        if len(text) > self.size_budget:
-            # even the verdict tables are too long: keep the start, cut at a line, point to the HTML
-            cut = text[: self.size_budget - 400].rsplit("\n", 1)[0]
-            return (cut + "\n\n*… truncated to stay under GitHub's comment size limit; "
-                    f"see `{report.html_filename}` in the run's artifacts.*\n").encode("utf-8")
-        body = [f"<details><summary>All {len(report.rows)} case(s)</summary>", "", *CASE_HEADER]
-        size = len(text) + sum(len(s) + 1 for s in body) + len(tail)
-        shown = 0
-        for r in report.rows:
-            line = _case_line(r)
-            if size + len(line) + 1 + len(cut_note) + 16 > self.size_budget:
-                break
-            body.append(line)
-            size += len(line) + 1
-            shown += 1
-        out = text + "\n".join(body)
-        if shown < len(report.rows):
-            out += cut_note.format(n=len(report.rows) - shown)
-        return (out + tail).encode("utf-8")
+                out.add("No regressions and no wins against the baseline.")
+                out.add("")
+        details_open = out.add(f"<details><summary>All {len(report.rows)} case(s)</summary>")
+        if details_open:
+            out.add("")
+            out.table([], CASE_HEADER, [_case_line(r) for r in report.rows])
+        else:
+            out.left_out += len(report.rows)
+        if out.left_out:
+            out.add("", force=True)
+            out.add(note.format(n=out.left_out), force=True)
+        if details_open:
+            out.add("</details>", force=True)
+        return ("\n".join(out.lines) + "\n").encode("utf-8")
