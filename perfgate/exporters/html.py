@@ -91,7 +91,7 @@ def distribution_chart(row: CaseRow) -> Chart | None:
     lo, hi = min(values), max(values)
     pad = (hi - lo) * 0.05 or hi * 0.05 or 1e-9
     lo, hi = lo - pad, hi + pad
-    left, right = LABEL_WIDTH, CHART_WIDTH - 20
+    left, right = LABEL_WIDTH, CHART_WIDTH - 40  # room for the last tick's label
     sx = _scale(lo, hi, left, right)
     chart = Chart(CHART_WIDTH, 16 + ROW_HEIGHT * len(strips) + 22)
     for i, (which, idx, xs) in enumerate(strips):
