@@ -259,6 +259,15 @@ class CaseRow:
         return f"{c.status}{cls}: {msg}" if msg else f"{c.status}{cls}"
 
     @property
+    def failure_text(self) -> str:
+        """'(compile-error) RuntimeError: ...' for a case that did not run; empty for an ok case."""
+        c = self.case
+        if c.status == STATUS_OK:
+            return ""
+        cls = f"({c.failure_class}) " if c.failure_class else ""
+        return f"{cls}{first_line(c.message)}".strip()
+
+    @property
     def trace_dir(self) -> str | None:
         return self.case.profile.get("trace_dir")
 
