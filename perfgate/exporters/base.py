@@ -199,6 +199,8 @@ class CaseRow:
     @property
     def speedup_text(self) -> str:
         sp = self.speedup
+        if sp and self.spec.toggles == ("eager",):
+            return "1x (reference)"
         return format_ratio(sp.value, sp.low, sp.high) if sp else "-"
 
     @property
@@ -396,7 +398,10 @@ class ReportInput:
         rows = []
         for c in run.cases:
             eager_key = f"{c.spec.workload}/{c.spec.size}/eager/{c.spec.device}"
-            speedup = ratio_of(summaries.get(eager_key), summaries[c.key]) if eager_key in summaries else None
+            if c.key == eager_key:  # eager against itself is 1 by definition, not a noisy ratio
+                speedup = Ratio(1.0, 1.0, 1.0) if summaries[c.key] else None
+            else:
+                speedup = ratio_of(summaries.get(eager_key), summaries[c.key]) if eager_key in summaries else None
             mem, mem_name = memories[c.key]
             eager_mem, eager_mem_name = memories.get(eager_key, (None, ""))
             mem_change = mem / eager_mem if mem and eager_mem and mem_name == eager_mem_name else None
