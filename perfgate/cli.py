@@ -194,6 +194,7 @@ def _run_reports_writer(run_dir: Path) -> Callable[[Any], None]:
 
 
 @main.command("report")
+@config_option
 @click.argument("results", type=click.Path(exists=True))
 @click.option("--baseline", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Compare against this stored baseline file.")
@@ -204,8 +205,8 @@ def _run_reports_writer(run_dir: Path) -> Callable[[Any], None]:
 @click.option("--format", "formats", default="html,md,junit", show_default=True,
               help="Comma-separated: html, md, junit, csv, json.")
 @handle_errors
-def report_cmd(results: str, baseline: str | None, against_results: str | None, out: str | None,
-               formats: str) -> None:
+def report_cmd(config: str | None, results: str, baseline: str | None, against_results: str | None,
+               out: str | None, formats: str) -> None:
     """Write report.html, summary.md, junit.xml (and csv/json) for a results.json, optionally compared."""
     from perfgate.exporters import ReportInput, load_comparison, parse_formats, write_all
     from perfgate.model import load_results
@@ -218,7 +219,8 @@ def report_cmd(results: str, baseline: str | None, against_results: str | None, 
     problem = check_writable_dir(out_dir)
     if problem:
         raise ConfigError(problem)
-    comparison = load_comparison(run, baseline, against_results)
+    settings = load_settings(config) if (baseline or against_results) else None
+    comparison = load_comparison(run, baseline, against_results, settings)
     report = ReportInput(run, comparison, run_dir=run_dir.resolve())
     for path in write_all(report, out_dir, chosen):
         click.echo(f"wrote {path}")

@@ -6,8 +6,10 @@ No torch here (the TensorBoard writer lives apart, in exporters/tensorboard.py).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from perfgate.config import ConfigError
 from perfgate.exporters.base import Exporter, ReportInput
@@ -75,7 +77,7 @@ def write_run_reports(run: RunResult, run_dir: str | Path, comparison: Compariso
 
 
 def load_comparison(run: RunResult, baseline: str | None = None, against_results: str | None = None,
-                    ) -> Comparison | None:
+                    settings: Any = None) -> Comparison | None:
     """The Comparison `perfgate report` shows: none, against a stored baseline file, or against another
     run's results.json. Needs perfgate.compare (the gate); a clear ConfigError where it is missing."""
     if baseline is None and against_results is None:
@@ -88,13 +90,28 @@ def load_comparison(run: RunResult, baseline: str | None = None, against_results
         flag = "--baseline" if baseline else "--against-results"
         raise ConfigError(f"{flag} needs perfgate.compare, which this perfgate does not have yet; "
                           "run `perfgate report RESULTS` without it for a report of the run alone") from exc
-    return _compare_with(compare, run, baseline, against_results)
+    return _compare_with(compare, run, baseline, against_results, settings)
 
 
-def _compare_with(compare, run: RunResult, baseline: str | None, against_results: str | None) -> Comparison:  # noqa: ANN001
-    """Adapter to compare.py's entry point (issue 4); kept in one place so its signature lives here only."""
+def _compare_with(compare, run: RunResult, baseline: str | None, against_results: str | None,  # noqa: ANN001
+                  settings: Any = None) -> Comparison:
+    """Adapter to the gate's entry point, compare.compare_runs(current, baseline_run, gate, *, mode,
+    baseline_source, calibration); kept here so its signature is known in one place only."""
     fn = getattr(compare, "compare_runs", None)
     if fn is None:
         raise ConfigError("perfgate.compare has no compare_runs(current, baseline); cannot compare")
-    other = load_results(against_results if against_results else baseline)
-    return fn(run, other)
+    calibration = None
+    if against_results:
+        other, source = load_results(against_results), str(against_results)
+    else:
+        try:
+            from perfgate import baselines
+        except ImportError:  # no baseline store: a results.json serves as the baseline
+            other, source = load_results(baseline), str(baseline)
+        else:
+            stored = baselines.load_baseline(baseline)
+            other, source, calibration = stored.run, str(baseline), stored.calibration
+    accepted = inspect.signature(fn).parameters
+    gate = compare.gate_settings(settings) if settings is not None and hasattr(compare, "gate_settings") else None
+    kwargs = {k: v for k, v in (("baseline_source", source), ("calibration", calibration)) if k in accepted}
+    return fn(run, other, gate, **kwargs) if "gate" in accepted else fn(run, other, **kwargs)
