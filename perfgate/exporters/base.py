@@ -336,7 +336,7 @@ def op_diff(before: CaseResult | None, after: CaseResult, limit: int = 25) -> li
             change = "added"
         elif b is None:
             change = "removed"
-        elif ca != cb:
+        elif ca is not None and cb is not None and abs(cb - ca) > 1e-9 * max(abs(ca), 1.0):
             change = "count changed"
         elif ta is not None and tb is not None and abs(tb - ta) > 0.05 * max(abs(ta), 1e-9):
             change = "self time changed"

@@ -15,7 +15,7 @@ from typing import Any
 
 import jinja2
 
-from perfgate.exporters.base import CaseRow, Group, ReportInput, format_bytes, format_value
+from perfgate.exporters.base import CaseRow, Group, ReportInput, format_bytes, format_count, format_value
 from perfgate.stats import format_seconds
 
 CHART_WIDTH = 640
@@ -127,6 +127,7 @@ def _template() -> jinja2.Template:
     env.filters["bytes"] = format_bytes
     env.filters["seconds"] = format_seconds
     env.globals["format_value"] = format_value
+    env.globals["count"] = format_count
     return env.get_template("report.html.j2")
 
 
@@ -150,6 +151,7 @@ class HtmlExporter:
             environment=_environment_rows(report.run.environment),
             threshold=report.threshold,
             tensorboard_command=f"perfgate tensorboard {shlex.quote(run_dir)}",
+            in_run_dir=lambda rel: str(report.run_dir / rel) if rel and report.run_dir else rel,
             label_width=LABEL_WIDTH,
         )
         return html.encode("utf-8")
