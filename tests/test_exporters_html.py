@@ -107,7 +107,8 @@ def test_report_in_a_real_browser(browser, tmp_path):
 
 
 def test_markup_in_workload_names_and_errors_renders_as_text_and_runs_nothing(browser, tmp_path):
-    run = synthetic_run([f"evil{EVIL}"], toggles=("eager", "compile", "torchscript"))
+    variant = "v<script>window.__pwned=3</script>"  # a workload variant is a toggle name a user writes
+    run = synthetic_run([f"evil{EVIL}"], toggles=("eager", "compile", "torchscript", variant))
     run.cases[2].message = f"RuntimeError: {EVIL}"
     run.environment["hostname"] = EVIL
     path = write_report(tmp_path, ReportInput(run, None, run_dir=tmp_path))
@@ -124,6 +125,7 @@ def test_markup_in_workload_names_and_errors_renders_as_text_and_runs_nothing(br
     assert f"evil{EVIL}" in text  # shown as the literal text it is
     assert f"RuntimeError: {EVIL}" in text
     svg_text = page.page.eval_on_selector_all("svg text", "els => els.map(e => e.textContent).join('|')")
-    assert "eager" in svg_text and "<script>" not in page.page.inner_html("svg")
+    assert variant in svg_text.split("|")  # SVG text escaped too: shown, not run
+    assert "<script>" not in page.page.inner_html("svg")
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.page.screenshot(path=str(SHOTS / "escaping.png"), full_page=False)
