@@ -100,7 +100,10 @@ def test_report_in_a_real_browser(browser, tmp_path):
     assert phone.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
     phone.page.screenshot(path=str(SHOTS / "phone.png"), full_page=False)
 
+    folded = "document.querySelector('details.traces table').checkVisibility()"
+    assert laptop.page.evaluate(folded) is False  # folded on screen
     laptop.page.emulate_media(media="print")
+    assert laptop.page.evaluate(folded) is True  # unfolded on paper
     laptop.page.screenshot(path=str(SHOTS / "print.png"), full_page=False)
     laptop.page.pdf(path=str(SHOTS / "report.pdf"))
     assert (SHOTS / "report.pdf").stat().st_size > 1000
