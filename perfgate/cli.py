@@ -166,6 +166,7 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     run = replace(run, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     runner.write_results(run, run_dir / "results.json")
     write_reports(run)
+    click.echo(f"reports: {run_dir / 'report.html'} (also summary.md, junit.xml)")
     click.echo(console.run_tables(run))
     click.echo(f"\n{runner.summary_status(run)}; results: {run_dir / 'results.json'}")
     if not any(c.status == STATUS_OK for c in run.cases):
