@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import xmlschema
 from fixtures.golden import assert_golden, fixed_run
-from fixtures.synthetic import synthetic_run
+from fixtures.synthetic import synthetic_comparison, synthetic_run
 
 from perfgate.exporters.base import ReportInput
 from perfgate.exporters.junit import JunitExporter
@@ -63,3 +63,13 @@ def test_the_schema_rejects_what_ci_would_reject():
     root.find(".//failure").attrib.pop("type")  # a failure without a type
     with pytest.raises(xmlschema.XMLSchemaValidationError):
         SCHEMA.validate(ET.tostring(root, encoding="unicode"))
+
+
+def test_cases_missing_from_this_run_show_as_skipped():
+    run, _ = fixed_run()
+    baseline = synthetic_run(["operator_rollout", "field_superposition", "gone"], seed=1)
+    text = render(run, synthetic_comparison(run, baseline))
+    SCHEMA.validate(text)
+    suite = ET.fromstring(text).find("testsuite[@name='perfgate cases missing from this run']")
+    assert suite.get("tests") == suite.get("skipped") == "6"
+    assert suite.find("testcase").get("name") == "gone/smoke/eager/cpu status"

@@ -127,5 +127,20 @@ class JunitExporter:
             suite.set("skipped", str(tally["skipped"]))
             suite.set("time", f"{total_time:.3f}")
             root.append(suite)
+        missing = report.missing_verdicts
+        if missing:
+            # cases the baseline has and this run lacks: shown as skipped, so a shrinking suite is visible
+            suite = ET.SubElement(root, "testsuite", name="perfgate cases missing from this run", package="perfgate",
+                                  id=str(len(report.groups)), timestamp=timestamp, hostname=hostname)
+            ET.SubElement(suite, "properties")
+            for v in missing:
+                tc = ET.SubElement(suite, "testcase", name=clean(f"{v.case_key} {v.metric}"),
+                                   classname="perfgate.missing", time="0")
+                ET.SubElement(tc, "skipped", message=clean(verdict_message(v)))
+            ET.SubElement(suite, "system-out").text = ""
+            ET.SubElement(suite, "system-err").text = ""
+            for attr, value in (("tests", len(missing)), ("failures", 0), ("errors", 0), ("skipped", len(missing))):
+                suite.set(attr, str(value))
+            suite.set("time", "0")
         ET.indent(root)
         return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode").encode("utf-8") + b"\n"
