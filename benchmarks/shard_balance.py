@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from shard_fixtures import suite_cases, write_shard_runs  # noqa: E402
+from fixtures.shards import suite_cases, write_shard_runs  # noqa: E402
 
 from perfgate.merge import merge_runs  # noqa: E402
 from perfgate.plan import partition_cases  # noqa: E402

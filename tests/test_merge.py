@@ -7,7 +7,7 @@ import json
 
 import pytest
 from conftest import run_cli
-from shard_fixtures import ENVIRONMENT, suite_cases, write_shard_runs
+from fixtures.shards import ENVIRONMENT, suite_cases, write_shard_runs
 
 from perfgate.config import ConfigError
 from perfgate.merge import load_comparison_file, merge_runs, merged_comparison

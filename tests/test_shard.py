@@ -6,7 +6,7 @@ import random
 
 import pytest
 from conftest import run_cli
-from shard_fixtures import suite_cases
+from fixtures.shards import suite_cases
 
 from perfgate.config import ConfigError
 from perfgate.model import load_results
