@@ -6,6 +6,8 @@
             cpu_bytes_allocated_per_step, graph_breaks, unique_graphs, recompiles (compile toggles)
   profile   top_ops, graph_break_reasons, trace_dir, trace_file (relative to the run folder), window
   accuracy  max_abs, mean_abs, rel_l2, verdict ok|drift, tolerance (against an eager fp32 reference)
+A section that fails (say, an op FlopCounterMode cannot dispatch) leaves its figures out and says why
+under ``profile["errors"]``; the timed samples stand.
 
 How each number is obtained is documented in docs/profiling.md. Works from torch 2.4 on: attributes that
 moved between releases are read through getattr with fallbacks (device_time before cuda_time).
@@ -70,13 +72,32 @@ def compile_counters() -> tuple[dict[str, float], list[str], dict[str, Any]]:
     detail: dict[str, Any] = {"frames_compiled": int(counters.get("frames", {}).get("ok", 0))}
     records = _compilation_metrics()
     if records is not None:
-        recompiles = [r for r in records if getattr(r, "recompile_reason", None)]
-        metrics["recompiles"] = float(len(recompiles))
-        detail["recompile_reasons"] = [str(r.recompile_reason) for r in recompiles][:20]
+        recompiles = _recompiles(records)
+        if recompiles is not None:
+            metrics["recompiles"] = float(len(recompiles))
+            detail["recompile_reasons"] = [str(getattr(r, "recompile_reason", None) or f"{r.co_name}: cache entry "
+                                               f"{getattr(r, 'cache_size', '?')}") for r in recompiles][:20]
         frame_s = [getattr(r, "entire_frame_compile_time_s", None) for r in records]
         if any(t is not None for t in frame_s):
             detail["dynamo_compile_s"] = float(sum(t for t in frame_s if t is not None))
     return metrics, [f"{r} (x{breaks[r]})" if breaks[r] > 1 else str(r) for r in reasons], detail
+
+
+def _recompiles(records: list[Any]) -> list[Any] | None:
+    """Records of compiles that were recompiles: dynamo's ``recompile_reason`` where its metrics carry
+    one (recent torch), else a frame compiled while it already had cache entries (``cache_size > 0``,
+    torch 2.4-era metrics). None when neither field exists, so the metric is omitted rather than 0."""
+    import dataclasses
+
+    import torch._dynamo.utils as dynamo_utils
+
+    cls = getattr(dynamo_utils, "CompilationMetrics", None)
+    fields = {f.name for f in dataclasses.fields(cls)} if cls and dataclasses.is_dataclass(cls) else set()
+    if "recompile_reason" in fields:
+        return [r for r in records if getattr(r, "recompile_reason", None)]
+    if "cache_size" in fields:
+        return [r for r in records if (getattr(r, "cache_size", 0) or 0) > 0]
+    return None
 
 
 def _compilation_metrics() -> list[Any] | None:
@@ -421,21 +442,33 @@ def profile_pass(cfg: dict[str, Any], spec: Any, workload: Any, prepared: Any, r
 
     metrics.update(cuda_peaks_over(prepared.unit, spec.device))
 
-    accuracy, ref = reference_check(cfg, spec, workload, prepared)
-    result["accuracy"] = accuracy
+    # a section that fails costs its own figures, recorded under profile["errors"], never the timing
+    errors: list[str] = []
+    ref = None
+    try:
+        accuracy, ref = reference_check(cfg, spec, workload, prepared)
+        result["accuracy"] = accuracy
+    except Exception as exc:
+        errors.append(f"accuracy: {type(exc).__name__}: {exc}")
+
+    if ref is not None:
+        try:
+            flops = flops_per_step(spec, workload, ref)
+        except Exception as exc:  # an op the counter cannot dispatch through
+            errors.append(f"flops: {type(exc).__name__}: {exc}")
+            flops = None
+        del ref
+        if flops is not None:
+            metrics["flops_per_step"] = flops
+            step_s = _median_step_s(result)
+            if step_s and flops > 0:
+                metrics["achieved_flops_per_s"] = flops / step_s
 
     try:
-        flops = flops_per_step(spec, workload, ref)
-    except Exception as exc:  # an op the counter cannot dispatch through: report, keep the rest
-        profile_detail["flops_error"] = f"{type(exc).__name__}: {exc}"
-        flops = None
-    del ref
-    if flops is not None:
-        metrics["flops_per_step"] = flops
-        step_s = _median_step_s(result)
-        if step_s and flops > 0:
-            metrics["achieved_flops_per_s"] = flops / step_s
-
-    window_metrics, window_detail = profile_window(cfg, spec, workload, prepared, run_dir)
-    metrics.update(window_metrics)
-    profile_detail.update(window_detail)
+        window_metrics, window_detail = profile_window(cfg, spec, workload, prepared, run_dir)
+        metrics.update(window_metrics)
+        profile_detail.update(window_detail)
+    except Exception as exc:
+        errors.append(f"profiler window: {type(exc).__name__}: {exc}")
+    if errors:
+        profile_detail["errors"] = errors
