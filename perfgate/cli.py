@@ -185,6 +185,7 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     run = runner.execute(cases, files, settings, run, run_dir, progress, after_case=write_reports)
     run = replace(run, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     runner.write_results(run, run_dir / "results.json")
+    write_tensorboard_scalars(run, run_dir)
     write_reports(run)
     click.echo(f"reports: {run_dir / 'report.html'} (also summary.md, junit.xml)")
     click.echo(console.run_tables(run))
@@ -272,6 +273,58 @@ def report_cmd(config: str | None, results: str, baseline: str | None, against_r
     for path in write_all(report, out_dir, chosen):
         click.echo(f"wrote {path}")
     click.echo(report.verdict.headline)
+
+
+# ---------------------------------------------------------------- perfgate tensorboard (issue 3)
+
+
+def write_tensorboard_scalars(run: Any, run_dir: Path) -> None:
+    """Scalars and hparams next to the traces; a failure here costs the charts, never the results."""
+    try:
+        from perfgate.exporters.tensorboard import write_tensorboard
+
+        write_tensorboard(run, run_dir / "tb")
+    except Exception as exc:  # noqa: BLE001 - TensorBoard's writer is optional to the run's outcome
+        click.echo(f"perfgate: warning: TensorBoard scalars not written: {exc}", err=True)
+
+
+@main.command("tensorboard")
+@config_option
+@click.argument("run_dir", required=False, type=click.Path(file_okay=False))
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=6006, help="Port (0: a free one).")
+@click.option("--host", default="127.0.0.1", help="Interface to listen on.")
+@handle_errors
+def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: str) -> None:
+    """Start TensorBoard on a run's traces and scalars (default: the latest run); Ctrl-C stops it."""
+    from perfgate import runner, tbserver
+
+    if run_dir is None:
+        latest = runner.latest_run_dir(load_settings(config).reports_dir)
+        if latest is None:
+            raise ConfigError("no run found in the reports folder; give RUN_DIR or run `perfgate run` first")
+        run_path = latest
+    else:
+        run_path = Path(run_dir)
+    tb_dir = run_path / "tb"
+    try:
+        tb = tbserver.start(tb_dir, host=host, port=port or tbserver.free_port(host))
+    except RuntimeError as exc:
+        fail(str(exc), EXIT_INFRA)
+    click.echo(f"TensorBoard on {tb_dir}: {tb.url}  (Ctrl-C to stop)")
+    if not tbserver.profiler_plugin_installed():
+        click.echo(tbserver.PROFILER_PLUGIN_HELP.format(tb_dir=tb_dir))
+    else:
+        click.echo(f"Traces: the PYTORCH_PROFILER tab; or open a .pt.trace.json from {tb_dir} in https://ui.perfetto.dev")
+    import signal
+
+    # a SIGTERM (CI, a supervisor) stops TensorBoard too, through the finally below
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        tb.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        tb.stop()
 
 
 if __name__ == "__main__":
