@@ -139,6 +139,9 @@ def test_real_shards_merge_to_the_unsharded_case_set(tmp_path):
     assert [c.key for c in merged.cases] == ["operator_rollout/smoke/eager/cpu",
                                              "operator_rollout/smoke/channels-last/cpu"]
     assert all(c.status == "ok" for c in merged.cases)
+    for case in merged.cases:  # each shard's traces travel into the merged folder, where the run says
+        assert (tmp_path / "all" / case.profile["trace_file"]).is_file(), case.profile
+    assert (tmp_path / "all" / "report.html").is_file()
 
 
 def _add_base_runs(paths, commit="c" * 40):
