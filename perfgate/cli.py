@@ -107,12 +107,15 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads per worker (default 1).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=None, help="Seconds per worker process.")
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="Timed samples per process.")
+@click.option("--max-memory-mb", "max_memory_mb", type=click.IntRange(min=1), default=None,
+              help="Address-space limit per worker (MB); an allocation past it fails the case as oom.")
 @click.option("--workloads-dir", "workloads_dirs", multiple=True, type=click.Path(file_okay=False),
               help="Also discover workloads in this folder, for this run.")
 @handle_errors
 def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], toggles: tuple[str, ...],
             size: str | None, device: str | None, out: str | None, processes: int | None, threads: int | None,
-            timeout_s: float | None, samples: int | None, workloads_dirs: tuple[str, ...]) -> None:
+            timeout_s: float | None, samples: int | None, max_memory_mb: int | None,
+            workloads_dirs: tuple[str, ...]) -> None:
     """Run a suite (or a selection) and write results.json with a table of step times per toggle."""
     from dataclasses import replace
 
@@ -126,7 +129,7 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
         if not Path(d).is_dir():
             raise ConfigError(f"--workloads-dir {d} is not a directory")
     settings = settings.with_overrides(
-        processes=processes, threads=threads, timeout_s=timeout_s,
+        processes=processes, threads=threads, timeout_s=timeout_s, max_memory_mb=max_memory_mb,
         workloads_dirs=(*settings.workloads_dirs, *(Path(d).resolve() for d in workloads_dirs)) if workloads_dirs else None,
         timing=replace(settings.timing, samples=samples) if samples else None,
     )

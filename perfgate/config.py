@@ -57,6 +57,9 @@ class Settings:
     processes: int = 2
     timeout_s: float = 600.0
     seed: int = 0
+    # address-space limit per worker process (MB); None = no limit. Past it an allocation fails in the
+    # worker (MemoryError / allocator error -> failure class `oom`) instead of the machine thrashing.
+    max_memory_mb: int | None = None
     default_suite: str = "smoke"
     suites: dict[str, Suite] = field(default_factory=dict)
     timing: TimingSettings = TimingSettings()
@@ -79,6 +82,7 @@ class Settings:
             "processes": self.processes,
             "timeout_s": self.timeout_s,
             "seed": self.seed,
+            "max_memory_mb": self.max_memory_mb,
             "timing": self.timing.__dict__.copy(),
         }
 
@@ -91,7 +95,7 @@ DEFAULT_SUITES = {
 
 _KNOWN_KEYS = {
     "workloads_dirs", "baselines_dir", "reports_dir", "threads", "processes", "timeout_s", "seed",
-    "default_suite", "suites", "timing", "gate",
+    "max_memory_mb", "default_suite", "suites", "timing", "gate",
 }
 
 
@@ -208,6 +212,7 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
         processes=_positive(raw.get("processes", 2), where, "processes"),
         timeout_s=_positive(raw.get("timeout_s", 600), where, "timeout_s", float),
         seed=_expect(raw.get("seed", 0), int, where, "seed"),
+        max_memory_mb=_positive(raw["max_memory_mb"], where, "max_memory_mb") if "max_memory_mb" in raw else None,
         default_suite=default_suite,
         suites=suites,
         timing=timing,
