@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
+
 from perfgate.model import (
     SCHEMA,
     CaseResult,

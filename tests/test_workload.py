@@ -5,9 +5,18 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
 from conftest import REPO, TEST_WORKLOADS
-from perfgate.workload import Built, Tolerance, Workload, WorkloadError, discover, find, load_file, workload_files
+
+from perfgate.workload import (
+    Built,
+    Tolerance,
+    Workload,
+    WorkloadError,
+    discover,
+    find,
+    load_file,
+    workload_files,
+)
 
 HEADER = "from perfgate.workload import Built, Workload\nSIZES = {'smoke': {}, 'pr': {}, 'full': {}}\n"
 
@@ -87,15 +96,15 @@ def test_find_reports_unknown_names_with_the_errors(tmp_path):
 
 def test_imported_base_classes_are_not_rediscovered(tmp_path):
     # a file importing another workload class must not define it twice
-    write(tmp_path / "sub.py", """
+    write(tmp_path / "sub.py", f"""
         import sys
-        sys.path.insert(0, %r)
+        sys.path.insert(0, {str(TEST_WORKLOADS)!r})
         from faults import Tiny
 
         class Bigger(Tiny):
             name = "bigger"
             description = "Tiny with more steps"
-        """ % str(TEST_WORKLOADS))
+        """)
     assert [c.name for c in load_file(tmp_path / "sub.py")] == ["bigger"]
 
 
