@@ -39,8 +39,11 @@ class Suite:
 class TimingSettings:
     """The sample budget of one worker process. Stored in each run's settings for later readers."""
 
-    samples: int = 12  # timed samples per process
-    min_sample_s: float = 0.005  # a sample repeats the unit until it lasts at least this long
+    samples: int = 25  # timed samples per process
+    # A sample repeats the unit until it lasts at least this long. Kept short on purpose: on a shared
+    # CPU a long sample nearly always straddles a scheduler preemption, and the median cannot drop those;
+    # 5 ms samples read the smoke rollout 2x slow at load 4 on 2 cores (docs/benchmarks.md).
+    min_sample_s: float = 0.0005
     max_warmup: int = 30  # warm-up units at most
     warmup_tolerance: float = 0.05  # warm-up ends when 3 consecutive units agree within this
     max_time_s: float = 30.0  # sampling stops early past this (after at least 3 samples)
