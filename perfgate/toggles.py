@@ -154,13 +154,26 @@ def skip_reason(toggles: tuple[str, ...], device: str, workload: dict[str, Any])
 
 @dataclass
 class Prepared:
-    """A workload with its toggles applied: call ``unit()`` to run one unit of work."""
+    """A workload with its toggles applied: call ``unit()`` to run one unit of work.
+
+    ``unit`` enters the toggles' grad-mode and autocast contexts on every call. The timer instead calls
+    ``bare_unit`` inside one ``context()`` held for the whole measurement: the same work in the same modes,
+    without a context entry and exit inside every timed unit (about 2% of a 0.6 ms unit on CPU).
+    """
 
     unit: Callable[[], Any]
     model: Any
     built: Any
     toggles: tuple[str, ...]
     variants: frozenset[str]
+    bare_unit: Callable[[], Any] | None = None
+    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+    def timed(self) -> tuple[Callable[[], Any], Callable[[], contextlib.AbstractContextManager]]:
+        """The function to time and the context to hold around all of its calls."""
+        if self.bare_unit is None:
+            return self.unit, contextlib.nullcontext
+        return self.bare_unit, self.context
 
 
 def set_global_flags(toggles: tuple[str, ...], device: str) -> None:
@@ -239,13 +252,23 @@ def prepare(
     grad_ctx = grad_context(toggles, workload.needs_grad)
     amp_ctx = autocast_context(toggles, device)
 
+    def bare_unit() -> Any:
+        return workload.run_unit(model, built, params)
+
+    @contextlib.contextmanager
+    def context() -> Any:
+        with grad_ctx(), amp_ctx():
+            yield
+
     def unit() -> Any:
         with grad_ctx(), amp_ctx():
             return workload.run_unit(model, built, params)
 
-    if "cuda-graphs" in toggles:
-        unit = capture_cuda_graph(unit)
-    return Prepared(unit=unit, model=model, built=built, toggles=toggles, variants=variants)
+    if "cuda-graphs" in toggles:  # the replay needs no context: the modes are baked into the graph
+        return Prepared(unit=capture_cuda_graph(unit), model=model, built=built, toggles=toggles,
+                        variants=variants)
+    return Prepared(unit=unit, model=model, built=built, toggles=toggles, variants=variants,
+                    bare_unit=bare_unit, context=context)
 
 
 def capture_cuda_graph(unit: Callable[[], Any], warmup: int = 3) -> Callable[[], Any]:

@@ -159,7 +159,9 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     prepared = toggles_mod.prepare(workload, params, spec.device, registry_toggles, variants)
     timer = timer_for(spec.device)
     sync = _sync_for(spec.device)
-    m = measure(prepared.unit, timer, sync=sync, **timing)
+    timed_unit, timed_context = prepared.timed()
+    with timed_context():
+        m = measure(timed_unit, timer, sync=sync, **timing)
     result["process"] = {
         "samples_ns": m.samples_ns,
         "loops": m.loops,

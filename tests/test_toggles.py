@@ -138,3 +138,16 @@ def test_compile_matches_eager():
     p, out = prepared(("compile",))
     assert p.model is not None and hasattr(p.model, "_orig_mod")
     torch.testing.assert_close(out, prepared(())[1], rtol=1e-4, atol=1e-4)
+
+
+def test_the_timed_unit_runs_in_the_same_modes_with_one_context_around_all_calls():
+    p = toggles.prepare(ConvWorkload(), dict(PARAMS), "cpu", ("amp-bf16", "inference-mode"), frozenset())
+    fn, context = p.timed()
+    with context():
+        out = fn()
+        out = fn()
+    assert torch.is_grad_enabled()  # restored afterwards
+    seen = p.built.extra["seen"]
+    assert len(seen) == 4
+    assert all(s == {"grad": False, "inference": True, "autocast": True} for s in seen)
+    assert out.dtype == torch.bfloat16
