@@ -90,7 +90,15 @@ def perfgate_run(size: str, processes: int, out: Path) -> dict:
         "loops": [p.loops for p in case.processes],
         "cli_wall_s": cli_wall,
         "processes": len(case.processes),
+        "warmup_s": sum(case.metadata.get("warmup_ns", [])) * 1e-9,  # process 0's warm-up
     }
+
+
+def bare_import_s() -> float:
+    """Wall time of a Python process that only imports torch: the floor of any worker's start-up."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.perf_counter() - t0
 
 
 def main() -> int:
@@ -121,13 +129,15 @@ def main() -> int:
     reported = statistics.median(t for p in runs for t in p["step_times"])
     ratio = reported / hand_median
     overhead = [p["duration_s"] - p["inside_samples_s"] for p in runs]
-    per_process = [o / p["processes"] for o, p in zip(overhead, runs)]
+    per_process = [o / p["processes"] for o, p in zip(overhead, runs, strict=True)]
     n_samples = sum(len(p["step_times"]) for p in runs)
     walls = ", ".join(f"{p['duration_s']:.2f} s" for p in runs)
     inside = ", ".join(f"{p['inside_samples_s']:.2f} s" for p in runs)
     overheads = ", ".join(f"{o:.2f} s" for o in overhead)
     firsts = ", ".join(f"{x * 1e3:.1f} ms" for p in runs for x in p["first_call_s"])
     cli_walls = ", ".join(f"{p['cli_wall_s']:.2f} s" for p in runs)
+    warmups = ", ".join(f"{p['warmup_s'] * 1e3:.1f} ms" for p in runs)
+    imports = [bare_import_s() for _ in range(3)]
     print()
     print(f"hand-timed median step       {format_seconds(hand_median)}  ({len(hand)} units of T steps)")
     print(f"perfgate reported median     {format_seconds(reported)}  ({n_samples} samples,"
@@ -138,6 +148,8 @@ def main() -> int:
     print(f"harness overhead per case    {overheads}  (median {statistics.median(overhead):.2f} s;"
           f" per worker process {statistics.median(per_process):.2f} s)")
     print(f"first call per process       {firsts}")
+    print(f"warm-up (process 0)          {warmups}")
+    print(f"`python -c 'import torch'`   {statistics.median(imports):.2f} s (median of 3): the start-up floor per process")
     print(f"`perfgate run` wall (CLI)    {cli_walls}")
     print(f"load after: {os.getloadavg()}")
     if args.json:

@@ -6,6 +6,7 @@ Exit codes: 0 ok | 1 the gate failed | 2 usage or configuration error | 3 infras
 from __future__ import annotations
 
 import functools
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -136,17 +137,23 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     suite_obj = settings.suite(suite or settings.default_suite)
     run_id = runner.new_run_id(suite_obj.name)
     run_dir = Path(out).resolve() if out else runner.unique_run_dir(settings.reports_dir, run_id)
-    problem = check_writable_dir(run_dir)
+    created = not run_dir.exists()
+    problem = check_writable_dir(run_dir)  # before the probe and any case: fail fast
     if problem:
         raise ConfigError(problem)
 
-    probe = runner.run_probe(settings.workloads_dirs, settings.threads)
-    catalog = Catalog.from_probe(probe)
-    if catalog.errors:
-        raise ConfigError(catalog.errors[0]["error"])
-    cases = plan_cases(suite_obj, catalog, workloads, toggles, size, device)
-    if not cases:
-        raise ConfigError(f"suite {suite_obj.name!r} selects no cases")
+    try:
+        probe = runner.run_probe(settings.workloads_dirs, settings.threads)
+        catalog = Catalog.from_probe(probe)
+        if catalog.errors:
+            raise ConfigError(catalog.errors[0]["error"])
+        cases = plan_cases(suite_obj, catalog, workloads, toggles, size, device)
+        if not cases:
+            raise ConfigError(f"suite {suite_obj.name!r} selects no cases")
+    except BaseException:
+        if created:  # leave no empty run folder behind a usage error
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     files = {name: info["file"] for name, info in catalog.workloads.items()}
     env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
     env["machine_key"] = environment.machine_key(env, cases[0].device)

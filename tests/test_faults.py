@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, TEST_WORKLOADS, run_cli
+
 from perfgate.runner import _classify_death
 
 EXPECTED = {

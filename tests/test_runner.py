@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from conftest import REPO, TEST_WORKLOADS, cli_env
+
 from perfgate.model import load_results
 from perfgate.runner import latest_run_dir, mark_latest, new_run_id, unique_run_dir, worker_env
 
