@@ -47,6 +47,9 @@ class TimingSettings:
     max_warmup: int = 30  # warm-up units at most
     warmup_tolerance: float = 0.05  # warm-up ends when 3 consecutive units agree within this
     max_time_s: float = 30.0  # sampling stops early past this (after at least 3 samples)
+    # Sampling goes on past `samples` until this much time has passed: a window of a few ms is one moment
+    # of a shared machine's load (a busy SMT sibling slows every sample in it alike); half a second is many.
+    min_time_s: float = 0.5
 
 
 @dataclass(frozen=True)

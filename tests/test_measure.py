@@ -89,3 +89,13 @@ def test_perf_counter_timer_on_cpu():
     assert isinstance(t, PerfCounterTimer) and t.name == "perf_counter_ns"
     n = []
     assert t.time_ns(lambda: n.append(1), 5) > 0 and len(n) == 5
+
+
+def test_sampling_goes_on_until_min_time_has_passed():
+    timer = ScriptedTimer([1_000_000] * 3 + [1_000_000] * 50)
+    # every clock read advances a second: after the first sample 1 s has passed, after the k-th k seconds
+    m = measure(lambda: None, timer, samples=3, min_sample_s=0.001, min_time_s=7.5, clock=clock_from([0.0]))
+    assert len(m.samples_ns) == 8
+    m = measure(lambda: None, ScriptedTimer([1_000_000] * 13), samples=10, min_sample_s=0.001, min_time_s=0.5,
+                clock=clock_from([0.0]))
+    assert len(m.samples_ns) == 10  # the count is the floor when it takes longer than min_time_s
