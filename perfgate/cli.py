@@ -206,29 +206,61 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
 # ---------------------------------------------------------------- perfgate merge (issue 7)
 
 @main.command("merge")
+@config_option
 @click.argument("results", nargs=-1, required=True, type=click.Path())
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True,
-              help="Folder for the merged run (results.json; traces copied from the shards).")
+              help="Folder for the merged run (results.json, reports; traces copied from the shards).")
+@click.option("--gate", is_flag=True, help="Judge the merged run as one; exit 1 on a regression or newly failing case.")
+@click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None,
+              help="Compare with this baseline file (default: the shards' own --against verdicts, else "
+                   "<baselines_dir>/<machine-key>/<suite>.json).")
+@click.option("--strict-env", is_flag=True, help="Refuse a baseline measured with another torch/CUDA/driver/Python.")
 @handle_errors
-def merge_cmd(results: tuple[str, ...], out: str) -> None:
+def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool, baseline_file: str | None,
+              strict_env: bool) -> None:
     """Join shard results (files, run folders, or a folder of downloaded run folders) into one run.
 
-    Refuses shards of different suites, environments, settings or schema versions, and a case twice."""
+    Refuses shards of different suites, environments, settings or schema versions, and a case twice.
+    With --gate (or --baseline) the merged run is judged as one: the shards' own verdicts from
+    `run --against` when they have them, else a comparison with the stored baseline. Under --gate,
+    summary.md is appended to $GITHUB_STEP_SUMMARY when set."""
     from perfgate import console, runner
     from perfgate.exporters import write_run_reports
-    from perfgate.merge import merge_runs
+    from perfgate.github import publish_summary
+    from perfgate.merge import load_comparison_file, merge_runs, merged_comparison
     from perfgate.storage import check_writable_dir
 
     problem = check_writable_dir(out)
     if problem:
         raise ConfigError(problem)
-    run, warnings = merge_runs(results, out)
-    runner.write_results(run, Path(out) / "results.json")
-    write_run_reports(run, Path(out))
+    out_dir = Path(out)
+    run, warnings = merge_runs(results, out_dir)
+    runner.write_results(run, out_dir / "results.json")
     for w in warnings:
         click.echo(f"perfgate: warning: {w}", err=True)
     click.echo(console.run_tables(run))
-    click.echo(f"\n{runner.summary_status(run) or 'no cases'}; merged results: {Path(out) / 'results.json'}")
+    click.echo(f"\n{runner.summary_status(run) or 'no cases'}; merged results: {out_dir / 'results.json'}")
+    code = EXIT_OK
+    if gate or baseline_file:
+        try:
+            from perfgate import gate as gate_mod
+        except ImportError as exc:
+            raise ConfigError("perfgate merge --gate/--baseline needs perfgate.gate, which this perfgate lacks") from exc
+        settings = load_settings(config)
+        comparison = None if baseline_file else merged_comparison(results)
+        if comparison is not None:
+            gate_mod.write_comparison(comparison, out_dir)
+            code = gate_mod.conclude(comparison, gate, click.echo)
+        else:
+            path = Path(baseline_file) if baseline_file else gate_mod.default_baseline_path(settings, run)
+            code = gate_mod.compare_files(str(out_dir), str(path), settings, strict_env=strict_env, gate=gate,
+                                          echo=click.echo)
+    write_run_reports(run, out_dir, load_comparison_file(out_dir))
+    click.echo(f"reports: {out_dir / 'report.html'} (also summary.md, junit.xml)")
+    if gate:
+        publish_summary(out_dir)
+    sys.exit(code)
+
 
 # ---------------------------------------------------------------- perfgate report (issue 5)
 

@@ -1,5 +1,5 @@
 """GitHub Actions glue with no torch: the job summary. The gate's markdown itself comes from the
-markdown exporter; this module only decides where it goes."""
+markdown exporter (summary.md); this module only decides where it goes."""
 
 from __future__ import annotations
 
@@ -25,3 +25,12 @@ def append_step_summary(markdown: str, env: Mapping[str, str] | None = None) -> 
     with path.open("a", encoding="utf-8") as fh:
         fh.write(markdown if markdown.endswith("\n") else markdown + "\n")
     return path
+
+
+def publish_summary(run_dir: str | Path, env: Mapping[str, str] | None = None) -> Path | None:
+    """Append the run's summary.md (written by the markdown exporter) to the job summary, when both
+    exist; returns the job-summary file written, or None."""
+    summary = Path(run_dir) / "summary.md"
+    if not summary.is_file():
+        return None
+    return append_step_summary(summary.read_text(encoding="utf-8"), env)

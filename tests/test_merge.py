@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_cli
+from conftest import cli_env, run_cli
 from fixtures.shards import ENVIRONMENT, suite_cases, write_shard_runs
 
 from perfgate.config import ConfigError
@@ -220,3 +220,61 @@ def test_comparison_file_round_trips(tmp_path):
     (tmp_path / "comparison.json").write_text("{")
     with pytest.raises(ConfigError, match="cannot read the comparison"):
         load_comparison_file(tmp_path)
+
+
+# ---------------------------------------------------------------- merge --gate: one verdict for the merged run
+
+def _needs_gate():
+    pytest.importorskip("perfgate.gate", reason="the gate (issue 4) is not on this branch yet")
+
+
+def _summary_env(tmp_path):
+    summary = tmp_path / "step-summary.md"
+    summary.write_text("earlier step\n")
+    return summary, cli_env(GITHUB_STEP_SUMMARY=str(summary))
+
+
+@pytest.mark.parametrize("kinds, code", [(["unchanged", "win"], 0), (["regression", "unchanged"], 1)])
+def test_merge_gate_judges_the_shards_verdicts_as_one_run(tmp_path, kinds, code):
+    _needs_gate()
+    paths = write_shard_runs(tmp_path, suite_cases(workloads=2, toggles=2), 2)
+    _write_comparison(paths[0], ["unchanged", "unchanged"])
+    _write_comparison(paths[1], kinds)
+    summary, env = _summary_env(tmp_path)
+    out = tmp_path / "merged"
+    proc = run_cli("merge", str(tmp_path / "shards"), "--out", str(out), "--gate", env=env, timeout=120)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    comp = load_comparison_file(out)
+    assert len(comp.verdicts) == 4 and comp.gate_failed == (code == 1)
+    for name in ("results.json", "summary.md", "junit.xml", "report.html"):
+        assert (out / name).is_file(), name
+    md = (out / "summary.md").read_text()
+    assert ("FAIL" in md) == (code == 1)
+    text = summary.read_text()
+    assert text.startswith("earlier step\n") and md.strip() in text  # appended, not replaced
+
+
+def test_merge_gate_without_shard_verdicts_compares_with_the_baseline(tmp_path):
+    _needs_gate()
+    paths = write_shard_runs(tmp_path, suite_cases(workloads=2, toggles=2), 2)
+    first = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m1"), timeout=120)
+    assert first.returncode == 0, first.stderr
+    baseline = tmp_path / "baseline.json"
+    made = run_cli("baseline", "update", str(tmp_path / "m1"), "--baseline", str(baseline), timeout=120)
+    assert made.returncode == 0, made.stdout + made.stderr
+    summary, env = _summary_env(tmp_path)
+    proc = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m2"), "--gate", "--baseline", str(baseline),
+                   env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    comp = load_comparison_file(tmp_path / "m2")
+    assert comp.baseline_source == str(baseline) and not comp.gate_failed
+    assert (tmp_path / "m2" / "summary.md").read_text().strip() in summary.read_text()
+
+
+def test_merge_without_gate_leaves_the_job_summary_alone(tmp_path):
+    paths = write_shard_runs(tmp_path, suite_cases(workloads=1, toggles=2), 2)
+    summary, env = _summary_env(tmp_path)
+    proc = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m"), env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert summary.read_text() == "earlier step\n"
+    assert (tmp_path / "m" / "summary.md").is_file()  # the reports are written either way

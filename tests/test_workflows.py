@@ -197,6 +197,7 @@ def test_baselines_workflow_opens_a_pull_request_and_never_pushes_main(workflows
 def smoke_run(tmp_path_factory):
     """.ci/smoke-gate.sh as the workflow calls it (against a git ref, as PERFGATE_AGAINST is set to the
     pull request's base there), narrowed to one workload, eager only, one process, 2 samples."""
+    pytest.importorskip("perfgate.gate", reason="`perfgate run --gate` (issue 4) is not on this branch yet")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
     if head.returncode != 0:
         pytest.skip("not a git checkout: --against needs one")
@@ -233,6 +234,7 @@ def test_smoke_script_appends_the_summary_to_the_job_summary(smoke_run):
 
 
 def test_smoke_script_passes_perfgate_usage_errors_through(tmp_path):
+    pytest.importorskip("perfgate.gate", reason="`perfgate run --gate` (issue 4) is not on this branch yet")
     env = cli_env(PERFGATE_PYTHON=sys.executable, PERFGATE_SUITE="no-such-suite", PERFGATE_OUT=str(tmp_path / "o"))
     proc = subprocess.run(["bash", str(SMOKE_SCRIPT)], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
