@@ -139,6 +139,9 @@ def unmet_requirement(req: str, device: str, workload: dict[str, Any] | None = N
 def skip_reason(toggles: tuple[str, ...], device: str, workload: dict[str, Any]) -> str | None:
     """Why this toggle set cannot run here for this workload, or None."""
     for name in toggles:
+        declined = workload.get("unsupported_toggles", {}).get(name)
+        if declined:
+            return f"{name}: does not apply to this workload: {declined}"
         t = TOGGLES_BY_NAME.get(name)
         if t is None:  # a workload variant: it declares no requirements
             continue
@@ -225,6 +228,9 @@ def prepare(
 
     set_global_flags(toggles, device)
     dev = torch.device(device)
+    mode = _compile_mode(toggles)
+    if workload.applies_compile:  # the workload compiles inside its own timed work (see Workload)
+        workload.compile_mode = mode
     built = workload.build(params, dev, torch.float32, variants)
     model = built.model
     if "channels-last" in toggles:
@@ -233,8 +239,7 @@ def prepare(
         built.state = _to_channels_last(built.state)
     if "torchscript" in toggles:
         model = torch.jit.script(model)
-    mode = _compile_mode(toggles)
-    if mode is not None:
+    if mode is not None and not workload.applies_compile:
         model = torch.compile(model, mode=mode)
     grad_ctx = grad_context(toggles, workload.needs_grad)
     amp_ctx = autocast_context(toggles, device)
