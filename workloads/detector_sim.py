@@ -60,7 +60,11 @@ class DetectorPhysics(nn.Module):
     def forward(self) -> torch.Tensor:
         x = self.coords[:, None]  # (G*o, 1)
         y = self.coords[None, :]  # (1, G*o)
-        distance = self.distance_value if self.float_constants else self.distance
+        if self.float_constants:
+            # a constant tensor made inside the compiled region from a guarded Python float (the team's bug)
+            distance = torch.full_like(self.distance, self.distance_value)
+        else:
+            distance = self.distance
         r = torch.sqrt(x * x + y * y + distance**2)
         cos2theta = distance / r  # cosine of the scattering angle 2*theta
         sin_theta = torch.sqrt(((1.0 - cos2theta) * 0.5).clamp_min(0.0))

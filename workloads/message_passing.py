@@ -156,7 +156,7 @@ class MessagePassingPotential(Workload):
 
     def step(self, model, state, built, params):
         new_positions, energies, forces_all = [], [], []
-        for graph, positions in zip(built.extra["graphs"], state[1:]):
+        for graph, positions in zip(built.extra["graphs"], state[1:], strict=True):
             energy, forces = energy_and_forces(model, graph, positions)
             new_positions.append(positions + built.extra["step_size"] * forces.to(positions.dtype))
             energies.append(energy.to(positions.dtype))
