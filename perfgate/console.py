@@ -38,10 +38,10 @@ def outcome_text(case: CaseResult) -> str:
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
     for r in rows:
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     return "\n".join(lines)
 
 
