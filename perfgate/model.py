@@ -55,6 +55,7 @@ METRIC_KINDS: dict[str, str] = {
     "first_compile_s": "time",
     "setup_per_construction_s": "time",
     "construction_cache_hits": "deterministic",
+    "construction_recompiles": "deterministic",
     "setup_exit_criterion_met": "info",
 }
 
