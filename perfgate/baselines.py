@@ -40,6 +40,7 @@ class Baseline:
         self.updated_at = updated_at
         self.source = source
         self.path = path
+        self.file_schema = SCHEMA  # the version the file was written in (older ones are upgraded on read)
 
     @property
     def environment(self) -> dict[str, Any]:
@@ -119,6 +120,7 @@ def load_baseline(path: str | Path) -> Baseline:
         raise SchemaError(f"{p}: baseline is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
     b = parse_baseline(data, str(p))
     b.path = p
+    b.file_schema = data.get("schema") if isinstance(data, dict) else None
     return b
 
 
@@ -194,7 +196,8 @@ def describe(baseline: Baseline) -> list[str]:
     """`perfgate baseline show`: a header and one line per case."""
     env = baseline.environment
     lines = [
-        f"{baseline.path or 'baseline'}  schema {SCHEMA}",
+        f"{baseline.path or 'baseline'}  schema {baseline.file_schema}"
+        + (f" (read as {SCHEMA}; `perfgate baseline update` rewrites it)" if baseline.file_schema != SCHEMA else ""),
         f"  suite {baseline.suite}  machine {baseline.machine_key}  updated {baseline.updated_at or '?'}"
         f"  from {baseline.source or baseline.run.run_id}",
         f"  torch {env.get('torch')}  cuda {env.get('torch_cuda')}  python {env.get('python')}  "
