@@ -168,14 +168,19 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
 
     if settings.reports_dir in run_dir.parents:
         runner.mark_latest(settings.reports_dir, run_dir)
+    write_reports = _run_reports_writer(run_dir)
+    write_reports(run)
     if against_ref:  # the gate's same-job A/B mode: perfgate/gate.py
         from perfgate import gate as gate_mod
 
         sys.exit(gate_mod.execute_against(against_ref, cases, files, settings, run, run_dir, progress, click.echo,
                                           gate=gate))
-    run = runner.execute(cases, files, settings, run, run_dir, progress)
+    run = runner.execute(cases, files, settings, run, run_dir, progress, after_case=write_reports)
     run = replace(run, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     runner.write_results(run, run_dir / "results.json")
+    write_tensorboard_scalars(run, run_dir)
+    write_reports(run)
+    click.echo(f"reports: {run_dir / 'report.html'} (also summary.md, junit.xml)")
     click.echo(console.run_tables(run))
     click.echo(f"\n{runner.summary_status(run)}; results: {run_dir / 'results.json'}")
     if not any(c.status == STATUS_OK for c in run.cases):
@@ -313,6 +318,113 @@ def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, .
             base.calibration[key] = noise.to_json()
         baselines.write_baseline(base, path)
         click.echo(f"stored {len(results)} calibrated threshold(s) in {path}")
+
+
+
+# ---------------------------------------------------------------- perfgate report (issue 5)
+
+def _run_reports_writer(run_dir: Path) -> Callable[[Any], None]:
+    """report.html, summary.md and junit.xml for `perfgate run`, rewritten after each case. A report bug
+    must not cost a long run its results (results.json is already safe): it warns once and goes on."""
+    from perfgate.exporters import write_run_reports
+
+    warned: list[str] = []
+
+    def write(run: Any) -> None:
+        try:
+            write_run_reports(run, run_dir)
+        except Exception as exc:  # noqa: BLE001 - any exporter failure; results.json stands
+            if not warned:
+                warned.append(str(exc))
+                click.echo(f"perfgate: warning: could not write the reports: {type(exc).__name__}: {exc}", err=True)
+
+    return write
+
+
+@main.command("report")
+@config_option
+@click.argument("results", type=click.Path(exists=True))
+@click.option("--baseline", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Compare against this stored baseline file.")
+@click.option("--against-results", "against_results", default=None, type=click.Path(exists=True),
+              help="Compare against another run's results.json (or its folder).")
+@click.option("--out", "out", default=None, type=click.Path(file_okay=False),
+              help="Folder for the reports (default: next to RESULTS).")
+@click.option("--format", "formats", default="html,md,junit", show_default=True,
+              help="Comma-separated: html, md, junit, csv, json.")
+@handle_errors
+def report_cmd(config: str | None, results: str, baseline: str | None, against_results: str | None,
+               out: str | None, formats: str) -> None:
+    """Write report.html, summary.md, junit.xml (and csv/json) for a results.json, optionally compared."""
+    from perfgate.exporters import ReportInput, load_comparison, parse_formats, write_all
+    from perfgate.model import load_results
+    from perfgate.storage import check_writable_dir
+
+    chosen = parse_formats(formats)
+    run = load_results(results)
+    run_dir = Path(results) if Path(results).is_dir() else Path(results).parent
+    out_dir = Path(out) if out else run_dir
+    problem = check_writable_dir(out_dir)
+    if problem:
+        raise ConfigError(problem)
+    settings = load_settings(config) if (baseline or against_results) else None
+    comparison = load_comparison(run, baseline, against_results, settings)
+    report = ReportInput(run, comparison, run_dir=run_dir.resolve())
+    for path in write_all(report, out_dir, chosen):
+        click.echo(f"wrote {path}")
+    click.echo(report.verdict.headline)
+
+
+# ---------------------------------------------------------------- perfgate tensorboard (issue 3)
+
+
+def write_tensorboard_scalars(run: Any, run_dir: Path) -> None:
+    """Scalars and hparams next to the traces; a failure here costs the charts, never the results."""
+    try:
+        from perfgate.exporters.tensorboard import write_tensorboard
+
+        write_tensorboard(run, run_dir / "tb")
+    except Exception as exc:  # noqa: BLE001 - TensorBoard's writer is optional to the run's outcome
+        click.echo(f"perfgate: warning: TensorBoard scalars not written: {exc}", err=True)
+
+
+@main.command("tensorboard")
+@config_option
+@click.argument("run_dir", required=False, type=click.Path(file_okay=False))
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=6006, help="Port (0: a free one).")
+@click.option("--host", default="127.0.0.1", help="Interface to listen on.")
+@handle_errors
+def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: str) -> None:
+    """Start TensorBoard on a run's traces and scalars (default: the latest run); Ctrl-C stops it."""
+    from perfgate import runner, tbserver
+
+    if run_dir is None:
+        latest = runner.latest_run_dir(load_settings(config).reports_dir)
+        if latest is None:
+            raise ConfigError("no run found in the reports folder; give RUN_DIR or run `perfgate run` first")
+        run_path = latest
+    else:
+        run_path = Path(run_dir)
+    tb_dir = run_path / "tb"
+    try:
+        tb = tbserver.start(tb_dir, host=host, port=port or tbserver.free_port(host))
+    except RuntimeError as exc:
+        fail(str(exc), EXIT_INFRA)
+    click.echo(f"TensorBoard on {tb_dir}: {tb.url}  (Ctrl-C to stop)")
+    if not tbserver.profiler_plugin_installed():
+        click.echo(tbserver.PROFILER_PLUGIN_HELP.format(tb_dir=tb_dir))
+    else:
+        click.echo(f"Traces: the PYTORCH_PROFILER tab; or open a .pt.trace.json from {tb_dir} in https://ui.perfetto.dev")
+    import signal
+
+    # a SIGTERM (CI, a supervisor) stops TensorBoard too, through the finally below
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        tb.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        tb.stop()
 
 
 if __name__ == "__main__":

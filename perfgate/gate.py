@@ -26,9 +26,20 @@ def default_baseline_path(settings: Settings, run: RunResult) -> Path:
                                    run.suite or settings.default_suite)
 
 
-def write_comparison(comparison: Comparison, run_dir: Path) -> Path:
-    """comparison.json beside results.json: what the exporters and a later reader consume."""
-    return atomic_write_json(run_dir / "comparison.json", comparison.to_json())
+def write_comparison(comparison: Comparison, run_dir: Path, run: RunResult | None = None,
+                     echo: Echo | None = None) -> Path:
+    """comparison.json beside results.json; with ``run``, the run's reports again, now with the verdicts.
+    A report failure warns and leaves the gate's verdict and exit code alone."""
+    path = atomic_write_json(run_dir / "comparison.json", comparison.to_json())
+    if run is not None:
+        try:
+            from perfgate.exporters import write_run_reports
+
+            write_run_reports(run, run_dir, comparison)
+        except Exception as exc:  # noqa: BLE001 - any exporter failure; the verdicts stand
+            if echo:
+                echo(f"perfgate: warning: could not write the reports with the verdicts: {type(exc).__name__}: {exc}")
+    return path
 
 
 def conclude(comparison: Comparison, gate: bool, echo: Echo) -> int:
@@ -58,7 +69,7 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, baseline_file: P
 
         comparison, again = confirm_regressions(comparison, run, gs, remeasure, calibration=base.calibration)
         record_remeasures(run, run_dir, again)
-    write_comparison(comparison, run_dir)
+    write_comparison(comparison, run_dir, run, echo)
     return conclude(comparison, gate, echo)
 
 
@@ -109,7 +120,7 @@ def execute_against(ref: str, cases: list[CaseSpec], workload_files: dict[str, s
 
             comparison, again = confirm_regressions(comparison, run, gs, remeasure)
             record_remeasures(run, run_dir, again)
-        write_comparison(comparison, run_dir)
+        write_comparison(comparison, run_dir, run, echo)
         return conclude(comparison, gate, echo)
     finally:
         base.close()

@@ -1,26 +1,474 @@
-"""The profile pass: after the timed samples, a short torch.profiler window over the unit of work.
+"""The profile pass: what process 0 of a case measures after its timed samples, never during them.
 
-Never active during timed samples. Fills ``result["metrics"]`` and ``result["profile"]``.
+``profile_pass`` fills the worker's result with
+  metrics   aten_ops_per_step, kernels_per_step, memcpy/memset/syncs_per_step (CUDA), flops_per_step,
+            achieved_flops_per_s, peak_cuda_allocated/reserved_bytes, peak_rss_bytes,
+            cpu_bytes_allocated_per_step, graph_breaks, unique_graphs, recompiles (compile toggles)
+  profile   top_ops, graph_break_reasons, trace_dir, trace_file (relative to the run folder), window
+  accuracy  max_abs, mean_abs, rel_l2, verdict ok|drift, tolerance (against an eager fp32 reference)
+A section that fails (say, an op FlopCounterMode cannot dispatch) leaves its figures out and says why
+under ``profile["errors"]``; the timed samples stand.
+
+How each number is obtained is documented in docs/profiling.md. Works from torch 2.4 on: attributes that
+moved between releases are read through getattr with fallbacks (device_time before cuda_time).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import resource
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
 from typing import Any
+
+# The profile window: steps skipped, steps profiled but discarded (profiler warm-up), steps recorded.
+# Bounded whatever the workload's T: the window is single steps, not units.
+WAIT_STEPS = 1
+WARMUP_STEPS = 1
+ACTIVE_STEPS = 3
+TOP_N = 15
+
+# CUDA runtime calls that block the host until the device catches up
+SYNC_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent",
+    "cudaMemcpy", "cudaMemset",
+})
+
+
+# ---------------------------------------------------------------- compile counters and compile time
+
+
+def reset_compile_counters() -> None:
+    """Fresh dynamo state and counters, so what is read after the timed samples belongs to this case."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    clear = getattr(torch._dynamo.utils, "clear_compilation_metrics", None)
+    if clear is not None:
+        clear()
+
+
+def compile_counters() -> tuple[dict[str, float], list[str], dict[str, Any]]:
+    """(metrics, graph-break reasons, detail) from dynamo's own counters since reset_compile_counters.
+
+    graph_breaks: every break dynamo recorded (``counters["graph_break"]``, reason -> count).
+    unique_graphs: FX graphs dynamo handed to the backend (``counters["stats"]["unique_graphs"]``).
+    recompiles: compiled frames whose compile dynamo attributed a recompile reason to (its compilation
+    metrics), i.e. compiles of a frame that already had a cache entry.
+    """
+    from torch._dynamo.utils import counters
+
+    breaks = counters.get("graph_break", {})
+    reasons = sorted(breaks, key=lambda r: (-breaks[r], r))
+    stats = counters.get("stats", {})
+    metrics: dict[str, float] = {
+        "graph_breaks": float(sum(breaks.values())),
+        "unique_graphs": float(stats.get("unique_graphs", 0)),
+    }
+    detail: dict[str, Any] = {"frames_compiled": int(counters.get("frames", {}).get("ok", 0))}
+    records = _compilation_metrics()
+    if records is not None:
+        recompiles = _recompiles(records)
+        if recompiles is not None:
+            metrics["recompiles"] = float(len(recompiles))
+            detail["recompile_reasons"] = [str(getattr(r, "recompile_reason", None) or f"{r.co_name}: cache entry "
+                                               f"{getattr(r, 'cache_size', '?')}") for r in recompiles][:20]
+        frame_s = [getattr(r, "entire_frame_compile_time_s", None) for r in records]
+        if any(t is not None for t in frame_s):
+            detail["dynamo_compile_s"] = float(sum(t for t in frame_s if t is not None))
+    return metrics, [f"{r} (x{breaks[r]})" if breaks[r] > 1 else str(r) for r in reasons], detail
+
+
+def _recompiles(records: list[Any]) -> list[Any] | None:
+    """Records of compiles that were recompiles: dynamo's ``recompile_reason`` where its metrics carry
+    one (recent torch), else a frame compiled while it already had cache entries (``cache_size > 0``,
+    torch 2.4-era metrics). None when neither field exists, so the metric is omitted rather than 0."""
+    import dataclasses
+
+    import torch._dynamo.utils as dynamo_utils
+
+    cls = getattr(dynamo_utils, "CompilationMetrics", None)
+    fields = {f.name for f in dataclasses.fields(cls)} if cls and dataclasses.is_dataclass(cls) else set()
+    if "recompile_reason" in fields:
+        return [r for r in records if getattr(r, "recompile_reason", None)]
+    if "cache_size" in fields:
+        return [r for r in records if (getattr(r, "cache_size", 0) or 0) > 0]
+    return None
+
+
+def _compilation_metrics() -> list[Any] | None:
+    import torch._dynamo.utils as dynamo_utils
+
+    getter = getattr(dynamo_utils, "get_compilation_metrics", None)
+    if getter is None:
+        return None
+    try:
+        return list(getter())
+    except Exception:
+        return None
+
+
+def compile_time(first_call_s: float, samples_ns: list[int], loops: int) -> dict[str, float]:
+    """Compile time as the user waits for it: the first call minus one steady-state unit (median sample).
+
+    Version-independent and includes everything the first call pays (tracing, inductor, the C++ or
+    Triton build, cache lookups); with a fresh inductor cache it is the cold compile, with a warm one
+    the warm compile."""
+    unit_s = statistics.median(samples_ns) / max(loops, 1) * 1e-9 if samples_ns else 0.0
+    return {"first_call_s": first_call_s, "unit_s": unit_s, "compile_s": max(0.0, first_call_s - unit_s)}
+
+
+# ---------------------------------------------------------------- memory
+
+
+def peak_rss_bytes() -> int:
+    """The worker's peak resident set size so far (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def cuda_peaks_over(unit: Any, device: str) -> dict[str, float]:
+    """Peak CUDA allocated and reserved bytes over one call of ``unit`` (statistics reset before it).
+
+    Empty on CPU, or when CUDA cannot answer (some calls return 0 on CPU builds, others raise)."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return {}
+    try:
+        if not torch.cuda.is_available():
+            return {}
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        unit()
+        torch.cuda.synchronize()
+        return {
+            "peak_cuda_allocated_bytes": float(torch.cuda.max_memory_allocated()),
+            "peak_cuda_reserved_bytes": float(torch.cuda.max_memory_reserved()),
+        }
+    except (RuntimeError, AssertionError, AttributeError):
+        return {}
+
+
+# ---------------------------------------------------------------- numerical drift
+
+
+def compare_outputs(actual: Any, reference: Any, tolerance: Any) -> dict[str, Any]:
+    """max abs, mean abs and relative L2 error of ``actual`` against ``reference`` (in float64 on CPU),
+    and the verdict against the workload's Tolerance: ``ok`` within every bound given, else ``drift``."""
+    import torch
+
+    a = actual.detach().to("cpu", torch.float64)
+    r = reference.detach().to("cpu", torch.float64)
+    if a.shape != r.shape:
+        return {"verdict": "drift", "tolerance": tolerance.to_json(),
+                "message": f"output shape {tuple(a.shape)} differs from the reference {tuple(r.shape)}"}
+    diff = (a - r).abs()
+    ref_norm = float(torch.linalg.vector_norm(r))
+    diff_norm = float(torch.linalg.vector_norm(a - r))
+    rel_l2 = diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    mean_abs = float(diff.mean()) if diff.numel() else 0.0
+    finite = math.isfinite(max_abs) and math.isfinite(rel_l2)
+    ok = finite
+    if tolerance.rel_l2 is not None:
+        ok = ok and rel_l2 <= tolerance.rel_l2
+    if tolerance.max_abs is not None:
+        ok = ok and max_abs <= tolerance.max_abs
+    return {"max_abs": max_abs, "mean_abs": mean_abs, "rel_l2": rel_l2,
+            "verdict": "ok" if ok else "drift", "tolerance": tolerance.to_json()}
+
+
+# ---------------------------------------------------------------- reading the profiler's events
+
+
+def _self_device_us(evt: Any) -> float:
+    for name in ("self_device_time_total", "self_cuda_time_total"):
+        value = getattr(evt, name, None)
+        if value is not None:
+            try:
+                return float(value)
+            except (TypeError, RuntimeError):
+                continue
+    return 0.0
+
+
+def _is_device_event(evt: Any) -> bool:
+    from torch.autograd import DeviceType
+
+    return getattr(evt, "device_type", DeviceType.CPU) != DeviceType.CPU
+
+
+def is_cpp_kernel(name: str) -> bool:
+    """An inductor C++ kernel, as named by its RECORD_FUNCTION (``graph_0_cpp_fused_add_mul_0``)."""
+    return "cpp_fused" in name
+
+
+def _event_kind(evt: Any) -> str | None:
+    """kernel | memcpy | memset | op | None (annotations, runtime calls and the step markers)."""
+    name = evt.key if hasattr(evt, "key") else evt.name
+    if _is_device_event(evt):
+        if name.startswith("Memcpy"):
+            return "memcpy"
+        if name.startswith("Memset"):
+            return "memset"
+        if name.startswith("ProfilerStep") or getattr(evt, "is_user_annotation", False):
+            return None
+        return "kernel"
+    if is_cpp_kernel(name):
+        return "kernel"
+    if name.startswith("aten::"):
+        return "op"
+    return None
+
+
+def window_counts(events: list[Any], device: str) -> tuple[dict[str, float], int]:
+    """Per-step counts over the recorded steps: (metrics, number of recorded steps)."""
+    # the profiler renames "ProfilerStep#N" to "ProfilerStep*" in its events
+    steps = sum(1 for e in events if e.name.startswith("ProfilerStep") and not _is_device_event(e))
+    steps = max(steps, 1)
+    kinds: Counter[str] = Counter()
+    syncs = 0
+    for e in events:
+        kind = _event_kind(e)
+        if kind:
+            kinds[kind] += 1
+        elif not _is_device_event(e) and e.name in SYNC_CALLS:
+            syncs += 1
+    metrics = {"aten_ops_per_step": kinds["op"] / steps}
+    if device.startswith("cuda"):
+        metrics["kernels_per_step"] = kinds["kernel"] / steps
+        metrics["memcpy_per_step"] = kinds["memcpy"] / steps
+        metrics["memset_per_step"] = kinds["memset"] / steps
+        metrics["syncs_per_step"] = syncs / steps
+    elif kinds["kernel"]:  # CPU: the compiled C++ kernels inductor made visible, when there are any
+        metrics["kernels_per_step"] = kinds["kernel"] / steps
+    return metrics, steps
+
+
+def top_ops(averages: list[Any], steps: int, n: int = TOP_N) -> list[dict[str, Any]]:
+    """The ``n`` ops or kernels with the most self time per step (kernels: device time; ops: CPU time)."""
+    rows = []
+    for avg in averages:
+        kind = _event_kind(avg)
+        if kind is None:
+            continue
+        device_side = kind != "op" and _is_device_event(avg)
+        self_us = _self_device_us(avg) if device_side else float(getattr(avg, "self_cpu_time_total", 0.0))
+        rows.append({
+            "name": avg.key,
+            "kind": "op" if kind == "op" else "kernel",
+            "count_per_step": avg.count / steps,
+            "self_time_us_per_step": self_us / steps,
+        })
+    rows.sort(key=lambda r: (-r["self_time_us_per_step"], r["name"]))
+    return rows[:n]
+
+
+def cpu_bytes_allocated_per_step(trace_file: Path, steps: int) -> float | None:
+    """Bytes the host allocator handed out per recorded step: the positive ``[memory]`` events of the
+    exported trace (profile_memory=True) on the CPU device."""
+    try:
+        data = json.loads(trace_file.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    total = 0
+    for ev in data.get("traceEvents", []):
+        if ev.get("name") != "[memory]":
+            continue
+        args = ev.get("args", {})
+        if args.get("Device Type", 0) == 0 and args.get("Bytes", 0) > 0:
+            total += args["Bytes"]
+    return total / max(steps, 1)
+
+
+# ---------------------------------------------------------------- the pass
+
+
+def trace_dir_for(run_dir: Path, spec: Any) -> Path:
+    """``<run dir>/tb/<workload>/<size>/<toggles>/``: one trace per folder, a run per case in TensorBoard."""
+    return run_dir / "tb" / spec.workload / spec.size / spec.toggle_name
+
+
+def _reseed(seed: int) -> None:
+    import random
+
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _first_tensor(state: Any) -> Any:
+    return state[0] if isinstance(state, (tuple, list)) else state
+
+
+def reference_check(cfg: dict[str, Any], spec: Any, workload: Any, prepared: Any
+                    ) -> tuple[dict[str, Any], Any]:
+    """Drift of the toggled unit's output from an eager fp32 instance built from the same seed.
+
+    Returns (accuracy dict, the reference Built and model, for the FLOP count). Global flags are set to
+    the reference's (TF32 off) while it runs and restored after; RNG is reseeded before each run so
+    stochastic workloads draw the same numbers."""
+    import torch
+
+    from perfgate import toggles as toggles_mod
+
+    seed = int(cfg.get("seed", 0))
+    params = spec.param_dict
+    _reseed(seed)
+    out = workload.output(prepared.unit())
+    actual = out.detach().clone() if isinstance(out, torch.Tensor) else out
+
+    toggles_mod.set_global_flags((), spec.device)
+    try:
+        _reseed(seed)  # same draw as the worker's seed before prepare(): same weights and inputs
+        ref = workload.build(params, torch.device(spec.device), torch.float32, prepared.variants)
+        contexts = toggles_mod.step_contexts((), spec.device, workload.needs_grad)
+        _reseed(seed)
+        with contexts():
+            expected = workload.output(workload.run_unit(ref.model, ref, params))
+    finally:
+        toggles_mod.set_global_flags(prepared.toggles, spec.device)
+    return compare_outputs(actual, expected, workload.tolerance), ref
+
+
+def flops_per_step(spec: Any, workload: Any, ref: Any) -> float | None:
+    """FLOPs of one step of the workload, counted once by torch.utils.flop_counter on the eager fp32
+    reference: the algorithm's FLOPs, the same for every toggle (compiled code hides its aten calls)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from perfgate import toggles as toggles_mod
+
+    contexts = toggles_mod.step_contexts((), spec.device, workload.needs_grad)
+    counter = FlopCounterMode(display=False)
+    with counter, contexts():
+        workload.step(ref.model, ref.state, ref, spec.param_dict)
+    return float(counter.get_total_flops())
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        try:
+            torch.cuda.synchronize()
+        except RuntimeError:
+            pass
+
+
+def profile_window(cfg: dict[str, Any], spec: Any, workload: Any, prepared: Any, run_dir: Path
+                   ) -> tuple[dict[str, float], dict[str, Any]]:
+    """torch.profiler over wait+warmup+active single steps (one unit per profiler step for CUDA graphs),
+    trace exported for TensorBoard. Returns (metrics, profile detail)."""
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    device = spec.device
+    activities = [ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(ProfilerActivity.CUDA)
+    trace_dir = trace_dir_for(run_dir, spec)
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    for old in trace_dir.glob("*.pt.trace.json*"):  # one trace per folder, even when a case is re-run
+        old.unlink()
+    worker_name = f"{spec.workload}.{spec.size}.{spec.toggle_name}.{spec.device}"
+    # a captured CUDA graph replays whole units; anything else profiles single steps of the same contexts
+    per_call_steps = workload.steps_per_unit(spec.param_dict) if prepared.captured else 1
+    state = prepared.built.state
+    total = WAIT_STEPS + WARMUP_STEPS + ACTIVE_STEPS
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=WAIT_STEPS, warmup=WARMUP_STEPS, active=ACTIVE_STEPS, repeat=1),
+        on_trace_ready=tensorboard_trace_handler(str(trace_dir), worker_name=worker_name),
+        profile_memory=True,
+        record_shapes=False,
+    ) as prof:
+        for _ in range(total):
+            if prepared.captured:
+                prepared.unit()
+            else:
+                state = prepared.step(state)
+            _sync(device)
+            prof.step()
+    events = list(prof.events())
+    metrics, steps = window_counts(events, device)
+    if per_call_steps > 1:
+        metrics = {k: v / per_call_steps for k, v in metrics.items()}
+    profile_detail: dict[str, Any] = {
+        "top_ops": top_ops(list(prof.key_averages()), steps * per_call_steps),
+        "window": {"wait": WAIT_STEPS, "warmup": WARMUP_STEPS, "active": steps,
+                   "steps_per_profiler_step": per_call_steps},
+    }
+    traces = sorted(trace_dir.glob("*.pt.trace.json"), key=lambda p: p.stat().st_mtime)
+    if traces:
+        trace = traces[-1]
+        profile_detail["trace_dir"] = str(trace_dir.relative_to(run_dir))
+        profile_detail["trace_file"] = str(trace.relative_to(run_dir))
+        per_step = cpu_bytes_allocated_per_step(trace, steps * per_call_steps)
+        if per_step is not None:
+            metrics["cpu_bytes_allocated_per_step"] = per_step
+    return metrics, profile_detail
+
+
+def _median_step_s(result: dict[str, Any]) -> float | None:
+    proc = result.get("process") or {}
+    samples = proc.get("samples_ns") or []
+    if not samples:
+        return None
+    per = max(proc.get("loops", 1), 1) * max(proc.get("steps_per_unit", 1), 1)
+    return statistics.median(samples) / per * 1e-9
 
 
 def profile_pass(cfg: dict[str, Any], spec: Any, workload: Any, prepared: Any, result: dict[str, Any]) -> None:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
+    """Everything process 0 measures after its timed samples; fills result metrics, profile, accuracy."""
+    from perfgate import toggles as toggles_mod
 
-    activities = [ProfilerActivity.CPU]
-    if spec.device.startswith("cuda"):
-        activities.append(ProfilerActivity.CUDA)
-    steps = workload.steps_per_unit(spec.param_dict)
-    with profile(activities=activities) as prof:
-        prepared.unit()
-        if spec.device.startswith("cuda"):
-            torch.cuda.synchronize()
-    aten_calls = sum(e.count for e in prof.key_averages() if e.key.startswith("aten::"))
-    result["metrics"]["aten_ops_per_step"] = aten_calls / steps
-    result["metrics"]["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    metrics = result.setdefault("metrics", {})
+    profile_detail = result.setdefault("profile", {})
+    run_dir = Path(cfg.get("run_dir") or ".").resolve()
+    # the peak of the timed work, read before the reference instance below adds its own memory
+    metrics["peak_rss_bytes"] = float(peak_rss_bytes())
+
+    # compile counters first: nothing below may add to them
+    if toggles_mod.compile_mode(prepared.toggles) is not None:
+        counts, reasons, detail = compile_counters()
+        metrics.update(counts)
+        profile_detail["graph_break_reasons"] = reasons
+        profile_detail["compile"] = detail
+
+    metrics.update(cuda_peaks_over(prepared.unit, spec.device))
+
+    # a section that fails costs its own figures, recorded under profile["errors"], never the timing
+    errors: list[str] = []
+    ref = None
+    try:
+        accuracy, ref = reference_check(cfg, spec, workload, prepared)
+        result["accuracy"] = accuracy
+    except Exception as exc:
+        errors.append(f"accuracy: {type(exc).__name__}: {exc}")
+
+    if ref is not None:
+        try:
+            flops = flops_per_step(spec, workload, ref)
+        except Exception as exc:  # an op the counter cannot dispatch through
+            errors.append(f"flops: {type(exc).__name__}: {exc}")
+            flops = None
+        del ref
+        if flops is not None:
+            metrics["flops_per_step"] = flops
+            step_s = _median_step_s(result)
+            if step_s and flops > 0:
+                metrics["achieved_flops_per_s"] = flops / step_s
+
+    try:
+        window_metrics, window_detail = profile_window(cfg, spec, workload, prepared, run_dir)
+        metrics.update(window_metrics)
+        profile_detail.update(window_detail)
+    except Exception as exc:
+        errors.append(f"profiler window: {type(exc).__name__}: {exc}")
+    if errors:
+        profile_detail["errors"] = errors

@@ -154,13 +154,17 @@ def skip_reason(toggles: tuple[str, ...], device: str, workload: dict[str, Any])
 
 @dataclass
 class Prepared:
-    """A workload with its toggles applied: call ``unit()`` to run one unit of work."""
+    """A workload with its toggles applied: call ``unit()`` to run one unit of work, or ``step(state)`` for
+    one step (the profile pass's window) under exactly the same grad and autocast contexts."""
 
     unit: Callable[[], Any]
     model: Any
     built: Any
     toggles: tuple[str, ...]
     variants: frozenset[str]
+    step: Callable[[Any], Any] | None = None
+    # True when ``unit`` replays a captured CUDA graph: ``step`` then runs uncaptured work
+    captured: bool = False
 
 
 def set_global_flags(toggles: tuple[str, ...], device: str) -> None:
@@ -184,7 +188,7 @@ def _to_channels_last(state: Any) -> Any:
     return state
 
 
-def _compile_mode(toggles: tuple[str, ...]) -> str | None:
+def compile_mode(toggles: tuple[str, ...]) -> str | None:
     for name, mode in (
         ("compile", "default"),
         ("compile-reduce-overhead", "reduce-overhead"),
@@ -233,19 +237,57 @@ def prepare(
         built.state = _to_channels_last(built.state)
     if "torchscript" in toggles:
         model = torch.jit.script(model)
-    mode = _compile_mode(toggles)
+    mode = compile_mode(toggles)
     if mode is not None:
+        if not device.startswith("cuda"):
+            enable_cpu_kernel_profile()
         model = torch.compile(model, mode=mode)
-    grad_ctx = grad_context(toggles, workload.needs_grad)
-    amp_ctx = autocast_context(toggles, device)
+    contexts = step_contexts(toggles, device, workload.needs_grad)
 
     def unit() -> Any:
-        with grad_ctx(), amp_ctx():
+        with contexts():
             return workload.run_unit(model, built, params)
 
-    if "cuda-graphs" in toggles:
+    def step(state: Any) -> Any:
+        with contexts():
+            return workload.step(model, state, built, params)
+
+    captured = "cuda-graphs" in toggles
+    if captured:
         unit = capture_cuda_graph(unit)
-    return Prepared(unit=unit, model=model, built=built, toggles=toggles, variants=variants)
+    return Prepared(unit=unit, model=model, built=built, toggles=toggles, variants=variants, step=step,
+                    captured=captured)
+
+
+def step_contexts(toggles: tuple[str, ...], device: str, needs_grad: bool
+                  ) -> Callable[[], contextlib.AbstractContextManager]:
+    """The contexts every step of a toggled workload runs under (grad mode, then autocast), as one factory:
+    the timed unit, the profile window and the fp32 reference (``toggles=()``) all use it."""
+    grad_ctx = grad_context(toggles, needs_grad)
+    amp_ctx = autocast_context(toggles, device)
+
+    @contextlib.contextmanager
+    def contexts():
+        with grad_ctx(), amp_ctx():
+            yield
+
+    return contexts
+
+
+def enable_cpu_kernel_profile() -> None:
+    """Make inductor's C++ kernels visible to torch.profiler by name (a RECORD_FUNCTION per fused kernel).
+
+    Set before compiling, in every process of a case, so the inductor cache key is the same for all of
+    them (process 1 must hit what process 0 compiled). With no profiler active the guard costs one check
+    per kernel call."""
+    try:
+        import torch._inductor.config as inductor_config
+
+        cpp = getattr(inductor_config, "cpp", None)
+        if cpp is not None and hasattr(cpp, "enable_kernel_profile"):
+            cpp.enable_kernel_profile = True
+    except Exception:  # an inductor without the option: fused kernels stay anonymous, counts still work
+        pass
 
 
 def capture_cuda_graph(unit: Callable[[], Any], warmup: int = 3) -> Callable[[], Any]:

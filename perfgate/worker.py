@@ -156,6 +156,11 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         return result
 
     params = spec.param_dict
+    compiled = toggles_mod.compile_mode(registry_toggles) is not None
+    if compiled:
+        from perfgate import profiling
+
+        profiling.reset_compile_counters()
     prepared = toggles_mod.prepare(workload, params, spec.device, registry_toggles, variants)
     timer = timer_for(spec.device)
     sync = _sync_for(spec.device)
@@ -176,6 +181,11 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "seed": int(cfg.get("seed", 0)),
         "variants": sorted(variants),
     }
+    if compiled:
+        from perfgate import profiling
+
+        # every process reports it; the runner names process 0 cold (fresh cache) and process 1 warm
+        result["compile"] = profiling.compile_time(m.first_call_s, m.samples_ns, m.loops)
     if cfg.get("profile", False):
         from perfgate import profiling
 

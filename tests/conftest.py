@@ -33,3 +33,20 @@ def run_cli(*args: str, cwd: Path | str = REPO, timeout: float = 600, env: dict[
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def _profiled_run(out: Path, *args: str) -> dict:
+    """`perfgate run` on the profile-pass test workloads (tests/workloads/profiled.py); results.json."""
+    import json
+
+    proc = run_cli("run", "--workloads-dir", str(TEST_WORKLOADS), "--processes", "1", "--samples", "3",
+                   "--out", str(out), *args)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return json.loads((out / "results.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def profiled_run(tmp_path_factory):
+    """One shared run: tight_conv eager and amp-bf16, one process each (a few seconds)."""
+    out = tmp_path_factory.mktemp("profiled") / "run"
+    return out, _profiled_run(out, "-w", "tight_conv", "-t", "eager", "-t", "amp-bf16")

@@ -1,0 +1,117 @@
+"""Exporters: one interface (ReportInput in, bytes out), one module per format, one registry.
+
+``write_all`` renders the chosen formats and writes each file atomically next to results.json.
+No torch here (the TensorBoard writer lives apart, in exporters/tensorboard.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from perfgate.config import ConfigError
+from perfgate.exporters.base import Exporter, ReportInput
+from perfgate.model import Comparison, RunResult, load_results
+from perfgate.storage import atomic_write_text
+
+# What every `perfgate run` writes next to results.json, rewritten after each case.
+RUN_FORMATS = ("html", "md", "junit")
+
+
+def registry() -> dict[str, Exporter]:
+    """Every exporter by its --format name."""
+    from perfgate.exporters.csv import CsvExporter
+    from perfgate.exporters.html import HtmlExporter
+    from perfgate.exporters.json import JsonExporter
+    from perfgate.exporters.junit import JunitExporter
+    from perfgate.exporters.markdown import MarkdownExporter
+
+    exporters: list[Exporter] = [HtmlExporter(), MarkdownExporter(), JunitExporter(), CsvExporter(), JsonExporter()]
+    return {e.name: e for e in exporters}
+
+
+def parse_formats(text: str | Iterable[str]) -> list[str]:
+    """'html,md' -> ['html', 'md']; raises ConfigError naming the valid formats for anything else."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    names = [s.strip().lower() for s in items if s.strip()]
+    known = registry()
+    aliases = {"markdown": "md", "xml": "junit"}
+    out = []
+    for n in names:
+        n = aliases.get(n, n)
+        if n not in known:
+            raise ConfigError(f"unknown report format {n!r}; valid: {', '.join(known)}")
+        if n not in out:
+            out.append(n)
+    if not out:
+        raise ConfigError(f"no report format given; valid: {', '.join(known)}")
+    return out
+
+
+def write_all(report: ReportInput, out_dir: str | Path, formats: Iterable[str] = RUN_FORMATS) -> list[Path]:
+    """Render each format and write it atomically under ``out_dir``; returns the paths written."""
+    known = registry()
+    out = Path(out_dir)
+    written = []
+    for name in formats:
+        exporter = known[name]
+        data = exporter.render(report)
+        written.append(atomic_write_bytes(out / exporter.filename, data))
+    return written
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    # every exporter produces UTF-8 text; storage's atomic writer takes str
+    return atomic_write_text(path, data.decode("utf-8"))
+
+
+__all__ = ["Exporter", "ReportInput", "RUN_FORMATS", "parse_formats", "registry", "write_all"]
+
+
+def write_run_reports(run: RunResult, run_dir: str | Path, comparison: Comparison | None = None) -> list[Path]:
+    """What `perfgate run` calls before the first case and after every case: report.html, summary.md
+    and junit.xml next to results.json, so a crash part-way still leaves a report of what finished."""
+    return write_all(ReportInput(run, comparison, run_dir=Path(run_dir)), run_dir, RUN_FORMATS)
+
+
+def load_comparison(run: RunResult, baseline: str | None = None, against_results: str | None = None,
+                    settings: Any = None) -> Comparison | None:
+    """The Comparison `perfgate report` shows: none, against a stored baseline file, or against another
+    run's results.json. Needs perfgate.compare (the gate); a clear ConfigError where it is missing."""
+    if baseline is None and against_results is None:
+        return None
+    if baseline is not None and against_results is not None:
+        raise ConfigError("give --baseline or --against-results, not both")
+    try:
+        from perfgate import compare
+    except ImportError as exc:
+        flag = "--baseline" if baseline else "--against-results"
+        raise ConfigError(f"{flag} needs perfgate.compare, which this perfgate does not have yet; "
+                          "run `perfgate report RESULTS` without it for a report of the run alone") from exc
+    return _compare_with(compare, run, baseline, against_results, settings)
+
+
+def _compare_with(compare, run: RunResult, baseline: str | None, against_results: str | None,  # noqa: ANN001
+                  settings: Any = None) -> Comparison:
+    """Adapter to the gate's entry point, compare.compare_runs(current, baseline_run, gate, *, mode,
+    baseline_source, calibration); kept here so its signature is known in one place only."""
+    fn = getattr(compare, "compare_runs", None)
+    if fn is None:
+        raise ConfigError("perfgate.compare has no compare_runs(current, baseline); cannot compare")
+    calibration = None
+    if against_results:
+        other, source = load_results(against_results), str(against_results)
+    else:
+        try:
+            from perfgate import baselines
+        except ImportError:  # no baseline store: a results.json serves as the baseline
+            other, source = load_results(baseline), str(baseline)
+        else:
+            stored = baselines.load_baseline(baseline)
+            other, source, calibration = stored.run, str(baseline), stored.calibration
+    accepted = inspect.signature(fn).parameters
+    gate = compare.gate_settings(settings) if settings is not None and hasattr(compare, "gate_settings") else None
+    kwargs = {k: v for k, v in (("baseline_source", source), ("calibration", calibration)) if k in accepted}
+    return fn(run, other, gate, **kwargs) if "gate" in accepted else fn(run, other, **kwargs)

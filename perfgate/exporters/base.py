@@ -1,0 +1,474 @@
+"""The one exporter interface and the table logic every format shares. No torch here.
+
+An exporter turns a ReportInput (a run's results and, when there is one, its Comparison against a
+baseline) into the bytes of one file. The rows, recommendations and op diffs are computed once here;
+each format (html, markdown, junit, csv, json) only adds its own syntax.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Protocol
+
+from perfgate.model import STATUS_OK, CaseResult, Comparison, RunResult, Verdict
+from perfgate.stats import Ratio, SampleSummary, format_seconds, ratio_of
+
+# The relative change that counts as "pays off" / "hurts" for the recommendation when neither the
+# comparison nor [tool.perfgate.gate] gives one.
+DEFAULT_THRESHOLD = 0.05
+
+# How serious a verdict kind is for the row's marker: the worst verdict of a case decides its colour.
+VERDICT_SEVERITY = {
+    "newly-failing": 0, "regression": 1, "inconclusive": 2, "missing": 3, "win": 4, "fixed": 5,
+    "new": 6, "unchanged": 7, "skipped": 8,
+}
+
+MEMORY_METRICS = ("peak_cuda_allocated_bytes", "peak_rss_bytes")
+
+
+class Exporter(Protocol):
+    """One output format: a name for --format, the file it writes, and the rendering itself."""
+
+    name: str
+    filename: str
+
+    def render(self, report: ReportInput) -> bytes: ...
+
+
+# ---------------------------------------------------------------- formatting shared by every format
+
+def format_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_count(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.3g}"
+
+
+def format_rate(x: float | None, unit: str = "FLOP/s") -> str:
+    if x is None:
+        return "-"
+    for prefix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= size:
+            return f"{x / size:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def format_ratio(value: float | None, low: float | None = None, high: float | None = None) -> str:
+    if value is None:
+        return "-"
+    if low is None or high is None:
+        return f"{value:.3f}x"
+    return f"{value:.3f}x [{low:.3f}, {high:.3f}]"
+
+
+def format_value(metric: str, x: float | None) -> str:
+    """A verdict's baseline or current value in the metric's unit: seconds, bytes or a count."""
+    if x is None:
+        return "-"
+    if metric == "step_time" or metric.endswith("_s"):
+        return format_seconds(x)
+    if metric.endswith("_bytes"):
+        return format_bytes(x)
+    if metric.endswith("_per_s"):
+        return format_rate(x, "/s")
+    return format_count(x)
+
+
+def format_verdict_change(v: Verdict | None) -> str:
+    """'1.120x [1.050, 1.200] regression' for the step-time verdict of a case."""
+    if v is None:
+        return "-"
+    return f"{format_ratio(v.ratio, v.ratio_low, v.ratio_high)} {v.kind}".strip() if v.ratio else v.kind
+
+
+def first_line(text: str | None, limit: int = 200) -> str:
+    """The last non-empty line of an error message (where Python puts the exception), shortened."""
+    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    line = lines[-1] if lines else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _metric(case: CaseResult, name: str) -> float | None:
+    v = case.metrics.get(name)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return float(v)
+
+
+def peak_memory(case: CaseResult) -> tuple[float | None, str]:
+    """The peak memory a person compares: CUDA allocated on a GPU, process RSS on CPU."""
+    for name in MEMORY_METRICS:
+        v = _metric(case, name)
+        if v is not None:
+            return v, name
+    return None, ""
+
+
+# ---------------------------------------------------------------- the rows
+
+@dataclass
+class Recommendation:
+    """The "what pays off here" decision for one toggle; the rule is in ``recommend``."""
+
+    action: str  # adopt | neutral | avoid | cannot run | reference
+    reason: str
+
+
+@dataclass
+class OpChange:
+    """One op or kernel that differs between the baseline's profile and this run's."""
+
+    name: str
+    kind: str  # op | kernel
+    change: str  # added | removed | count changed | self time changed
+    count_before: float | None
+    count_after: float | None
+    self_us_before: float | None
+    self_us_after: float | None
+
+    @property
+    def self_us_delta(self) -> float:
+        return (self.self_us_after or 0.0) - (self.self_us_before or 0.0)
+
+
+@dataclass
+class CaseRow:
+    """Everything a table shows about one case, already computed; formats only add syntax."""
+
+    case: CaseResult
+    step_time: SampleSummary | None
+    speedup: Ratio | None
+    verdicts: list[Verdict]
+    memory_bytes: float | None
+    memory_change: float | None  # this case's peak memory / eager's
+    recommendation: Recommendation
+    op_diff: list[OpChange] = field(default_factory=list)
+    baseline_case: CaseResult | None = None
+
+    @property
+    def key(self) -> str:
+        return self.case.key
+
+    @property
+    def spec(self):  # noqa: ANN201 - CaseSpec, re-exported for templates
+        return self.case.spec
+
+    @property
+    def step_verdict(self) -> Verdict | None:
+        for v in self.verdicts:
+            if v.metric == "step_time":
+                return v
+        return None
+
+    @property
+    def marker(self) -> str:
+        """The worst verdict kind of the case (regression before win...), or its status without one."""
+        kinds = [v.kind for v in self.verdicts]
+        if kinds:
+            return min(kinds, key=lambda k: VERDICT_SEVERITY.get(k, 99))
+        return self.case.status if self.case.status != STATUS_OK else ""
+
+    @property
+    def is_time_regression(self) -> bool:
+        return any(v.kind == "regression" and v.metric in ("step_time",) for v in self.verdicts)
+
+    @property
+    def has_regression(self) -> bool:
+        return any(v.fails_gate for v in self.verdicts)
+
+    # text cells, identical in every format
+    @property
+    def step_time_text(self) -> str:
+        st = self.step_time
+        if st is None:
+            return "-"
+        return f"{format_seconds(st.median)} ± {st.ci_half_width_rel * 100:.1f}%"
+
+    @property
+    def speedup_text(self) -> str:
+        sp = self.speedup
+        if sp and self.spec.toggles == ("eager",):
+            return "1x (reference)"
+        return format_ratio(sp.value, sp.low, sp.high) if sp else "-"
+
+    @property
+    def change_text(self) -> str:
+        return format_verdict_change(self.step_verdict)
+
+    @property
+    def memory_text(self) -> str:
+        return format_bytes(self.memory_bytes)
+
+    @property
+    def kernels_text(self) -> str:
+        k = _metric(self.case, "kernels_per_step")
+        if k is not None:
+            return f"{format_count(k)} kernels"
+        ops = _metric(self.case, "aten_ops_per_step")
+        return f"{format_count(ops)} ops" if ops is not None else "-"
+
+    @property
+    def flops_text(self) -> str:
+        return format_rate(_metric(self.case, "achieved_flops_per_s"))
+
+    @property
+    def compile_text(self) -> str:
+        cold, warm = _metric(self.case, "compile_cold_s"), _metric(self.case, "compile_warm_s")
+        if cold is None and warm is None:
+            return "-"
+        if warm is None:
+            return format_seconds(cold)
+        return f"{format_seconds(cold)} cold / {format_seconds(warm)} warm"
+
+    @property
+    def graph_breaks_text(self) -> str:
+        return format_count(_metric(self.case, "graph_breaks"))
+
+    @property
+    def drift_text(self) -> str:
+        acc = self.case.accuracy
+        if not acc:
+            return "-"
+        verdict = acc.get("verdict", "")
+        rel = acc.get("rel_l2")
+        mx = acc.get("max_abs")
+        parts = [verdict] if verdict else []
+        if rel is not None:
+            parts.append(f"rel_l2 {rel:.2g}")
+        if mx is not None:
+            parts.append(f"max {mx:.2g}")
+        return " ".join(parts) or "-"
+
+    @property
+    def status_text(self) -> str:
+        c = self.case
+        if c.status == STATUS_OK:
+            return "ok"
+        cls = f" ({c.failure_class})" if c.failure_class else ""
+        msg = first_line(c.message)
+        return f"{c.status}{cls}: {msg}" if msg else f"{c.status}{cls}"
+
+    @property
+    def failure_text(self) -> str:
+        """'(compile-error) RuntimeError: ...' for a case that did not run; empty for an ok case."""
+        c = self.case
+        if c.status == STATUS_OK:
+            return ""
+        cls = f"({c.failure_class}) " if c.failure_class else ""
+        return f"{cls}{first_line(c.message)}".strip()
+
+    @property
+    def trace_dir(self) -> str | None:
+        return self.case.profile.get("trace_dir")
+
+    @property
+    def trace_file(self) -> str | None:
+        return self.case.profile.get("trace_file")
+
+
+def recommend(case: CaseResult, speedup: Ratio | None, memory_change: float | None, threshold: float) -> Recommendation:
+    """The documented rule (docs/reports.md), judged against eager in the same run:
+
+    - eager itself is the reference;
+    - a skipped or failed case: cannot run, with its reason;
+    - accuracy verdict "drift": avoid, whatever the speed;
+    - speedup CI entirely above 1 + threshold: adopt;
+    - speedup CI entirely below 1 - threshold: avoid (it is slower);
+    - otherwise (CI within or straddling the band, or no eager to compare with): neutral.
+    Memory growth never decides but is named in the reason, since it is the usual price of a speedup.
+    """
+    if case.spec.toggles == ("eager",):
+        return Recommendation("reference", "eager fp32: what every other toggle is measured against")
+    if case.status != STATUS_OK:
+        cls = f"{case.failure_class}: " if case.failure_class else ""
+        return Recommendation("cannot run", f"{case.status}: {cls}{first_line(case.message, 160)}".rstrip(": "))
+    mem = ""
+    if memory_change is not None and abs(memory_change - 1) >= 0.05:
+        mem = f"; peak memory {memory_change:.2f}x eager"
+    if case.accuracy.get("verdict") == "drift":
+        tol = case.accuracy.get("tolerance")
+        tol_text = f" (tolerance {tol})" if tol is not None else ""
+        return Recommendation("avoid", f"output drifts from the fp32 reference beyond tolerance{tol_text}{mem}")
+    if speedup is None:
+        return Recommendation("neutral", "no eager case in this run to compare with" + mem)
+    band = f"{threshold * 100:.0f}%"
+    if speedup.low > 1 + threshold:
+        return Recommendation("adopt", f"{speedup.value:.2f}x faster, CI [{speedup.low:.2f}, {speedup.high:.2f}] "
+                                       f"clears +{band}{mem}")
+    if speedup.high < 1 - threshold:
+        return Recommendation("avoid", f"{speedup.value:.2f}x: slower than eager, CI [{speedup.low:.2f}, "
+                                       f"{speedup.high:.2f}] below -{band}{mem}")
+    return Recommendation("neutral", f"{speedup.value:.2f}x, CI [{speedup.low:.2f}, {speedup.high:.2f}] "
+                                     f"not clearly beyond ±{band}{mem}")
+
+
+def op_diff(before: CaseResult | None, after: CaseResult, limit: int = 25) -> list[OpChange]:
+    """Ops and kernels that differ between two profiles (profile.top_ops), largest self-time change first."""
+    if before is None:
+        return []
+
+    def index(case: CaseResult) -> dict[tuple[str, str], dict[str, Any]]:
+        out = {}
+        for op in case.profile.get("top_ops") or []:
+            if isinstance(op, dict) and "name" in op:
+                out[(str(op.get("kind", "op")), str(op["name"]))] = op
+        return out
+
+    old, new = index(before), index(after)
+    changes = []
+    for k in old.keys() | new.keys():
+        a, b = old.get(k), new.get(k)
+        ca, cb = (a or {}).get("count_per_step"), (b or {}).get("count_per_step")
+        ta, tb = (a or {}).get("self_time_us_per_step"), (b or {}).get("self_time_us_per_step")
+        if a is None:
+            change = "added"
+        elif b is None:
+            change = "removed"
+        elif ca is not None and cb is not None and abs(cb - ca) > 1e-9 * max(abs(ca), 1.0):
+            change = "count changed"
+        elif ta is not None and tb is not None and abs(tb - ta) > 0.05 * max(abs(ta), 1e-9):
+            change = "self time changed"
+        else:
+            continue
+        changes.append(OpChange(k[1], k[0], change, ca, cb, ta, tb))
+    changes.sort(key=lambda c: (-abs(c.self_us_delta), c.kind, c.name))
+    return changes[:limit]
+
+
+@dataclass
+class Group:
+    """The cases of one workload, size and device: one toggle matrix and one "what pays off" table."""
+
+    workload: str
+    size: str
+    device: str
+    rows: list[CaseRow]
+
+    @property
+    def title(self) -> str:
+        return f"{self.workload} [{self.size}, {self.device}]"
+
+    @property
+    def anchor(self) -> str:
+        return "w-" + "".join(ch if ch.isalnum() else "-" for ch in f"{self.workload}-{self.size}-{self.device}")
+
+
+@dataclass
+class ReportInput:
+    """What every exporter reads: the run, an optional comparison, where the run lives."""
+
+    run: RunResult
+    comparison: Comparison | None = None
+    run_dir: Path | None = None
+    html_filename: str = "report.html"
+
+    @property
+    def threshold(self) -> float:
+        if self.comparison:
+            for v in self.comparison.verdicts:
+                if v.metric == "step_time" and v.threshold:
+                    return float(v.threshold)
+        gate = (self.run.settings or {}).get("gate") or {}
+        try:
+            return float(gate.get("threshold", DEFAULT_THRESHOLD))
+        except (TypeError, ValueError):
+            return DEFAULT_THRESHOLD
+
+    @cached_property
+    def rows(self) -> list[CaseRow]:
+        run, comp = self.run, self.comparison
+        summaries = {c.key: c.step_time() for c in run.cases}
+        memories = {c.key: peak_memory(c) for c in run.cases}
+        verdicts: dict[str, list[Verdict]] = defaultdict(list)
+        for v in comp.verdicts if comp else []:
+            verdicts[v.case_key].append(v)
+        baseline = comp.baseline if comp else None
+        rows = []
+        for c in run.cases:
+            eager_key = f"{c.spec.workload}/{c.spec.size}/eager/{c.spec.device}"
+            if c.key == eager_key:  # eager against itself is 1 by definition, not a noisy ratio
+                speedup = Ratio(1.0, 1.0, 1.0) if summaries[c.key] else None
+            else:
+                speedup = ratio_of(summaries.get(eager_key), summaries[c.key]) if eager_key in summaries else None
+            mem, mem_name = memories[c.key]
+            eager_mem, eager_mem_name = memories.get(eager_key, (None, ""))
+            mem_change = mem / eager_mem if mem and eager_mem and mem_name == eager_mem_name else None
+            vs = verdicts.get(c.key, [])
+            base_case = baseline.case(c.key) if baseline else None
+            row = CaseRow(
+                case=c, step_time=summaries[c.key], speedup=speedup, verdicts=vs,
+                memory_bytes=mem, memory_change=mem_change,
+                recommendation=recommend(c, speedup, mem_change, self.threshold),
+                baseline_case=base_case,
+            )
+            if c.status == STATUS_OK and row.has_regression:
+                row.op_diff = op_diff(base_case, c)
+            rows.append(row)
+        return rows
+
+    @cached_property
+    def groups(self) -> list[Group]:
+        by: dict[tuple[str, str, str], list[CaseRow]] = {}
+        for r in self.rows:
+            by.setdefault((r.spec.workload, r.spec.size, r.spec.device), []).append(r)
+        return [Group(w, s, d, rows) for (w, s, d), rows in by.items()]
+
+    @property
+    def status_counts(self) -> dict[str, int]:
+        return self.run.counts()
+
+    @property
+    def verdict(self) -> Banner:
+        return banner(self)
+
+    def verdicts_of(self, *kinds: str) -> list[tuple[CaseRow, Verdict]]:
+        out = []
+        for r in self.rows:
+            for v in r.verdicts:
+                if v.kind in kinds:
+                    out.append((r, v))
+        return out
+
+    @property
+    def missing_verdicts(self) -> list[Verdict]:
+        """Verdicts for cases the baseline has and this run does not (no row to hang them on)."""
+        if not self.comparison:
+            return []
+        keys = {c.key for c in self.run.cases}
+        return [v for v in self.comparison.verdicts if v.case_key not in keys]
+
+
+@dataclass
+class Banner:
+    """The verdict line at the top of every format."""
+
+    state: str  # pass | fail | no-baseline
+    headline: str
+    counts: dict[str, int]
+
+
+def banner(report: ReportInput) -> Banner:
+    comp = report.comparison
+    st = report.status_counts
+    runs = f"{st['ok']} ok, {st['skipped']} skipped, {st['failed']} failed"
+    if comp is None:
+        return Banner("no-baseline", f"NO BASELINE: {len(report.run.cases)} case(s) measured ({runs}); "
+                                     "nothing was compared", {})
+    c = comp.counts()
+    parts = f"{c['regression']} regression(s), {c['newly-failing']} newly failing, {c['win']} win(s), " \
+            f"{c['inconclusive']} inconclusive"
+    if comp.gate_failed:
+        return Banner("fail", f"FAIL: {parts} ({runs})", c)
+    return Banner("pass", f"PASS: {parts} ({runs})", c)

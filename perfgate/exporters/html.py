@@ -1,0 +1,157 @@
+"""report.html: one self-contained page a reviewer reads in a minute, on a laptop, a phone or paper.
+
+Geometry for the inline SVG charts is computed here; jinja2 (autoescape on) renders every string,
+SVG text included, so a workload name or an error message containing markup shows as text.
+No scripts, no external fonts, no network: a Content-Security-Policy forbids all of it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+
+from perfgate.exporters.base import CaseRow, Group, ReportInput, format_bytes, format_count, format_value
+from perfgate.stats import format_seconds
+
+CHART_WIDTH = 640
+LABEL_WIDTH = 170
+ROW_HEIGHT = 22
+
+
+@dataclass
+class Bar:
+    label: str
+    y: float
+    x0: float
+    x: float
+    lo: float
+    hi: float
+    text: str
+    css: str
+
+
+@dataclass
+class Chart:
+    """An inline SVG chart's geometry: bars or dot strips, axis ticks and the reference line."""
+
+    width: int
+    height: int
+    bars: list[Bar] = field(default_factory=list)
+    strips: list[dict[str, Any]] = field(default_factory=list)
+    ticks: list[tuple[float, str]] = field(default_factory=list)
+    ref_x: float | None = None
+    ref_label: str = ""
+
+
+def _scale(lo: float, hi: float, x0: float, x1: float):  # noqa: ANN202 - a small closure
+    span = (hi - lo) or 1.0
+    return lambda v: x0 + (v - lo) / span * (x1 - x0)
+
+
+def speedup_chart(group: Group) -> Chart | None:
+    """Speedup against eager per toggle, with the ratio's CI as an error bar and a line at 1x."""
+    rows = [r for r in group.rows if r.speedup is not None]
+    if not rows:
+        return None
+    top = max(max(r.speedup.high for r in rows), 1.0) * 1.08
+    left, right = LABEL_WIDTH, CHART_WIDTH - 70
+    sx = _scale(0.0, top, left, right)
+    chart = Chart(CHART_WIDTH, 24 + ROW_HEIGHT * len(rows) + 22)
+    for i, r in enumerate(rows):
+        sp = r.speedup
+        css = "win" if sp.low > 1 else ("loss" if sp.high < 1 else "flat")
+        chart.bars.append(Bar(r.spec.toggle_name, 12 + i * ROW_HEIGHT, left, sx(sp.value), sx(sp.low),
+                              sx(sp.high), f"{sp.value:.2f}x", css))
+    chart.ref_x, chart.ref_label = sx(1.0), "1x = eager"
+    step = 0.5 if top <= 4 else (1.0 if top <= 10 else round(top / 8))
+    t = 0.0
+    while t <= top:
+        chart.ticks.append((sx(t), f"{t:g}x"))
+        t += step
+    return chart
+
+
+def distribution_chart(row: CaseRow) -> Chart | None:
+    """Every step-time sample of every worker process, baseline processes above the current ones."""
+    strips = []
+    if row.baseline_case is not None:
+        for p in row.baseline_case.processes:
+            strips.append(("baseline", p.process_index, p.step_times_s))
+    for p in row.case.processes:
+        strips.append(("current", p.process_index, p.step_times_s))
+    strips = [s for s in strips if s[2]]
+    if not strips:
+        return None
+    values = [v for s in strips for v in s[2]]
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.05 or hi * 0.05 or 1e-9
+    lo, hi = lo - pad, hi + pad
+    left, right = LABEL_WIDTH, CHART_WIDTH - 40  # room for the last tick's label
+    sx = _scale(lo, hi, left, right)
+    chart = Chart(CHART_WIDTH, 16 + ROW_HEIGHT * len(strips) + 22)
+    for i, (which, idx, xs) in enumerate(strips):
+        ordered = sorted(xs)
+        median = ordered[len(ordered) // 2] if len(ordered) % 2 else (ordered[len(ordered) // 2 - 1]
+                                                                     + ordered[len(ordered) // 2]) / 2
+        chart.strips.append({
+            "label": f"{which} process {idx}", "y": 14 + i * ROW_HEIGHT, "css": which,
+            "dots": [round(sx(v), 1) for v in xs], "median": sx(median), "median_text": format_seconds(median),
+        })
+    for k in range(5):
+        v = lo + (hi - lo) * k / 4
+        chart.ticks.append((sx(v), format_seconds(v)))
+    return chart
+
+
+def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    for k, v in env.items():
+        out.append((str(k), v if isinstance(v, str) else json.dumps(v, default=str)))
+    return out
+
+
+@lru_cache(maxsize=1)
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("perfgate", "templates"),
+        autoescape=True,  # every string from workloads, errors and environments is escaped, SVG text too
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["bytes"] = format_bytes
+    env.filters["seconds"] = format_seconds
+    env.globals["format_value"] = format_value
+    env.globals["count"] = format_count
+    return env.get_template("report.html.j2")
+
+
+class HtmlExporter:
+    name = "html"
+    filename = "report.html"
+
+    def render(self, report: ReportInput) -> bytes:
+        groups = report.groups
+        regressions = [r for r in report.rows if r.has_regression or r.marker == "regression"]
+        run_dir = str(report.run_dir) if report.run_dir else "<run dir>"
+        html = _template().render(
+            report=report,
+            run=report.run,
+            comparison=report.comparison,
+            banner=report.verdict,
+            groups=groups,
+            charts={g.anchor: speedup_chart(g) for g in groups},
+            regressions=regressions,
+            distributions={r.key: distribution_chart(r) for r in regressions if r.is_time_regression},
+            environment=_environment_rows(report.run.environment),
+            threshold=report.threshold,
+            tensorboard_command=f"perfgate tensorboard {shlex.quote(run_dir)}",
+            in_run_dir=lambda rel: str(report.run_dir / rel) if rel and report.run_dir else rel,
+            label_width=LABEL_WIDTH,
+        )
+        return html.encode("utf-8")

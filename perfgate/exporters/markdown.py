@@ -1,0 +1,122 @@
+"""summary.md: a pull-request comment or a GitHub job summary, always under GitHub's size limit.
+
+The verdict line, a table of regressions and wins with ratios and CIs, then collapsed details for the
+rest. When a suite is too large the details are cut at a row boundary with a note pointing to the HTML.
+"""
+
+from __future__ import annotations
+
+from perfgate.exporters.base import CaseRow, ReportInput, format_ratio, format_value
+from perfgate.model import Verdict
+
+# GitHub rejects issue and pull-request comments longer than 65536 characters; keep a margin for
+# whatever a workflow prepends (a header, a link).
+GITHUB_COMMENT_LIMIT = 65536
+SIZE_BUDGET = GITHUB_COMMENT_LIMIT - 1536
+
+
+def cell(text: object) -> str:
+    """Text safe inside a Markdown table cell and inert as HTML (GitHub renders inline HTML)."""
+    s = "-" if text is None else str(text)
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = s.replace("|", "\\|").replace("\r", " ").replace("\n", " ").replace("`", "'")
+    return s
+
+
+def _verdict_value(v: Verdict) -> str:
+    if v.ratio is not None:
+        return format_ratio(v.ratio, v.ratio_low, v.ratio_high)
+    if v.current is not None or v.baseline is not None:
+        return f"{format_value(v.metric, v.baseline)} -> {format_value(v.metric, v.current)}"
+    return "-"
+
+
+def _verdict_table(items: list[tuple[CaseRow | None, Verdict]]) -> list[str]:
+    lines = ["| verdict | case | metric | change (ratio [CI]) | rule |", "|---|---|---|---|---|"]
+    for _, v in items:
+        lines.append(f"| **{cell(v.kind)}** | `{cell(v.case_key)}` | {cell(v.metric)} | {cell(_verdict_value(v))} "
+                     f"| {cell(v.rule)} |")
+    return lines
+
+
+def _case_line(r: CaseRow) -> str:
+    return (f"| `{cell(r.key)}` | {cell(r.case.status)} | {cell(r.step_time_text)} | {cell(r.speedup_text)} "
+            f"| {cell(r.change_text)} | {cell(r.recommendation.action)} | {cell(r.status_text if r.case.status != 'ok' else '')} |")
+
+
+CASE_HEADER = ["| case | status | step time | speedup vs eager | vs baseline | recommendation | note |",
+               "|---|---|---|---|---|---|---|"]
+
+
+class _Budget:
+    """Lines added while they fit under the size budget; counts what had to be left out."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used, self.lines, self.left_out = limit, 0, [], 0
+
+    def add(self, line: str, force: bool = False) -> bool:
+        if not force and self.used + len(line) + 1 > self.limit:
+            return False
+        self.lines.append(line)
+        self.used += len(line) + 1
+        return True
+
+    def table(self, title: list[str], header: list[str], rows: list[str]) -> None:
+        if not rows:
+            return
+        if not all(self.add(x) for x in [*title, *header]):
+            self.left_out += len(rows)
+            return
+        for i, row in enumerate(rows):
+            if not self.add(row):
+                self.left_out += len(rows) - i
+                return
+
+
+class MarkdownExporter:
+    name = "md"
+    filename = "summary.md"
+
+    def __init__(self, size_budget: int = SIZE_BUDGET) -> None:
+        self.size_budget = size_budget
+
+    def render(self, report: ReportInput) -> bytes:
+        note = (f"*… {{n}} more row(s) not shown to stay under GitHub's comment size limit; "
+                f"see `{report.html_filename}` in the run's artifacts.*")
+        # room for the closing tag and the truncation note, whatever is cut
+        out = _Budget(self.size_budget - len(note) - 64)
+        b = report.verdict
+        icon = {"pass": "✅", "fail": "❌"}.get(b.state, "ℹ️")
+        run = report.run
+        out.add(f"## perfgate: {icon} {cell(b.headline)}", force=True)
+        out.add("", force=True)
+        out.add(f"Run `{cell(run.run_id)}`, suite `{cell(run.suite)}`"
+                + (f", baseline `{cell(report.comparison.baseline_source)}`" if report.comparison else "")
+                + f". Full report: `{report.html_filename}` in the run's artifacts.", force=True)
+        out.add("", force=True)
+        comp = report.comparison
+        if comp:
+            for w in comp.warnings:
+                out.add(f"> ⚠️ {cell(w)}")
+            if comp.warnings:
+                out.add("")
+            gated = [(None, v) for v in comp.verdicts if v.fails_gate]
+            wins = [(None, v) for v in comp.verdicts if v.kind in ("win", "fixed")]
+            header = _verdict_table([])
+            out.table(["### Regressions", ""], header, _verdict_table(gated)[2:] + [""] if gated else [])
+            out.table(["### Wins", ""], header, _verdict_table(wins)[2:] + [""] if wins else [])
+            if not gated and not wins:
+                out.add("No regressions and no wins against the baseline.")
+                out.add("")
+        details_open = out.add(f"<details><summary>All {len(report.rows)} case(s)</summary>")
+        if details_open:
+            out.add("")
+            out.table([], CASE_HEADER, [_case_line(r) for r in report.rows])
+        else:
+            out.left_out += len(report.rows)
+        if out.left_out:
+            out.add("", force=True)
+            out.add(note.format(n=out.left_out), force=True)
+        if details_open:
+            out.add("</details>", force=True)
+        return ("\n".join(out.lines) + "\n").encode("utf-8")

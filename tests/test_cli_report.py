@@ -1,0 +1,65 @@
+"""`perfgate report` end to end: the real CLI in a subprocess on the fixed results file."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pandas as pd
+from conftest import run_cli
+
+DATA = Path(__file__).parent / "data" / "reports"
+
+
+def _results(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copy(DATA / "current.json", run_dir / "results.json")
+    return run_dir
+
+
+def test_report_writes_every_format_next_to_the_results(tmp_path):
+    run_dir = _results(tmp_path)
+    proc = run_cli("report", str(run_dir / "results.json"), "--format", "html,md,junit,csv,json")
+    assert proc.returncode == 0, proc.stderr
+    for name in ("report.html", "summary.md", "junit.xml", "report.csv", "report.json"):
+        assert (run_dir / name).stat().st_size > 0, name
+        assert f"wrote {run_dir / name}" in proc.stdout
+    assert "NO BASELINE: 12 case(s) measured (7 ok, 2 skipped, 3 failed)" in proc.stdout
+    html = (run_dir / "report.html").read_text()
+    assert f"perfgate tensorboard {run_dir.resolve()}" in html
+    table = pd.read_csv(run_dir / "report.csv")
+    assert len(table) == 12 and list(table.columns[:6]) == ["key", "workload", "size", "toggles", "device", "status"]
+    assert table.loc[table.key == "operator_rollout/smoke/compile/cpu", "recommendation"].item() == "adopt"
+
+
+def test_report_to_another_folder_with_default_formats(tmp_path):
+    run_dir = _results(tmp_path)
+    proc = run_cli("report", str(run_dir), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["junit.xml", "report.html", "summary.md"]
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    run_dir = _results(tmp_path)
+    proc = run_cli("report", str(run_dir), "--format", "html,pdf")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("perfgate: error: unknown report format 'pdf'; "
+                                   "valid: html, md, junit, csv, json")
+    (run_dir / "results.json").write_text("{not json")
+    proc = run_cli("report", str(run_dir))
+    assert proc.returncode == 2 and "not valid JSON" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_against_results_needs_the_comparison_module(tmp_path):
+    run_dir = _results(tmp_path)
+    base = tmp_path / "base.json"
+    shutil.copy(DATA / "baseline.json", base)
+    proc = run_cli("report", str(run_dir), "--against-results", str(base))
+    if importlib.util.find_spec("perfgate.compare") is None:
+        assert proc.returncode == 2
+        assert "--against-results needs perfgate.compare" in proc.stderr and "Traceback" not in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert "regression" in (run_dir / "summary.md").read_text()

@@ -1,0 +1,143 @@
+"""The exporter interface: registry, shared rows, the recommendation rule, op diffs, atomic writes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fixtures.synthetic import scenario, synthetic_run
+
+from perfgate.config import ConfigError
+from perfgate.exporters import RUN_FORMATS, parse_formats, registry, write_all, write_run_reports
+from perfgate.exporters.base import ReportInput, op_diff, recommend
+from perfgate.model import CaseResult, CaseSpec
+from perfgate.stats import Ratio
+
+
+def test_registry_names_and_files():
+    reg = registry()
+    assert list(reg) == ["html", "md", "junit", "csv", "json"]
+    assert {e.filename for e in reg.values()} == {"report.html", "summary.md", "junit.xml", "report.csv",
+                                                  "report.json"}
+
+
+def test_parse_formats_accepts_aliases_and_rejects_unknown():
+    assert parse_formats("html, markdown,junit,html") == ["html", "md", "junit"]
+    with pytest.raises(ConfigError, match="unknown report format 'pdf'; valid: html, md, junit, csv, json"):
+        parse_formats("html,pdf")
+    with pytest.raises(ConfigError, match="no report format"):
+        parse_formats(" , ")
+
+
+@pytest.mark.parametrize("with_comparison", [False, True])
+def test_every_exporter_renders_with_and_without_a_comparison(with_comparison):
+    run, comp = scenario()
+    report = ReportInput(run, comp if with_comparison else None)
+    for name, exporter in registry().items():
+        data = exporter.render(report)
+        assert data, name
+        data.decode("utf-8")
+    assert json.loads(registry()["json"].render(report))["verdict"]["state"] == (
+        "fail" if with_comparison else "no-baseline")
+
+
+def test_rows_carry_speedup_change_and_marker():
+    run, comp = scenario()
+    rows = {r.key: r for r in ReportInput(run, comp).rows}
+    slow = rows["operator_rollout/smoke/channels-last/cpu"]
+    assert slow.marker == "regression"
+    assert slow.speedup is not None and slow.speedup.value < 0.7
+    assert slow.change_text.endswith("regression")
+    assert slow.kernels_text == "45 ops"
+    assert [c.name for c in slow.op_diff] == ["aten::extra_0", "aten::extra_1", "aten::extra_2"]
+    assert {c.change for c in slow.op_diff} == {"added"}
+    compiled = rows["operator_rollout/smoke/compile/cpu"]
+    assert compiled.marker == "win"
+    assert compiled.compile_text == "14.2 s cold / 1.1 s warm"
+    assert compiled.recommendation.action == "adopt"
+    assert rows["field_superposition/smoke/compile/cpu"].marker == "newly-failing"
+    assert rows["operator_rollout/smoke/cuda-graphs/cpu"].recommendation.action == "cannot run"
+
+
+def _ok(toggle: str, accuracy: str = "ok") -> CaseResult:
+    return CaseResult(spec=CaseSpec("w", "smoke", (toggle,), "cpu"), status="ok", accuracy={"verdict": accuracy})
+
+
+@pytest.mark.parametrize("speedup, accuracy, action", [
+    (Ratio(1.30, 1.10, 1.50), "ok", "adopt"),
+    (Ratio(1.30, 1.04, 1.50), "ok", "neutral"),  # CI reaches into the +5% band: not clearly a win
+    (Ratio(1.30, 1.10, 1.50), "drift", "avoid"),  # fast but wrong
+    (Ratio(0.80, 0.70, 0.90), "ok", "avoid"),
+    (Ratio(0.97, 0.90, 1.04), "ok", "neutral"),
+    (None, "ok", "neutral"),
+])
+def test_recommendation_rule(speedup, accuracy, action):
+    rec = recommend(_ok("compile", accuracy), speedup, None, threshold=0.05)
+    assert rec.action == action, rec.reason
+
+
+def test_recommendation_for_eager_and_cases_that_cannot_run():
+    assert recommend(_ok("eager"), None, None, 0.05).action == "reference"
+    failed = CaseResult(spec=CaseSpec("w", "smoke", ("compile",), "cpu"), status="failed",
+                        failure_class="compile-error", message="Traceback\nRuntimeError: Dynamo is not supported")
+    rec = recommend(failed, None, None, 0.05)
+    assert rec.action == "cannot run"
+    assert "compile-error" in rec.reason and "Dynamo is not supported" in rec.reason
+
+
+def test_op_diff_orders_by_self_time_change():
+    def case(ops):
+        return CaseResult(spec=CaseSpec("w", "s", ("eager",), "cpu"), status="ok", profile={"top_ops": ops})
+
+    before = case([{"name": "conv", "kind": "kernel", "count_per_step": 4, "self_time_us_per_step": 100.0},
+                   {"name": "gone", "kind": "op", "count_per_step": 1, "self_time_us_per_step": 5.0},
+                   {"name": "same", "kind": "op", "count_per_step": 2, "self_time_us_per_step": 10.0}])
+    after = case([{"name": "conv", "kind": "kernel", "count_per_step": 4, "self_time_us_per_step": 180.0},
+                  {"name": "new", "kind": "kernel", "count_per_step": 8, "self_time_us_per_step": 20.0},
+                  {"name": "same", "kind": "op", "count_per_step": 2, "self_time_us_per_step": 10.1}])
+    diff = op_diff(before, after)
+    assert [(c.name, c.change) for c in diff] == [
+        ("conv", "self time changed"), ("new", "added"), ("gone", "removed")]
+    assert diff[0].self_us_delta == pytest.approx(80.0)
+    assert op_diff(None, after) == []
+
+
+def test_write_all_writes_atomically_and_leaves_no_temp_files(tmp_path):
+    run = synthetic_run(["w"])
+    paths = write_all(ReportInput(run), tmp_path, ["html", "md", "junit", "csv", "json"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths)
+    assert write_run_reports(run, tmp_path)[0].name == "report.html"
+    assert RUN_FORMATS == ("html", "md", "junit")
+
+
+def test_partial_run_reports_what_finished(tmp_path):
+    """The after_case path: a run that stopped after its first case still gets a readable report."""
+    full = synthetic_run(["w"])
+    partial = type(full)(run_id=full.run_id, suite=full.suite, environment=full.environment,
+                         cases=full.cases[:1], started_at=full.started_at)
+    write_run_reports(partial, tmp_path)
+    html = (tmp_path / "report.html").read_text()
+    assert "still running" in html and ">eager<" in html and ">compile<" not in html
+    assert "1 case(s) measured" in (tmp_path / "summary.md").read_text()
+
+
+def test_runner_after_case_leaves_a_report_when_the_run_dies(tmp_path, monkeypatch):
+    """runner.execute calls after_case after each case; a crash in the second case keeps the first's report."""
+    from perfgate import config, runner
+
+    run = synthetic_run(["w"])
+    done = iter(run.cases[:1])
+
+    def fake_run_case(spec, *args, **kwargs):
+        try:
+            return next(done)
+        except StopIteration:
+            raise KeyboardInterrupt from None  # the user (or the machine) stops the run here
+
+    monkeypatch.setattr(runner, "run_case", fake_run_case)
+    empty = type(run)(run_id=run.run_id, suite=run.suite, environment=run.environment, started_at=run.started_at)
+    with pytest.raises(KeyboardInterrupt):
+        runner.execute([c.spec for c in run.cases[:2]], {"w": "w.py"}, config.Settings.__new__(config.Settings),
+                       empty, tmp_path, after_case=lambda r: write_run_reports(r, tmp_path))
+    assert "| `w/smoke/eager/cpu` | ok |" in (tmp_path / "summary.md").read_text()
+    assert 'name="eager"' in (tmp_path / "junit.xml").read_text()

@@ -1,0 +1,134 @@
+"""report.html opened in a real headless Chromium: no console errors, no network, every section there,
+markup from workloads and errors shown as text; screenshots land in test-output/html-report/."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from fixtures.synthetic import scenario, synthetic_run
+
+from perfgate.exporters.base import ReportInput
+from perfgate.exporters.html import HtmlExporter
+
+REPO = Path(__file__).resolve().parent.parent
+SHOTS = REPO / "test-output" / "html-report"
+LAUNCH_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+EVIL = '<script>window.__pwned=1</script><img src="https://example.invalid/x.png" onerror="window.__pwned=2">'
+
+
+def chromium_path() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """A persistent Chromium context with a fresh profile; skips only where no browser is installed."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install '.[dev]')")
+    exe = chromium_path()
+    if exe is None:
+        pytest.skip("no Chromium on this machine: apt-get install -y chromium (.ci/run does)")
+    with sync_api.sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=exe, headless=True,
+            args=LAUNCH_FLAGS, viewport={"width": 1280, "height": 900},
+        )
+        yield context
+        context.close()
+
+
+class Page:
+    """A loaded report with everything the browser said and asked for while loading it."""
+
+    def __init__(self, context, path: Path, viewport: dict[str, int] | None = None) -> None:
+        self.page = context.new_page()
+        if viewport:
+            self.page.set_viewport_size(viewport)
+        self.console: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}") if m.type in (
+            "error", "warning") else None)
+        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.url = path.resolve().as_uri()
+        self.page.goto(self.url, wait_until="load")
+        self.page.wait_for_timeout(200)  # late requests (images, fonts) would show up here
+
+    def external_requests(self) -> list[str]:
+        return [u for u in self.requests if u != self.url]
+
+
+def write_report(tmp_path: Path, report: ReportInput, name: str = "report.html") -> Path:
+    path = tmp_path / name
+    path.write_bytes(HtmlExporter().render(report))
+    return path
+
+
+def test_report_in_a_real_browser(browser, tmp_path):
+    run, comp = scenario(["operator_rollout", "field_superposition", "message_passing"])
+    report = ReportInput(run, comp, run_dir=Path("reports") / run.run_id)
+    path = write_report(tmp_path, report)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+
+    laptop = Page(browser, path)
+    assert laptop.console == []
+    assert laptop.external_requests() == []
+    banner = laptop.page.inner_text("#verdict")
+    assert banner.startswith("FAIL: 2 regression(s), 1 newly failing, 1 win(s), ")
+    sections = laptop.page.eval_on_selector_all("section.workload", "els => els.map(e => e.dataset.workload)")
+    assert sections == ["operator_rollout", "field_superposition", "message_passing"]
+    assert laptop.page.locator("section.workload table.matrix").count() == 3
+    assert laptop.page.locator("section.workload table.payoff").count() == 3
+    assert laptop.page.locator("section.workload svg").count() == 3  # one speedup chart each
+    assert laptop.page.locator("#regressions svg").count() == 1  # the samples of the one time regression
+    assert "aten::extra_0" in laptop.page.inner_text("#regressions")
+    traces = laptop.page.text_content("section.workload details.traces")
+    assert "perfgate tensorboard reports/20261122-040000-smoke" in traces
+    assert "tb/operator_rollout/compile/trace.pt.trace.json" in traces
+    assert laptop.page.eval_on_selector_all("script", "els => els.length") == 0
+    laptop.page.screenshot(path=str(SHOTS / "laptop.png"), full_page=True)
+
+    phone = Page(browser, path, viewport={"width": 390, "height": 844})
+    assert phone.console == [] and phone.external_requests() == []
+    # wide tables scroll inside their own box; the page itself never scrolls sideways
+    assert phone.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    phone.page.screenshot(path=str(SHOTS / "phone.png"), full_page=False)
+
+    folded = "document.querySelector('details.traces table').checkVisibility()"
+    assert laptop.page.evaluate(folded) is False  # folded on screen
+    laptop.page.emulate_media(media="print")
+    assert laptop.page.evaluate(folded) is True  # unfolded on paper
+    laptop.page.screenshot(path=str(SHOTS / "print.png"), full_page=False)
+    laptop.page.pdf(path=str(SHOTS / "report.pdf"))
+    assert (SHOTS / "report.pdf").stat().st_size > 1000
+
+
+def test_markup_in_workload_names_and_errors_renders_as_text_and_runs_nothing(browser, tmp_path):
+    variant = "v<script>window.__pwned=3</script>"  # a workload variant is a toggle name a user writes
+    run = synthetic_run([f"evil{EVIL}"], toggles=("eager", "compile", "torchscript", variant))
+    run.cases[2].message = f"RuntimeError: {EVIL}"
+    run.environment["hostname"] = EVIL
+    path = write_report(tmp_path, ReportInput(run, None, run_dir=tmp_path))
+    html = path.read_text()
+    assert "<script>window.__pwned" not in html and "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in html
+
+    page = Page(browser, path)
+    assert page.page.evaluate("typeof window.__pwned") == "undefined"
+    assert page.page.eval_on_selector_all("script", "els => els.length") == 0
+    assert page.page.eval_on_selector_all("img", "els => els.length") == 0
+    assert page.external_requests() == []
+    assert page.console == []
+    text = page.page.inner_text("body")
+    assert f"evil{EVIL}" in text  # shown as the literal text it is
+    assert f"RuntimeError: {EVIL}" in text
+    svg_text = page.page.eval_on_selector_all("svg text", "els => els.map(e => e.textContent).join('|')")
+    assert variant in svg_text.split("|")  # SVG text escaped too: shown, not run
+    assert "<script>" not in page.page.inner_html("svg")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.page.screenshot(path=str(SHOTS / "escaping.png"), full_page=False)

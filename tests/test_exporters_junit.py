@@ -1,0 +1,75 @@
+"""junit.xml: golden output and validity against the Ant JUnit schema CI systems read."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import xmlschema
+from fixtures.golden import assert_golden, fixed_run
+from fixtures.synthetic import synthetic_comparison, synthetic_run
+
+from perfgate.exporters.base import ReportInput
+from perfgate.exporters.junit import JunitExporter
+
+SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "data" / "junit-ant.xsd")
+
+
+def render(run, comp=None) -> str:
+    return JunitExporter().render(ReportInput(run, comp)).decode("utf-8")
+
+
+def test_golden_junit_with_a_comparison_validates():
+    run, comp = fixed_run()
+    text = render(run, comp)
+    SCHEMA.validate(text)
+    assert_golden("junit.xml", text)
+    root = ET.fromstring(text)
+    failures = root.findall(".//testcase[failure]")
+    assert {(tc.get("name"), tc.find("failure").get("type")) for tc in failures} == {
+        ("channels-last step_time", "regression"),
+        ("channels-last aten_ops_per_step", "regression"),
+        ("compile", "newly-failing"),
+    }
+    msg = root.find(".//testcase[@name='channels-last step_time']/failure").get("message")
+    assert "1.416x [1.365, 1.432]" in msg and "2.49 ms -> current 3.53 ms" in msg
+    assert sum(int(s.get("failures")) for s in root.iter("testsuite")) == 3
+
+
+def test_golden_junit_without_a_baseline_validates():
+    run, _ = fixed_run()
+    text = render(run)
+    SCHEMA.validate(text)
+    assert_golden("junit-no-baseline.xml", text)
+    root = ET.fromstring(text)
+    assert len(root.findall(".//testcase")) == len(run.cases)  # one per case, nothing was gated
+    assert len(root.findall(".//testcase/skipped")) == 2
+    assert {e.get("type") for e in root.findall(".//testcase/error")} == {"compile-error"}
+
+
+def test_control_characters_and_markup_in_messages_stay_valid_xml():
+    run = synthetic_run(["w<&>\"'"], toggles=("eager", "torchscript"))
+    failed = run.cases[1]
+    failed.message = "bad \x00\x1b[31m byte <tag> & more"
+    text = render(run)
+    SCHEMA.validate(text)
+    assert ET.fromstring(text).find(".//error").text.startswith("bad \ufffd\ufffd[31m byte <tag> & more")
+
+
+def test_the_schema_rejects_what_ci_would_reject():
+    run, comp = fixed_run()
+    root = ET.fromstring(render(run, comp))
+    root.find(".//failure").attrib.pop("type")  # a failure without a type
+    with pytest.raises(xmlschema.XMLSchemaValidationError):
+        SCHEMA.validate(ET.tostring(root, encoding="unicode"))
+
+
+def test_cases_missing_from_this_run_show_as_skipped():
+    run, _ = fixed_run()
+    baseline = synthetic_run(["operator_rollout", "field_superposition", "gone"], seed=1)
+    text = render(run, synthetic_comparison(run, baseline))
+    SCHEMA.validate(text)
+    suite = ET.fromstring(text).find("testsuite[@name='perfgate cases missing from this run']")
+    assert suite.get("tests") == suite.get("skipped") == "6"
+    assert suite.find("testcase").get("name") == "gone/smoke/eager/cpu status"
