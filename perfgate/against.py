@@ -133,7 +133,12 @@ def _case_from(spec: CaseSpec, results: list[dict[str, Any]], processes: int, t0
     first = results[0]
     metadata = dict(first.get("metadata", {}))
     metadata["processes"] = processes
-    return CaseResult(spec=spec, status=STATUS_OK, processes=samples, metrics=first.get("metrics", {}),
+    metrics = dict(first.get("metrics", {}))
+    # as runner.run_case: process 0 compiles into the side's empty cache, process 1 finds it warm
+    compile_s = [float(r["compile"]["compile_s"]) for r in results if "compile" in r]
+    for name, value in zip(("compile_cold_s", "compile_warm_s"), compile_s, strict=False):
+        metrics[name] = value
+    return CaseResult(spec=spec, status=STATUS_OK, processes=samples, metrics=metrics,
                       profile=first.get("profile", {}), accuracy=first.get("accuracy", {}),
                       duration_s=time.perf_counter() - t0, metadata=metadata)
 
@@ -143,6 +148,11 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
     """Run one case on head and base, processes alternating A B B A ...; base None when REF lacks the case."""
     missing = base_has(base, spec)
     base_file = base.catalog.workloads[spec.workload]["file"] if missing is None and base.catalog else None
+    head_env = runner.compile_cache_env(run_dir, spec)
+    base_env = {**runner.compile_cache_env(base_dir, spec), "PYTHONPATH": base.python_path}
+    for env in (head_env, base_env):  # cold means cold on both sides
+        for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+            shutil.rmtree(env[key], ignore_errors=True)
     head_results: list[dict[str, Any]] = []
     base_results: list[dict[str, Any]] = []
     t_head = t_base = 0.0
@@ -154,13 +164,13 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
             t = time.perf_counter()
             if side == "head":
                 cfg = runner.case_config(spec, head_file, settings, i, run_dir, profile=(i == 0))
-                out = runner.run_worker(cfg, settings.timeout_s, settings.threads, run_dir / ".work")
+                out = runner.run_worker(cfg, settings.timeout_s, settings.threads, run_dir / ".work", head_env)
                 head_results.append(out.result)
                 t_head += time.perf_counter() - t
             else:
                 cfg = runner.case_config(spec, base_file, settings, i, base_dir, profile=(i == 0))
                 out = runner.run_worker(cfg, settings.timeout_s, settings.threads, base_dir / ".work",
-                                        env_extra={"PYTHONPATH": base.python_path}, cwd=base.path)
+                                        env_extra=base_env, cwd=base.path)
                 base_results.append(out.result)
                 t_base += time.perf_counter() - t
         if any(r.get("status") != STATUS_OK for r in head_results + base_results):
