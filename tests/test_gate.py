@@ -71,6 +71,7 @@ def test_a_slower_rerun_fails_the_gate_naming_the_case(project):
     comparison = json.loads((root / "slow" / "comparison.json").read_text())
     (v,) = [v for v in comparison["verdicts"] if v["metric"] == "step_time"]
     assert v["kind"] == "regression" and v["ratio_low"] > 1.0 and v["threshold"] == 0.5
+    assert "step_time" in (root / "slow" / "summary.md").read_text()  # the reports carry the verdicts
 
     # the same verdict from the stored files, and the same exit code
     again = run_cli("compare", str(root / "slow"), str(next((root / "baselines").glob("*/smoke.json"))), "--gate",
