@@ -6,6 +6,7 @@ Exit codes: 0 ok | 1 the gate failed | 2 usage or configuration error | 3 infras
 from __future__ import annotations
 
 import functools
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -107,6 +108,8 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads per worker (default 1).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=None, help="Seconds per worker process.")
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="Timed samples per process.")
+@click.option("--max-memory-mb", "max_memory_mb", type=click.IntRange(min=1), default=None,
+              help="Address-space limit per worker (MB); an allocation past it fails the case as oom.")
 @click.option("--workloads-dir", "workloads_dirs", multiple=True, type=click.Path(file_okay=False),
               help="Also discover workloads in this folder, for this run.")
 @click.option("--gate", is_flag=True, help="Compare with the baseline (or --against REF); exit 1 on a regression.")
@@ -118,9 +121,9 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
 @handle_errors
 def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], toggles: tuple[str, ...],
             size: str | None, device: str | None, out: str | None, processes: int | None, threads: int | None,
-            timeout_s: float | None, samples: int | None, workloads_dirs: tuple[str, ...],
-            gate: bool = False, baseline_file: str | None = None, against_ref: str | None = None,
-            strict_env: bool = False) -> None:
+            timeout_s: float | None, samples: int | None, max_memory_mb: int | None,
+            workloads_dirs: tuple[str, ...], gate: bool = False, baseline_file: str | None = None,
+            against_ref: str | None = None, strict_env: bool = False) -> None:
     """Run a suite (or a selection) and write results.json with a table of step times per toggle."""
     from dataclasses import replace
 
@@ -134,24 +137,30 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
         if not Path(d).is_dir():
             raise ConfigError(f"--workloads-dir {d} is not a directory")
     settings = settings.with_overrides(
-        processes=processes, threads=threads, timeout_s=timeout_s,
+        processes=processes, threads=threads, timeout_s=timeout_s, max_memory_mb=max_memory_mb,
         workloads_dirs=(*settings.workloads_dirs, *(Path(d).resolve() for d in workloads_dirs)) if workloads_dirs else None,
         timing=replace(settings.timing, samples=samples) if samples else None,
     )
     suite_obj = settings.suite(suite or settings.default_suite)
     run_id = runner.new_run_id(suite_obj.name)
     run_dir = Path(out).resolve() if out else runner.unique_run_dir(settings.reports_dir, run_id)
-    problem = check_writable_dir(run_dir)
+    created = not run_dir.exists()
+    problem = check_writable_dir(run_dir)  # before the probe and any case: fail fast
     if problem:
         raise ConfigError(problem)
 
-    probe = runner.run_probe(settings.workloads_dirs, settings.threads)
-    catalog = Catalog.from_probe(probe)
-    if catalog.errors:
-        raise ConfigError(catalog.errors[0]["error"])
-    cases = plan_cases(suite_obj, catalog, workloads, toggles, size, device)
-    if not cases:
-        raise ConfigError(f"suite {suite_obj.name!r} selects no cases")
+    try:
+        probe = runner.run_probe(settings.workloads_dirs, settings.threads)
+        catalog = Catalog.from_probe(probe)
+        if catalog.errors:
+            raise ConfigError(catalog.errors[0]["error"])
+        cases = plan_cases(suite_obj, catalog, workloads, toggles, size, device)
+        if not cases:
+            raise ConfigError(f"suite {suite_obj.name!r} selects no cases")
+    except BaseException:
+        if created:  # leave no empty run folder behind a usage error
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     files = {name: info["file"] for name, info in catalog.workloads.items()}
     env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
     env["machine_key"] = environment.machine_key(env, cases[0].device)

@@ -39,11 +39,17 @@ class Suite:
 class TimingSettings:
     """The sample budget of one worker process. Stored in each run's settings for later readers."""
 
-    samples: int = 12  # timed samples per process
-    min_sample_s: float = 0.005  # a sample repeats the unit until it lasts at least this long
+    samples: int = 25  # timed samples per process
+    # A sample repeats the unit until it lasts at least this long. Kept short on purpose: on a shared
+    # CPU a long sample nearly always straddles a scheduler preemption, and the median cannot drop those;
+    # 5 ms samples read the smoke rollout 2x slow at load 4 on 2 cores (docs/benchmarks.md).
+    min_sample_s: float = 0.0005
     max_warmup: int = 30  # warm-up units at most
     warmup_tolerance: float = 0.05  # warm-up ends when 3 consecutive units agree within this
     max_time_s: float = 30.0  # sampling stops early past this (after at least 3 samples)
+    # Sampling goes on past `samples` until this much time has passed: a window of a few ms is one moment
+    # of a shared machine's load (a busy SMT sibling slows every sample in it alike); half a second is many.
+    min_time_s: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,9 @@ class Settings:
     processes: int = 2
     timeout_s: float = 600.0
     seed: int = 0
+    # address-space limit per worker process (MB); None = no limit. Past it an allocation fails in the
+    # worker (MemoryError / allocator error -> failure class `oom`) instead of the machine thrashing.
+    max_memory_mb: int | None = None
     default_suite: str = "smoke"
     suites: dict[str, Suite] = field(default_factory=dict)
     timing: TimingSettings = TimingSettings()
@@ -79,6 +88,7 @@ class Settings:
             "processes": self.processes,
             "timeout_s": self.timeout_s,
             "seed": self.seed,
+            "max_memory_mb": self.max_memory_mb,
             "timing": self.timing.__dict__.copy(),
         }
 
@@ -91,7 +101,7 @@ DEFAULT_SUITES = {
 
 _KNOWN_KEYS = {
     "workloads_dirs", "baselines_dir", "reports_dir", "threads", "processes", "timeout_s", "seed",
-    "default_suite", "suites", "timing", "gate",
+    "max_memory_mb", "default_suite", "suites", "timing", "gate",
 }
 
 
@@ -208,6 +218,7 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
         processes=_positive(raw.get("processes", 2), where, "processes"),
         timeout_s=_positive(raw.get("timeout_s", 600), where, "timeout_s", float),
         seed=_expect(raw.get("seed", 0), int, where, "seed"),
+        max_memory_mb=_positive(raw["max_memory_mb"], where, "max_memory_mb") if "max_memory_mb" in raw else None,
         default_suite=default_suite,
         suites=suites,
         timing=timing,

@@ -78,17 +78,20 @@ def measure(
     unit: Callable[[], Any],
     timer: Timer,
     *,
-    samples: int = 12,
-    min_sample_s: float = 0.005,
+    samples: int = 25,
+    min_sample_s: float = 0.0005,
     max_warmup: int = 30,
     warmup_tolerance: float = 0.05,
     max_time_s: float = 30.0,
+    min_time_s: float = 0.0,
     sync: Callable[[], None] = lambda: None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Measurement:
     """Time ``unit``: first call alone (compile lands there), warm-up until three consecutive units agree
     within ``warmup_tolerance`` (or ``max_warmup`` units), then ``samples`` samples of ``loops`` units each,
-    ``loops`` chosen so a sample lasts at least ``min_sample_s``. GC is off while sampling."""
+    ``loops`` chosen so a sample lasts at least ``min_sample_s``; sampling goes on past ``samples`` until
+    ``min_time_s`` has passed, so the samples span more than one moment of a shared machine's load, and
+    stops early past ``max_time_s`` (after at least 3 samples). GC is off while sampling."""
     t0 = clock()
     unit()
     sync()
@@ -113,9 +116,12 @@ def measure(
     gc.disable()
     try:
         sample_start = clock()
-        for _ in range(samples):
+        while True:
             out.append(timer.time_ns(unit, loops))
-            if len(out) >= 3 and clock() - sample_start > max_time_s:
+            elapsed = clock() - sample_start
+            if len(out) >= samples and elapsed >= min_time_s:
+                break
+            if len(out) >= 3 and elapsed > max_time_s:
                 break
     finally:
         if gc_was_enabled:

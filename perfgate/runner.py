@@ -6,6 +6,7 @@ the orchestrator or the other cases with it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -55,7 +56,7 @@ def worker_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, s
     return env
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent_pid: int) -> None:
     """In the child before exec: its own process group (so a timeout kills everything it started) and,
     on Linux, SIGKILL when the orchestrator dies, so a killed `perfgate run` leaves no worker behind."""
     os.setsid()
@@ -67,6 +68,9 @@ def _die_with_parent() -> None:
             libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except OSError:
             pass
+        # the orchestrator may have died before prctl took effect: then no signal would ever come
+        if os.getppid() != parent_pid:
+            os._exit(1)
 
 
 def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
@@ -130,7 +134,8 @@ def run_worker(cfg: dict[str, Any], timeout_s: float, threads: int, work_dir: Pa
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=worker_env(threads, env_extra), preexec_fn=_die_with_parent, cwd=cwd,
+        env=worker_env(threads, env_extra), preexec_fn=functools.partial(_die_with_parent, os.getpid()),
+        cwd=cwd,
     )
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
@@ -170,6 +175,7 @@ def case_config(spec: CaseSpec, workload_file: str, settings: Settings, process_
         "process_index": process_index,
         "threads": settings.threads,
         "seed": settings.seed,
+        "max_memory_mb": settings.max_memory_mb,
         "timing": settings.timing.__dict__.copy(),
         "run_dir": str(run_dir),
         "profile": profile,

@@ -60,7 +60,7 @@ def _binom_cdf(k: int, n: int) -> float:
     """P(X <= k) for X ~ Binomial(n, 1/2)."""
     if k < 0:
         return 0.0
-    if n > 1000:  # normal approximation with continuity correction; exact sums get slow and underflow
+    if n > 300:  # normal approximation with continuity correction; exact sums get slow and underflow
         z = (k + 0.5 - n / 2) / math.sqrt(n / 4)
         return 0.5 * (1 + math.erf(z / math.sqrt(2)))
     return sum(math.comb(n, i) for i in range(0, k + 1)) / 2**n

@@ -164,7 +164,9 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     prepared = toggles_mod.prepare(workload, params, spec.device, registry_toggles, variants)
     timer = timer_for(spec.device)
     sync = _sync_for(spec.device)
-    m = measure(prepared.unit, timer, sync=sync, **timing)
+    timed_unit, timed_context = prepared.timed()
+    with timed_context():
+        m = measure(timed_unit, timer, sync=sync, **timing)
     result["process"] = {
         "samples_ns": m.samples_ns,
         "loops": m.loops,
@@ -202,9 +204,24 @@ def _sync_for(device: str):
     return lambda: None
 
 
+def limit_memory(max_memory_mb: int | None) -> None:
+    """Cap this process's address space, so an allocation past the cap fails here (MemoryError or an
+    allocator error, classified ``oom``) instead of the host swapping or its OOM killer picking a victim."""
+    if not max_memory_mb:
+        return
+    import resource
+
+    limit = int(max_memory_mb) * 1024 * 1024
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
 def _main_case(spec_file: str, out_file: str) -> int:
     cfg = json.loads(Path(spec_file).read_text())
     try:
+        limit_memory(cfg.get("max_memory_mb"))
         result = run_case(cfg)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a classified result
         if isinstance(exc, KeyboardInterrupt):

@@ -1,0 +1,146 @@
+"""The CLI end to end: the real `python -m perfgate` in a subprocess, tiny workloads, few samples."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import REPO, TEST_WORKLOADS, run_cli
+
+TINY_RUN = ("--workloads-dir", str(TEST_WORKLOADS), "--samples", "3")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One real run shared by the tests below: the rollout and a test workload, a variant, 2 processes."""
+    out = tmp_path_factory.mktemp("run") / "r"
+    proc = run_cli("run", *TINY_RUN, "-w", "tiny", "-w", "operator_rollout", "-t", "eager", "-t", "doubled",
+                   "-t", "cuda-graphs", "--out", str(out))
+    return proc, out
+
+
+def test_run_writes_results_with_schema_environment_and_raw_samples(tiny_run):
+    proc, out = tiny_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads((out / "results.json").read_text())
+    assert data["schema"] == "perfgate.results/1"
+    assert data["run_id"] == "r" and data["finished_at"]
+    env = data["environment"]
+    for key in ("torch", "python", "cuda_available", "torch_cuda", "cudnn", "device_name", "compute_capability",
+                "cpu_model", "threads", "git_commit", "git_dirty"):
+        assert key in env, key
+    assert env["threads"] == 1
+    assert data["settings"]["processes"] == 2
+    cases = {c["key"]: c for c in data["cases"]}
+    assert list(cases) == [
+        "tiny/smoke/eager/cpu", "tiny/smoke/doubled/cpu", "tiny/smoke/cuda-graphs/cpu",
+        "operator_rollout/smoke/eager/cpu", "operator_rollout/smoke/cuda-graphs/cpu",
+    ]
+    rollout = cases["operator_rollout/smoke/eager/cpu"]
+    assert rollout["status"] == "ok"
+    assert rollout["spec"]["params"]["T"] == 4 and rollout["spec"]["dtype"] == "float32"
+    assert [p["process_index"] for p in rollout["processes"]] == [0, 1]
+    for p in rollout["processes"]:
+        # --samples is the floor; sampling goes on for timing.min_time_s
+        assert len(p["samples_ns"]) >= 3 and all(s > 0 for s in p["samples_ns"])
+        assert p["steps_per_unit"] == 4 and p["loops"] >= 1 and p["first_call_s"] > 0
+        assert p["timer"] == "perf_counter_ns"
+    st = rollout["derived"]["step_time_s"]
+    assert st["n"] == sum(len(p["samples_ns"]) for p in rollout["processes"]) and st["n_processes"] == 2 and st["ci_low"] <= st["median"] <= st["ci_high"]
+    assert cases["tiny/smoke/doubled/cpu"]["status"] == "ok"
+    skipped = cases["tiny/smoke/cuda-graphs/cpu"]
+    assert skipped["status"] == "skipped" and "needs a CUDA device" in skipped["message"]
+
+
+def test_run_shows_progress_and_a_table_per_workload(tiny_run):
+    proc, out = tiny_run
+    assert "[1/5 " in proc.stdout and "ETA" in proc.stdout and "[5/5 " in proc.stdout
+    assert "tiny/smoke/eager/cpu ..." in proc.stdout
+    assert "operator_rollout [smoke, cpu]" in proc.stdout and "tiny [smoke, cpu]" in proc.stdout
+    assert "speedup vs eager" in proc.stdout
+    assert "1.00x" in proc.stdout  # eager against itself
+    assert "3 ok, 2 skipped" in proc.stdout and str(out / "results.json") in proc.stdout
+
+
+def test_list_shows_workloads_sizes_toggles_and_suites():
+    proc = run_cli("list", "--workloads-dir", str(TEST_WORKLOADS))
+    assert proc.returncode == 0, proc.stderr
+    assert "operator_rollout:" in proc.stdout and "tiny:" in proc.stdout
+    assert "smoke: T=4" in proc.stdout and "variant doubled" in proc.stdout
+    assert "cuda-graphs" in proc.stdout and "no: cuda-graphs: needs a CUDA device" in proc.stdout
+    assert "Suites:" in proc.stdout and "smoke:" in proc.stdout
+
+
+def assert_one_line_usage_error(proc, *needles):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("perfgate: error: ")
+    assert "Traceback" not in proc.stderr + proc.stdout
+    for needle in needles:
+        assert needle in lines[0]
+
+
+@pytest.mark.parametrize("args,needles", [
+    (("-w", "no_such_workload"), ("unknown workload 'no_such_workload'", "operator_rollout", "tiny")),
+    (("-w", "tiny", "-t", "compiel"), ("unknown toggle 'compiel'", "compile", "eager", "doubled")),
+    (("-w", "tiny", "--size", "huge"), ("unknown size 'huge'", "smoke, pr, full")),
+    (("--suite", "nightly"), ("unknown suite 'nightly'", "full, pr, smoke")),
+], ids=["workload", "toggle", "size", "suite"])
+def test_unknown_names_exit_2_listing_valid_ones(tmp_path, args, needles):
+    proc = run_cli("run", *TINY_RUN, *args, "--out", str(tmp_path / "r"))
+    assert_one_line_usage_error(proc, *needles)
+    assert not (tmp_path / "r").exists()  # no empty run folder left behind
+
+
+def test_a_workload_file_that_fails_to_import_names_the_file(tmp_path):
+    bad = tmp_path / "broken_workload.py"
+    bad.write_text("import torch\nraise RuntimeError('this workload is broken')\n")
+    proc = run_cli("run", "--workloads-dir", str(tmp_path), "-t", "eager", "--out", str(tmp_path / "r"))
+    assert_one_line_usage_error(proc, str(bad), "RuntimeError: this workload is broken")
+
+
+def test_an_unwritable_out_is_reported_before_any_case_runs(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = run_cli("run", *TINY_RUN, "-w", "tiny", "-t", "eager", "--out", str(blocker / "run"))
+    assert_one_line_usage_error(proc, "output directory", "not writable")
+    assert "[1/" not in proc.stdout
+
+
+def test_bad_config_is_one_line(tmp_path):
+    cfg = tmp_path / "pyproject.toml"
+    cfg.write_text("[tool.perfgate]\nthreads = 0\n")
+    proc = run_cli("run", "--config", str(cfg))
+    assert_one_line_usage_error(proc, str(cfg), "threads must be positive")
+
+
+def test_config_is_found_upward_from_the_current_directory(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.perfgate]\nworkloads_dirs = ["{TEST_WORKLOADS}"]\nreports_dir = "out"\n'
+        '[tool.perfgate.suites.mine]\nworkloads = ["tiny"]\ntoggles = ["eager"]\ndevice = "cpu"\n'
+    )
+    sub = tmp_path / "src" / "pkg"
+    sub.mkdir(parents=True)
+    proc = run_cli("run", "--processes", "1", "--samples", "3", cwd=sub)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # reports land next to the pyproject.toml, and LATEST names the run
+    latest = (tmp_path / "out" / "LATEST").read_text().strip()
+    data = json.loads((tmp_path / "out" / latest / "results.json").read_text())
+    assert data["suite"] == "mine" and [c["key"] for c in data["cases"]] == ["tiny/smoke/eager/cpu"]
+    assert data["settings"]["config"] == str(tmp_path / "pyproject.toml")
+
+
+def test_exit_3_when_no_case_could_run(tmp_path):
+    proc = run_cli("run", *TINY_RUN, "-w", "fault_raise", "-t", "eager", "--processes", "1",
+                   "--out", str(tmp_path / "r"))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "no case could run" in proc.stderr and "Traceback" not in proc.stderr
+    data = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert data["cases"][0]["failure_class"] == "error"
+
+
+def test_readme_documents_the_exit_codes():
+    readme = (REPO / "README.md").read_text()
+    for line in ("| 0 | ok |", "| 2 | usage or configuration error", "| 3 | infrastructure failure"):
+        assert line in readme

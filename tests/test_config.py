@@ -1,0 +1,150 @@
+"""perfgate.config: the nearest [tool.perfgate] upward, --config, defaults, one-line validation errors."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from perfgate.config import DEFAULT_SUITES, ConfigError, Settings, TimingSettings, find_pyproject, load
+
+GOOD = """
+[project]
+name = "user-repo"
+
+[tool.perfgate]
+workloads_dirs = ["bench/workloads", "more"]
+baselines_dir = "perf/baselines"
+reports_dir = "out"
+threads = 2
+processes = 3
+timeout_s = 90
+seed = 7
+max_memory_mb = 4096
+default_suite = "quick"
+
+[tool.perfgate.timing]
+samples = 5
+min_sample_s = 0.01
+
+[tool.perfgate.suites.quick]
+description = "one toggle"
+workloads = ["rollout*"]
+sizes = ["smoke"]
+toggles = ["eager", "compile+amp-bf16"]
+device = "cpu"
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_nearest_pyproject_upward_skips_files_without_the_table(tmp_path):
+    repo = write(tmp_path / "repo" / "pyproject.toml", GOOD)
+    write(tmp_path / "repo" / "sub" / "pyproject.toml", "[project]\nname = 'inner'\n")  # no [tool.perfgate]
+    cwd = tmp_path / "repo" / "sub" / "deeper"
+    cwd.mkdir(parents=True)
+    assert find_pyproject(cwd) == repo
+    s = load(cwd=cwd)
+    assert s.source == repo and s.root == repo.parent
+
+
+def test_every_key_is_read_and_paths_are_relative_to_the_file(tmp_path):
+    repo = write(tmp_path / "pyproject.toml", GOOD)
+    s = load(cwd=tmp_path)
+    root = repo.parent
+    assert s.workloads_dirs == (root / "bench/workloads", root / "more")
+    assert s.baselines_dir == root / "perf/baselines" and s.reports_dir == root / "out"
+    assert (s.threads, s.processes, s.timeout_s, s.seed, s.max_memory_mb) == (2, 3, 90.0, 7, 4096)
+    assert s.default_suite == "quick"
+    assert s.timing == TimingSettings(samples=5, min_sample_s=0.01)
+    q = s.suite("quick")
+    assert (q.workloads, q.sizes, q.toggles, q.device) == (("rollout*",), ("smoke",), ("eager", "compile+amp-bf16"), "cpu")
+    assert s.to_json()["max_memory_mb"] == 4096
+
+
+def test_config_override_wins_over_the_nearest_file(tmp_path):
+    write(tmp_path / "pyproject.toml", GOOD)
+    other = write(tmp_path / "elsewhere" / "ci.toml", "[tool.perfgate]\nthreads = 4\n")
+    s = load(config=other, cwd=tmp_path)
+    assert s.source == other.resolve() and s.threads == 4
+    assert s.workloads_dirs == (other.parent.resolve() / "workloads",)
+
+
+def test_defaults_without_any_config(tmp_path):
+    s = load(cwd=tmp_path)
+    assert s.source is None
+    assert s.workloads_dirs == (tmp_path.resolve() / "workloads",)
+    assert (s.threads, s.processes, s.timeout_s, s.max_memory_mb) == (1, 2, 600.0, None)
+    assert s.suites == DEFAULT_SUITES and s.default_suite == "smoke"
+
+
+def test_minimal_table_gets_the_defaults(tmp_path):
+    write(tmp_path / "pyproject.toml", "[tool.perfgate]\n")
+    s = load(cwd=tmp_path)
+    assert s.suites == DEFAULT_SUITES and s.threads == 1 and s.timing == TimingSettings()
+
+
+def test_with_overrides_ignores_none(tmp_path):
+    s = load(cwd=tmp_path)
+    t = s.with_overrides(threads=3, processes=None)
+    assert isinstance(t, Settings) and t.threads == 3 and t.processes == s.processes
+
+
+def test_unknown_suite_lists_valid_ones(tmp_path):
+    write(tmp_path / "pyproject.toml", GOOD)
+    with pytest.raises(ConfigError, match="unknown suite 'nope'; valid suites: quick"):
+        load(cwd=tmp_path).suite("nope")
+
+
+BAD = [
+    ("threads = 'two'", "threads must be int"),
+    ("threads = 0", "threads must be positive"),
+    ("processes = -1", "processes must be positive"),
+    ("processes = true", "processes must be int"),
+    ("timeout_s = 0", "timeout_s must be positive"),
+    ("max_memory_mb = 0", "max_memory_mb must be positive"),
+    ("seed = 1.5", "seed must be int"),
+    ("workloads_dirs = [1]", "workloads_dirs must be a list of strings"),
+    ("reports_dir = 3", "reports_dir must be str"),
+    ("threadz = 1", "unknown [tool.perfgate] key(s) threadz; valid:"),
+    ("default_suite = 'nightly'", "default_suite 'nightly' is not a suite; valid: full, pr, smoke"),
+    ("timing = {samplez = 3}", "unknown [tool.perfgate.timing] key(s) samplez; valid: samples"),
+    ("timing = {samples = 0}", "timing.samples must be positive"),
+    ("suites.x = {device = 'tpu'}", "device 'tpu' is not one of auto, cpu, cuda"),
+    ("suites.x = {toggle = ['eager']}", "unknown key(s) toggle; valid: workloads, sizes, toggles"),
+    ("suites.x = {toggles = 'eager', sizes = [1]}", "sizes must be a list of strings"),
+    ("suites.x = 3", "a suite must be dict"),
+]
+
+
+@pytest.mark.parametrize("line,expected", BAD, ids=[b[0] for b in BAD])
+def test_every_validation_error_is_one_clear_line(tmp_path, line, expected):
+    path = write(tmp_path / "pyproject.toml", f"[tool.perfgate]\n{line}\n")
+    if "default_suite" in line:
+        path.write_text(path.read_text() + textwrap.dedent("""
+            [tool.perfgate.suites.smoke]
+            [tool.perfgate.suites.pr]
+            [tool.perfgate.suites.full]
+        """))
+    with pytest.raises(ConfigError) as exc:
+        load(cwd=tmp_path)
+    message = str(exc.value)
+    assert expected in message
+    assert "\n" not in message
+    assert str(path) in message  # names the file
+
+
+def test_bad_toml_and_missing_config_file(tmp_path):
+    path = write(tmp_path / "pyproject.toml", "[tool.perfgate\nthreads = 1\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load(config=path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load(config=tmp_path / "missing.toml")
+    other = write(tmp_path / "plain.toml", "[project]\nname = 'x'\n")
+    with pytest.raises(ConfigError, match=r"has no \[tool.perfgate\] table"):
+        load(config=other)

@@ -1,0 +1,80 @@
+"""Fault injection: test-only workloads that raise, hang, abort, run out of memory, hit an unsupported op or
+fail to compile. Each must come back classified, and the healthy cases of the same run must still finish."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, TEST_WORKLOADS, run_cli
+
+from perfgate.runner import _classify_death
+
+EXPECTED = {
+    "fault_raise": ("error", "ValueError: boom"),
+    "fault_hang": ("timeout", "exceeded the 20 s timeout"),
+    "fault_abort": ("crash", "SIGABRT"),
+    "fault_oom": ("oom", "can't allocate memory"),
+    "fault_unsupported": ("unsupported", "clamp is not supported for complex types"),
+    "fault_compile": ("compile-error", "InvalidBackend"),
+}
+
+
+@pytest.fixture(scope="module")
+def fault_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("faults") / "run"
+    # healthy cases first and last: the run must go on past every failure. The timeout covers the worker
+    # start (torch and dynamo imports) too, so it leaves room for a loaded machine.
+    proc = run_cli("run", "--workloads-dir", str(TEST_WORKLOADS), "-w", "tiny", "-w", "fault_*",
+                   "-w", "operator_rollout", "-t", "eager", "--processes", "1", "--samples", "3",
+                   "--timeout", "20", "--max-memory-mb", "1500", "--out", str(out))
+    data = json.loads((out / "results.json").read_text())
+    return proc, {c["spec"]["workload"]: c for c in data["cases"]}
+
+
+def test_the_run_goes_on_and_exits_0(fault_run):
+    proc, cases = fault_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert cases["tiny"]["status"] == "ok" and cases["operator_rollout"]["status"] == "ok"
+    assert len(cases) == 2 + len(EXPECTED)
+
+
+@pytest.mark.parametrize("workload", sorted(EXPECTED))
+def test_each_fault_is_classified_with_its_error_tail(fault_run, workload):
+    _, cases = fault_run
+    failure_class, needle = EXPECTED[workload]
+    case = cases[workload]
+    assert case["status"] == "failed"
+    assert case["failure_class"] == failure_class
+    assert needle in case["message"]
+    assert case["processes"] == [] and case["derived"] == {}
+
+
+def test_the_table_shows_the_failure_classes(fault_run):
+    proc, _ = fault_run
+    for failure_class, _ in EXPECTED.values():
+        assert f"[{failure_class}]" in proc.stdout
+
+
+def test_a_python_memory_error_under_the_cap_is_oom():
+    """limit_memory() is what the worker applies for --max-memory-mb; a host MemoryError is then `oom`."""
+    code = ("from perfgate.worker import classify, limit_memory\n"
+            "limit_memory(256)\n"
+            "try:\n    bytearray(2**30)\nexcept MemoryError as exc:\n    print(classify(exc))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "oom", out.stderr
+
+
+@pytest.mark.parametrize("returncode,stderr,expected", [
+    (-6, "", ("crash", "worker killed by SIGABRT")),
+    (-11, "Fatal Python error: Segmentation fault", ("crash", "worker killed by SIGSEGV")),
+    (-9, "", ("crash", "often the kernel's out-of-memory killer")),
+    (1, "MemoryError", ("oom", "MemoryError")),
+    (3, "", ("crash", "worker exited with code 3 without a result")),
+])
+def test_deaths_the_worker_cannot_report(returncode, stderr, expected):
+    failure_class, message = _classify_death(returncode, stderr)
+    assert failure_class == expected[0] and expected[1] in message

@@ -1,0 +1,135 @@
+"""perfgate.model: JSON round trip, schema errors, statistics derived from the raw samples. No torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from perfgate.model import (
+    SCHEMA,
+    CaseResult,
+    CaseSpec,
+    ProcessSamples,
+    RunResult,
+    SchemaError,
+    load_results,
+)
+
+
+def spec(toggles=("eager",), workload="rollout"):
+    return CaseSpec(workload=workload, size="smoke", toggles=toggles, device="cpu",
+                    params=(("T", 4), ("grid", 24)))
+
+
+def ok_case(toggles=("eager",), samples_ns=(4000, 4200, 4400), loops=2, steps=2):
+    procs = [ProcessSamples(samples_ns=list(samples_ns), loops=loops, steps_per_unit=steps, first_call_s=0.5,
+                            warmup_units=3, process_index=i) for i in range(2)]
+    return CaseResult(spec=spec(toggles), status="ok", processes=procs, metrics={"graph_breaks": 0.0},
+                      accuracy={"rel_l2": 0.0, "verdict": "ok"}, duration_s=1.5, metadata={"threads": 1})
+
+
+def run():
+    failed = CaseResult(spec=spec(("compile",)), status="failed", failure_class="timeout", message="killed")
+    skipped = CaseResult(spec=spec(("cuda-graphs",)), status="skipped", message="needs CUDA")
+    return RunResult(run_id="r1", suite="smoke", environment={"torch": "2.13.0", "threads": 1},
+                     cases=[ok_case(), failed, skipped], started_at="2026-01-01T00:00:00", settings={"processes": 2})
+
+
+def test_case_spec_key_and_json_round_trip():
+    s = spec(("compile", "amp-bf16"))
+    assert s.key == "rollout/smoke/compile+amp-bf16/cpu"
+    assert s.to_json()["params"] == {"T": 4, "grid": 24}
+    back = CaseSpec.from_json(json.loads(json.dumps(s.to_json())))
+    assert back == s and hash(back) == hash(s)
+
+
+def test_results_file_round_trip(tmp_path):
+    r = run()
+    path = tmp_path / "results.json"
+    path.write_text(r.dumps())
+    back = load_results(tmp_path)  # a run folder works as well as the file
+    assert back.to_json() == r.to_json()
+    assert back.schema == SCHEMA
+    assert back.case("rollout/smoke/eager/cpu").processes[1].process_index == 1
+    assert back.counts() == {"ok": 1, "skipped": 1, "failed": 1}
+
+
+def test_derived_step_time_is_per_step_from_every_process():
+    case = ok_case(samples_ns=(4000, 4200, 4400), loops=2, steps=2)
+    # one sample = loops x steps = 4 steps -> 1000, 1050, 1100 ns per step, twice
+    assert case.step_samples_s == pytest.approx([1e-6, 1.05e-6, 1.1e-6] * 2)
+    st = case.step_time()
+    assert st.n == 6 and st.n_processes == 2
+    assert st.median == pytest.approx(1.05e-6)
+    derived = case.to_json()["derived"]
+    assert derived["step_time_s"]["median"] == pytest.approx(1.05e-6)
+    assert derived["throughput_steps_per_s"] == pytest.approx(1 / 1.05e-6)
+    assert derived["first_call_s"] == 0.5
+
+
+def test_failed_case_has_no_step_time():
+    failed = run().cases[1]
+    assert failed.step_time() is None and failed.to_json()["derived"] == {}
+
+
+def test_speedup_against_eager_in_the_same_run():
+    r = RunResult(run_id="r", suite=None, environment={},
+                  cases=[ok_case(samples_ns=(4000,) * 3), ok_case(("compile",), samples_ns=(2000,) * 3)])
+    sp = r.speedup(r.case("rollout/smoke/compile/cpu"))
+    assert sp.value == pytest.approx(2.0)
+    assert r.speedup(r.case("rollout/smoke/eager/cpu")).value == pytest.approx(1.0)
+
+
+def test_with_case_replaces_the_same_key():
+    r = run().with_case(ok_case(("compile",)))
+    assert len(r.cases) == 3
+    assert r.case("rollout/smoke/compile/cpu").status == "ok"
+
+
+def test_unknown_schema_is_an_error_naming_it(tmp_path):
+    data = run().to_json()
+    data["schema"] = "perfgate.results/99"
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    with pytest.raises(SchemaError, match="unknown schema 'perfgate.results/99'.*perfgate.results/1"):
+        load_results(tmp_path / "results.json")
+
+
+def test_corrupt_file_is_an_error_naming_the_file(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text('{"schema": "perfgate.results/1", "run_id": ')
+    with pytest.raises(SchemaError) as exc:
+        load_results(path)
+    assert str(path) in str(exc.value) and "not valid JSON" in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_missing_file_and_non_object(tmp_path):
+    with pytest.raises(SchemaError, match="cannot read"):
+        load_results(tmp_path / "nope.json")
+    (tmp_path / "list.json").write_text("[]")
+    with pytest.raises(SchemaError, match="expected a JSON object"):
+        load_results(tmp_path / "list.json")
+
+
+def test_malformed_entries(tmp_path):
+    data = run().to_json()
+    data["cases"][0]["status"] = "great"
+    (tmp_path / "a.json").write_text(json.dumps(data))
+    with pytest.raises(SchemaError, match="unknown case status 'great'"):
+        load_results(tmp_path / "a.json")
+    data = run().to_json()
+    del data["cases"][0]["spec"]
+    (tmp_path / "b.json").write_text(json.dumps(data))
+    with pytest.raises(SchemaError, match="malformed results"):
+        load_results(tmp_path / "b.json")
+
+
+def test_the_data_model_imports_no_torch():
+    code = ("import sys, perfgate.model, perfgate.stats, perfgate.config, perfgate.plan, perfgate.runner, perfgate.cli; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,92 @@
+"""perfgate.runner: a killed orchestrator leaves a valid results.json and no worker; run folders."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import REPO, TEST_WORKLOADS, cli_env
+
+from perfgate.model import load_results
+from perfgate.runner import latest_run_dir, mark_latest, new_run_id, unique_run_dir, worker_env
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids of live processes whose command line contains ``text`` (Linux /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().split(") ", 1)[1][0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_killing_the_orchestrator_leaves_valid_results_and_no_worker(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "perfgate", "run", "--workloads-dir", str(TEST_WORKLOADS), "-w", "tiny",
+           "-w", "slow_build", "-t", "eager", "--processes", "1", "--samples", "3", "--out", str(out)]
+    orchestrator = subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+    try:
+        def first_case_done_and_second_running():
+            results = out / "results.json"
+            if not results.is_file() or not load_results(results).cases:
+                return None
+            return processes_mentioning(str(out / ".work"))
+
+        workers = wait_for(first_case_done_and_second_running, 120, "case 1 written and case 2's worker")
+        os.kill(orchestrator.pid, signal.SIGKILL)
+        orchestrator.wait(timeout=30)
+    finally:
+        if orchestrator.poll() is None:
+            orchestrator.kill()
+            orchestrator.wait()
+    run = load_results(out / "results.json")  # valid JSON, the current schema
+    assert [c.key for c in run.cases] == ["tiny/smoke/eager/cpu"]
+    assert run.cases[0].status == "ok" and run.finished_at is None
+    # PR_SET_PDEATHSIG: the slow worker dies with its parent instead of sleeping on
+    wait_for(lambda: not processes_mentioning(str(out / ".work")), 10, f"workers {workers} to die")
+
+
+def test_run_ids_folders_and_latest(tmp_path):
+    run_id = new_run_id("smoke", now=0)
+    assert run_id.endswith("-smoke") and len(run_id.split("-")) == 3
+    first = unique_run_dir(tmp_path, "r")
+    assert first == tmp_path / "r"
+    first.mkdir()
+    assert unique_run_dir(tmp_path, "r") == tmp_path / "r-2"
+    assert latest_run_dir(tmp_path) is None
+    (first / "results.json").write_text("{}")
+    assert latest_run_dir(tmp_path) == first  # no LATEST: the newest results.json
+    second = tmp_path / "r-2"
+    second.mkdir()
+    (second / "results.json").write_text("{}")
+    os.utime(first / "results.json", (time.time() + 10, time.time() + 10))
+    mark_latest(tmp_path, second)
+    assert latest_run_dir(tmp_path) == second
+
+
+def test_worker_env_pins_threads():
+    env = worker_env(3)
+    assert env["OMP_NUM_THREADS"] == "3" and env["MKL_NUM_THREADS"] == "3"
+    assert str(REPO) in env["PYTHONPATH"].split(os.pathsep)

@@ -1,0 +1,125 @@
+"""perfgate.workload: discovery like tests, import errors naming the file, API validation."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from conftest import REPO, TEST_WORKLOADS
+
+from perfgate.workload import (
+    Built,
+    Tolerance,
+    Workload,
+    WorkloadError,
+    discover,
+    find,
+    load_file,
+    workload_files,
+)
+
+HEADER = "from perfgate.workload import Built, Workload\nSIZES = {'smoke': {}, 'pr': {}, 'full': {}}\n"
+
+
+def write(path, body):
+    path.write_text(HEADER + textwrap.dedent(body))
+    return path
+
+
+def test_discovers_the_shipped_and_test_workloads():
+    found = discover([REPO / "workloads", TEST_WORKLOADS])
+    assert found.errors == []
+    assert "operator_rollout" in found.workloads
+    assert {"tiny", "fault_raise", "fault_hang", "fault_abort", "fault_oom"} <= set(found.workloads)
+    cls, path = found.workloads["tiny"]
+    assert path == TEST_WORKLOADS / "faults.py" and issubclass(cls, Workload)
+
+
+def test_files_are_found_like_tests(tmp_path):
+    write(tmp_path / "a.py", "class A(Workload):\n    name = 'a'\n    description = 'a'\n    sizes = SIZES\n")
+    write(tmp_path / "_helper.py", "")  # private module: not a workload file
+    (tmp_path / "notes.txt").write_text("not python")
+    assert workload_files([tmp_path]) == [tmp_path / "a.py"]
+    assert workload_files([tmp_path / "a.py"]) == [tmp_path / "a.py"]  # a single file works too
+    assert list(discover([tmp_path]).workloads) == ["a"]
+
+
+def test_import_error_names_the_file_and_its_error(tmp_path):
+    bad = tmp_path / "broken.py"
+    bad.write_text("import numpy_that_does_not_exist\n")
+    write(tmp_path / "good.py", "class G(Workload):\n    name = 'g'\n    description = 'g'\n    sizes = SIZES\n")
+    found = discover([tmp_path])
+    assert list(found.workloads) == ["g"]  # the good file still loads
+    (err,) = found.errors
+    assert err["file"] == str(bad)
+    assert err["error"].startswith(f"{bad}: failed to import: ModuleNotFoundError")
+    assert "numpy_that_does_not_exist" in err["error"] and "\n" not in err["error"]
+
+
+def test_syntax_error_names_the_file(tmp_path):
+    (tmp_path / "typo.py").write_text("def broken(:\n")
+    (err,) = discover([tmp_path]).errors
+    assert "typo.py: failed to import: SyntaxError" in err["error"]
+
+
+def test_missing_sizes_are_rejected(tmp_path):
+    write(tmp_path / "w.py", """
+        class W(Workload):
+            name = "w"
+            description = "only smoke"
+            sizes = {"smoke": {}}
+        """)
+    (err,) = discover([tmp_path]).errors
+    assert "workload 'w' lacks sizes pr, full (needs smoke, pr, full)" in err["error"]
+
+
+def test_missing_description_is_rejected(tmp_path):
+    write(tmp_path / "w.py", "class W(Workload):\n    name = 'w'\n    sizes = SIZES\n")
+    assert "workload 'w' has no description" in discover([tmp_path]).errors[0]["error"]
+
+
+def test_duplicate_names_across_files(tmp_path):
+    body = "class W(Workload):\n    name = 'same'\n    description = 'd'\n    sizes = SIZES\n"
+    first = write(tmp_path / "a.py", body)
+    second = write(tmp_path / "b.py", body)
+    found = discover([tmp_path])
+    assert found.workloads["same"][1] == first
+    (err,) = found.errors
+    assert err["error"] == f"{second}: workload 'same' already defined in {first}"
+
+
+def test_find_reports_unknown_names_with_the_errors(tmp_path):
+    (tmp_path / "broken.py").write_text("raise RuntimeError('nope')\n")
+    with pytest.raises(WorkloadError, match=r"unknown workload 'x' \(.*broken.py: failed to import: RuntimeError: nope\)"):
+        find([tmp_path], "x")
+
+
+def test_imported_base_classes_are_not_rediscovered(tmp_path):
+    # a file importing another workload class must not define it twice
+    write(tmp_path / "sub.py", f"""
+        import sys
+        sys.path.insert(0, {str(TEST_WORKLOADS)!r})
+        from faults import Tiny
+
+        class Bigger(Tiny):
+            name = "bigger"
+            description = "Tiny with more steps"
+        """)
+    assert [c.name for c in load_file(tmp_path / "sub.py")] == ["bigger"]
+
+
+def test_defaults_of_the_api():
+    class W(Workload):
+        name = "w"
+
+        def step(self, model, state, built, params):
+            return state + 1
+
+    w = W()
+    assert w.steps_per_unit({"steps": 3}) == 3 and w.steps_per_unit({}) == 1
+    assert w.run_unit(None, Built(model=None, state=0), {"steps": 3}) == 3
+    assert w.output((5, 6)) == 5 and w.output(7) == 7
+    d = W.describe()
+    assert d["tolerance"] == Tolerance().to_json() and d["needs_grad"] is False and d["channels_last_applies"]
+    with pytest.raises(NotImplementedError):
+        Workload().build({}, "cpu", None, frozenset())

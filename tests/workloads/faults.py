@@ -1,0 +1,104 @@
+"""Test-only workloads: one tiny workload that works, and one per way a case can fail.
+
+Used by tests/test_faults.py and tests/test_cli.py through `perfgate run --workloads-dir tests/workloads`.
+Each fails during its first call (the worker's first timed unit), the way a real workload would.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from perfgate.workload import Built, Tolerance, Workload
+
+TINY = {"steps": 2, "n": 8}
+SIZES = {"smoke": TINY, "pr": TINY, "full": TINY}
+
+
+class Tiny(Workload):
+    """A vector updated in place of a model: microseconds per step, so a case costs only the spawn."""
+
+    name = "tiny"
+    description = "a few additions on an 8-element vector (test only)"
+    sizes = SIZES
+    tolerance = Tolerance(rel_l2=1e-6)
+    channels_last_applies = False
+    variants = {"doubled": "adds the state to itself before each step (test variant)"}
+
+    def build(self, params, device, dtype, variants):
+        return Built(model=None, state=torch.zeros(params["n"], device=device, dtype=dtype),
+                     extra={"doubled": "doubled" in variants})
+
+    def step(self, model, state, built, params):
+        if built.extra["doubled"]:
+            state = state + state
+        return state + 1.0
+
+
+class Raises(Tiny):
+    name = "fault_raise"
+    description = "its step raises ValueError (test only)"
+
+    def step(self, model, state, built, params):
+        raise ValueError("boom: the step of fault_raise always fails")
+
+
+class Hangs(Tiny):
+    name = "fault_hang"
+    description = "its step never returns (test only)"
+
+    def step(self, model, state, built, params):
+        time.sleep(3600)
+        return state
+
+
+class Aborts(Tiny):
+    name = "fault_abort"
+    description = "its step aborts the process with SIGABRT, like a failed C++ assertion (test only)"
+
+    def step(self, model, state, built, params):
+        os.abort()
+
+
+class AllocatesTooMuch(Tiny):
+    """Grows a list of 256 MB tensors up to 4 GB: past any --max-memory-mb the tests set.
+
+    torch.empty leaves the pages untouched, so if no limit were applied this would end `ok` (and the test
+    fail) rather than fill the machine.
+    """
+
+    name = "fault_oom"
+    description = "allocates 256 MB tensors until the allocator refuses (test only)"
+
+    def step(self, model, state, built, params):
+        hoard = [torch.empty(256 * 2**20, dtype=torch.uint8) for _ in range(16)]
+        return state + len(hoard)
+
+
+class Unsupported(Tiny):
+    name = "fault_unsupported"
+    description = "calls an op torch does not implement for its dtype (test only)"
+
+    def step(self, model, state, built, params):
+        return torch.ones(3, dtype=torch.complex64).clamp(0)
+
+
+class CompileFails(Tiny):
+    name = "fault_compile"
+    description = "asks torch.compile for a backend that does not exist (test only)"
+
+    def step(self, model, state, built, params):
+        return torch.compile(lambda x: x + 1, backend="no-such-backend")(state)
+
+
+class Sleeps(Tiny):
+    """Slow but healthy: 20 s in build, so a test can kill the orchestrator while this case runs."""
+
+    name = "slow_build"
+    description = "sleeps 20 s while building (test only)"
+
+    def build(self, params, device, dtype, variants):
+        time.sleep(20)
+        return super().build(params, device, dtype, variants)
