@@ -179,8 +179,11 @@ def process_medians(case: CaseResult) -> list[float]:
     return [statistics.median(p.step_times_s) for p in case.processes if p.samples_ns]
 
 
-def _min_p_unpaired(n1: int, n2: int) -> float:
-    return 2.0 / math.comb(n1 + n2, n1)
+def _rank_test_can_reach(alpha: float, n1: int, n2: int | None = None) -> bool:
+    """Can a two-sided exact rank test on this many units reach p < alpha at all? Mann-Whitney's
+    smallest p is 2 / C(n1 + n2, n1); Wilcoxon's (paired, n2 None) is 2 / 2**n1. Integers: no overflow."""
+    orderings = 2 ** n1 if n2 is None else math.comb(n1 + n2, n1)
+    return orderings > 2 / alpha  # int-float comparison is exact in Python, never overflows
 
 
 def _widen(low: float, high: float, t_result: Any, confidence: float) -> tuple[float, float]:
@@ -237,7 +240,7 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
         else:
             p = float(sps.wilcoxon(diffs).pvalue)
             low, high = _widen(low, high, sps.ttest_1samp(diffs, 0.0), confidence)
-        reachable = 2.0 / 2 ** len(diffs) < alpha
+        reachable = _rank_test_can_reach(alpha, len(diffs))
         test = "Wilcoxon signed-rank on per-pair log ratios"
     else:
         paired = False
@@ -256,7 +259,7 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
         if np.ptp(np.concatenate([base, head])) > 0:
             p = float(sps.mannwhitneyu(head, base, alternative="two-sided").pvalue)
             low, high = _widen(low, high, sps.ttest_ind(head, base, equal_var=False), confidence)
-        reachable = _min_p_unpaired(len(head), len(base)) < alpha
+        reachable = _rank_test_can_reach(alpha, len(head), len(base))
         test = ("Mann-Whitney U on per-process medians" if process_level
                 else "Mann-Whitney U on raw samples (one process on a side)")
     excludes_one = low > 0 or high < 0

@@ -207,3 +207,10 @@ def test_a_regression_must_regress_again_on_remeasure():
     assert kinds["tf32"].kind == "regression" and "confirmed by a re-measure" in kinds["tf32"].rule
     assert kinds["eager"].kind != "regression" and "the re-measure did not" in kinds["eager"].rule
     assert len(again) == 2
+
+
+def test_many_raw_samples_do_not_overflow_the_rank_test_check():
+    rnd = random.Random(11)
+    change = time_change([[1e-3 * (1 + rnd.random() * 0.01) for _ in range(600)]],
+                         [[1e-3 * (1 + rnd.random() * 0.01) for _ in range(600)]], resamples=200)
+    assert change is not None and not change.process_level
