@@ -91,7 +91,8 @@ def test_compare_with_a_corrupt_baseline_is_one_line_exit_2(project, tmp_path):
     root, _ = project
     bad = tmp_path / "smoke.json"
     bad.write_text('{"schema": "perfgate.baseline/2", "results": ')
-    proc = run_cli("compare", str(root / "same"), str(bad), cwd=root)
+    first_run = root / "reports" / (root / "reports" / "LATEST").read_text().strip()
+    proc = run_cli("compare", str(first_run), str(bad), cwd=root)
     assert proc.returncode == 2
     assert str(bad) in proc.stderr and "not valid JSON" in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -104,9 +105,10 @@ def test_calibrate_writes_thresholds_the_gate_uses(project):
     assert "between processes" in proc.stdout and "smallest detectable change" in proc.stdout
     cal = json.loads(baseline.read_text())["calibration"][CASE]
     assert cal["threshold"] >= 0.5 and cal["rounds"] == 2
-    cmp = run_cli("compare", str(root / "same"), str(baseline), cwd=root)
-    assert cmp.returncode == 0
-    data = json.loads((root / "same" / "comparison.json").read_text())
+    first_run = root / "reports" / (root / "reports" / "LATEST").read_text().strip()
+    cmp = run_cli("compare", str(first_run), str(baseline), cwd=root)
+    assert cmp.returncode == 0, cmp.stdout + cmp.stderr
+    data = json.loads((first_run / "comparison.json").read_text())
     (v,) = [v for v in data["verdicts"] if v["metric"] == "step_time"]
     assert "calibrated for this case" in v["rule"]
 
