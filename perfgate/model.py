@@ -51,6 +51,12 @@ METRIC_KINDS: dict[str, str] = {
     "compile_cold_s": "time",
     "compile_warm_s": "time",
     "achieved_flops_per_s": "info",
+    # simulator_construction: the first compile, then setup per construction after it (exit criterion)
+    "first_compile_s": "time",
+    "setup_per_construction_s": "time",
+    "construction_cache_hits": "deterministic",
+    "construction_recompiles": "deterministic",
+    "setup_exit_criterion_met": "info",
 }
 
 # The verdict kinds of a comparison, per case and metric.

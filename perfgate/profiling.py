@@ -327,6 +327,8 @@ def reference_check(cfg: dict[str, Any], spec: Any, workload: Any, prepared: Any
     toggles_mod.set_global_flags((), spec.device)
     try:
         _reseed(seed)  # same draw as the worker's seed before prepare(): same weights and inputs
+        if getattr(workload, "applies_compile", False):
+            workload.compile_mode = None  # the reference of a self-compiling workload is eager too
         ref = workload.build(params, torch.device(spec.device), torch.float32, prepared.variants)
         contexts = toggles_mod.step_contexts((), spec.device, workload.needs_grad)
         _reseed(seed)

@@ -139,6 +139,9 @@ def unmet_requirement(req: str, device: str, workload: dict[str, Any] | None = N
 def skip_reason(toggles: tuple[str, ...], device: str, workload: dict[str, Any]) -> str | None:
     """Why this toggle set cannot run here for this workload, or None."""
     for name in toggles:
+        declined = workload.get("unsupported_toggles", {}).get(name)
+        if declined:
+            return f"{name}: does not apply to this workload: {declined}"
         t = TOGGLES_BY_NAME.get(name)
         if t is None:  # a workload variant: it declares no requirements
             continue
@@ -243,6 +246,9 @@ def prepare(
 
     set_global_flags(toggles, device)
     dev = torch.device(device)
+    mode = compile_mode(toggles)
+    if workload.applies_compile:  # the workload compiles inside its own timed work (see Workload)
+        workload.compile_mode = mode
     built = workload.build(params, dev, torch.float32, variants)
     model = built.model
     if "channels-last" in toggles:
@@ -251,10 +257,9 @@ def prepare(
         built.state = _to_channels_last(built.state)
     if "torchscript" in toggles:
         model = torch.jit.script(model)
-    mode = compile_mode(toggles)
-    if mode is not None:
-        if not device.startswith("cuda"):
-            enable_cpu_kernel_profile()
+    if mode is not None and not device.startswith("cuda"):
+        enable_cpu_kernel_profile()  # self-compiling workloads too: same inductor cache key in every process
+    if mode is not None and not workload.applies_compile:
         model = torch.compile(model, mode=mode)
     contexts = step_contexts(toggles, device, workload.needs_grad)
 

@@ -176,6 +176,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "timer": m.timer,
         "process_index": int(cfg.get("process_index", 0)),
     }
+    result["metrics"].update(workload.metrics(prepared.built))
     result["metadata"] = {
         "warmup_stable": m.stable,
         "warmup_ns": m.warmup_ns,

@@ -59,11 +59,18 @@ class Workload:
       variants     {"groupnorm": "one line"}: workload-specific toggles, composable with '+'
       needs_grad   True when the step needs autograd (forces from energies); else steps run in no_grad
       channels_last_applies  False when the state is not a 4-D image batch
+      unsupported_toggles    {"cuda-graphs": "why"}: toggles that cannot apply to this workload; a case
+                   with one is skipped with that reason, never failed
+      applies_compile  True when the workload calls torch.compile itself (e.g. inside a construction it
+                   times): perfgate then sets ``self.compile_mode`` ("default", "reduce-overhead",
+                   "max-autotune", or None for no compile toggle) before ``build`` and does not wrap
+                   ``built.model``
 
     Methods a subclass implements:
       build(params, device, dtype, variants) -> Built
       step(model, state, built, params) -> new state
-    and may override steps_per_unit(params) (default: params["steps"]) and output(state).
+    and may override steps_per_unit(params) (default: params["steps"]), output(state) and
+    metrics(built) (workload-specific figures added to the case's metrics after timing).
     """
 
     name: str = ""
@@ -73,6 +80,9 @@ class Workload:
     variants: dict[str, str] = {}
     needs_grad: bool = False
     channels_last_applies: bool = True
+    unsupported_toggles: dict[str, str] = {}
+    applies_compile: bool = False
+    compile_mode: str | None = None
 
     def build(self, params: dict[str, Any], device: Any, dtype: Any, variants: frozenset[str]) -> Built:
         raise NotImplementedError(f"{type(self).__name__}.build")
@@ -89,6 +99,10 @@ class Workload:
         if isinstance(state, (tuple, list)):
             return state[0]
         return state
+
+    def metrics(self, built: Built) -> dict[str, float]:
+        """Workload-specific metrics measured while the case ran (names in perfgate.model.METRIC_KINDS)."""
+        return {}
 
     def run_unit(self, model: Any, built: Built, params: dict[str, Any]) -> Any:
         """One unit of work from the initial state: ``steps_per_unit`` steps. What the timer measures."""
@@ -107,6 +121,8 @@ class Workload:
             "tolerance": cls.tolerance.to_json(),
             "needs_grad": cls.needs_grad,
             "channels_last_applies": cls.channels_last_applies,
+            "unsupported_toggles": dict(cls.unsupported_toggles),
+            "applies_compile": cls.applies_compile,
         }
 
 
