@@ -118,15 +118,24 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
 @click.option("--shard-costs", "shard_costs", type=click.Path(), default=None,
               help="results.json or baseline file whose case durations balance the shards "
                    "(default: baselines/<machine>/<suite>.json when present, else an estimate).")
+@click.option("--gate", is_flag=True, help="Compare with the baseline (or --against REF); exit 1 on a regression.")
+@click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None,
+              help="Baseline file (default: <baselines_dir>/<machine-key>/<suite>.json).")
+@click.option("--against", "against_ref", default=None, metavar="REF",
+              help="Run REF (a git ref, in a temporary worktree) and this tree interleaved; compare directly.")
+@click.option("--strict-env", is_flag=True, help="Refuse a baseline measured with another torch/CUDA/driver/Python.")
 @handle_errors
 def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], toggles: tuple[str, ...],
             size: str | None, device: str | None, out: str | None, processes: int | None, threads: int | None,
             timeout_s: float | None, samples: int | None, max_memory_mb: int | None,
-            workloads_dirs: tuple[str, ...], shard: str | None = None, shard_costs: str | None = None) -> None:
+            workloads_dirs: tuple[str, ...], shard: str | None = None, shard_costs: str | None = None,
+            gate: bool = False, baseline_file: str | None = None, against_ref: str | None = None,
+            strict_env: bool = False) -> None:
     """Run a suite (or a selection) and write results.json with a table of step times per toggle."""
     from dataclasses import replace
 
     from perfgate import console, environment, runner
+    from perfgate.github import publish_summary
     from perfgate.model import RunResult
     from perfgate.plan import Catalog, parse_shard, plan_cases
     from perfgate.storage import check_writable_dir
@@ -191,6 +200,14 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
         runner.mark_latest(settings.reports_dir, run_dir)
     write_reports = _run_reports_writer(run_dir)
     write_reports(run)
+    if against_ref:  # the gate's same-job A/B mode: perfgate/gate.py
+        from perfgate import gate as gate_mod
+
+        code = gate_mod.execute_against(against_ref, cases, files, settings, run, run_dir, progress, click.echo,
+                                        gate=gate)
+        if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
+            publish_summary(run_dir)
+        sys.exit(code)
     run = runner.execute(cases, files, settings, run, run_dir, progress, after_case=write_reports)
     run = replace(run, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     runner.write_results(run, run_dir / "results.json")
@@ -201,6 +218,141 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     click.echo(f"\n{runner.summary_status(run)}; results: {run_dir / 'results.json'}")
     if not any(c.status == STATUS_OK for c in run.cases):
         fail("no case could run (see the failures and skip reasons above)", EXIT_INFRA)
+    if gate or baseline_file:  # compare with the stored baseline: perfgate/gate.py
+        from perfgate import gate as gate_mod
+
+        code = gate_mod.gate_run(run, run_dir, settings, Path(baseline_file) if baseline_file else None,
+                                 strict_env=strict_env, gate=gate, cases=cases, workload_files=files, echo=click.echo)
+        if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
+            publish_summary(run_dir)
+        sys.exit(code)
+
+
+# ---------------------------------------------------------------- compare, baseline, calibrate (issue 4: the gate)
+
+@main.command("compare")
+@config_option
+@click.argument("current", type=click.Path(exists=True))
+@click.argument("baseline", type=click.Path())
+@click.option("--gate", is_flag=True, help="Exit 1 when a regression or a newly failing case is found.")
+@click.option("--strict-env", is_flag=True, help="Refuse a baseline measured with another torch/CUDA/driver/Python.")
+@handle_errors
+def compare_cmd(config: str | None, current: str, baseline: str, gate: bool, strict_env: bool) -> None:
+    """Compare CURRENT (a run folder or results.json) with BASELINE (a baseline file or another run)."""
+    from perfgate import gate as gate_mod
+
+    settings = load_settings(config)
+    sys.exit(gate_mod.compare_files(current, baseline, settings, strict_env=strict_env, gate=gate, echo=click.echo))
+
+
+@main.group("baseline")
+def baseline_group() -> None:
+    """Stored baselines: baselines/<machine-key>/<suite>.json, committed and reviewed like code."""
+
+
+@baseline_group.command("update")
+@config_option
+@click.argument("results", required=False, type=click.Path())
+@click.option("--allow-failed", is_flag=True, help="Accept a results file with failed cases.")
+@click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None,
+              help="Write here instead of <baselines_dir>/<machine-key>/<suite>.json.")
+@handle_errors
+def baseline_update_cmd(config: str | None, results: str | None, allow_failed: bool, baseline_file: str | None) -> None:
+    """Make RESULTS (default: the latest run) the baseline of its suite on its machine."""
+    from perfgate import baselines, runner
+    from perfgate.model import load_results
+
+    settings = load_settings(config)
+    if results is None:
+        latest = runner.latest_run_dir(settings.reports_dir)
+        if latest is None:
+            raise ConfigError(f"no run under {settings.reports_dir}; run `perfgate run` first or name RESULTS")
+        results = str(latest)
+    run = load_results(results)
+    if not allow_failed:
+        baselines.refuse_failed(run, results)
+    path = Path(baseline_file) if baseline_file else baselines.baseline_path(
+        settings.baselines_dir, run.environment.get("machine_key", "unknown-machine"), run.suite or settings.default_suite)
+    previous = baselines.load_baseline(path) if path.exists() else None
+    new = baselines.from_run(run, previous, source=str(results))
+    baselines.write_baseline(new, path)
+    click.echo(f"baseline {path} <- {results}")
+    for line in baselines.changes(previous, new):
+        click.echo(line)
+
+
+@baseline_group.command("show")
+@config_option
+@click.argument("path", required=False, type=click.Path())
+@handle_errors
+def baseline_show_cmd(config: str | None, path: str | None) -> None:
+    """Print a baseline (default: every baseline under baselines_dir)."""
+    from perfgate import baselines
+
+    settings = load_settings(config)
+    paths = [Path(path)] if path else baselines.list_baselines(settings.baselines_dir)
+    if not paths:
+        click.echo(f"no baselines under {settings.baselines_dir}; `perfgate baseline update` makes one")
+    for p in paths:
+        for line in baselines.describe(baselines.load_baseline(p)):
+            click.echo(line)
+
+
+@main.command("calibrate")
+@config_option
+@click.option("--suite", "-s", default=None, help="Suite (default: default_suite).")
+@click.option("-w", "--workload", "workloads", multiple=True, help="Only these workloads.")
+@click.option("-t", "--toggles", "toggles", multiple=True, help="Only these toggle sets.")
+@click.option("--rounds", type=click.IntRange(min=2), default=3, show_default=True, help="A/A runs per case.")
+@click.option("--processes", type=click.IntRange(min=1), default=None, help="Worker processes per round.")
+@click.option("--samples", type=click.IntRange(min=1), default=None, help="Timed samples per process.")
+@click.option("--write", is_flag=True, help="Store per-case thresholds in the baseline's metadata.")
+@click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None,
+              help="Baseline to write to (default: <baselines_dir>/<machine-key>/<suite>.json).")
+@handle_errors
+def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], toggles: tuple[str, ...],
+                  rounds: int, processes: int | None, samples: int | None, write: bool,
+                  baseline_file: str | None) -> None:
+    """Repeated A/A runs of each case: noise within and between processes, smallest detectable change."""
+    from dataclasses import replace
+
+    from perfgate import baselines, calibrate, environment, runner
+    from perfgate.compare import gate_settings
+    from perfgate.plan import Catalog, plan_cases
+
+    settings = load_settings(config)
+    settings = settings.with_overrides(processes=processes,
+                                       timing=replace(settings.timing, samples=samples) if samples else None)
+    gs = gate_settings(settings)
+    suite_obj = settings.suite(suite or settings.default_suite)
+    probe = runner.run_probe(settings.workloads_dirs, settings.threads)
+    catalog = Catalog.from_probe(probe)
+    cases = plan_cases(suite_obj, catalog, workloads, toggles, None, None)
+    if not cases:
+        raise ConfigError(f"suite {suite_obj.name!r} selects no cases")
+    env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
+    path = Path(baseline_file) if baseline_file else baselines.baseline_path(
+        settings.baselines_dir, environment.machine_key(env, cases[0].device), suite_obj.name)
+    base = baselines.load_baseline(path) if write else None  # fail early, before minutes of measuring
+    work = Path(settings.reports_dir) / ".calibrate"
+    click.echo(f"perfgate calibrate: {len(cases)} case(s) x {rounds} A/A rounds x {settings.processes} process(es)")
+    results = {}
+    for spec in cases:
+        file = catalog.workloads[spec.workload]["file"]
+        rounds_done = [runner.run_case(spec, file, settings, work) for _ in range(rounds)]
+        threshold, _ = gs.threshold_for(rounds_done[0], spec.key)
+        noise = calibrate.analyse(spec.key, rounds_done, gs, threshold, settings.processes)
+        if noise is None:
+            click.echo(f"{spec.key}: {rounds_done[0].status}, nothing to calibrate")
+            continue
+        results[spec.key] = noise
+        for line in calibrate.report_lines(noise):
+            click.echo(line)
+    if write and base is not None:
+        for key, noise in results.items():
+            base.calibration[key] = noise.to_json()
+        baselines.write_baseline(base, path)
+        click.echo(f"stored {len(results)} calibrated threshold(s) in {path}")
 
 
 # ---------------------------------------------------------------- perfgate merge (issue 7)

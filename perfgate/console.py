@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from perfgate.model import STATUS_OK, CaseResult, CaseSpec, RunResult
+from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, RunResult, Verdict
 from perfgate.stats import format_seconds
 
 
@@ -68,4 +68,79 @@ def run_tables(run: RunResult) -> str:
             ])
         out.append(f"\n{workload} [{size}, {device}]\n"
                    + _table(rows, ["toggle", "status", "step time (median +/- 95% CI)", "speedup vs eager", "note"]))
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- comparisons (the gate's verdicts)
+
+def verdict_value(metric: str, value: float | None) -> str:
+    """A verdict's baseline or current value in the unit a person reads."""
+    if value is None:
+        return "-"
+    if metric == "step_time" or metric.endswith("_s"):
+        return format_seconds(value)
+    if metric.endswith("_bytes") or metric.endswith("_bytes_per_step"):
+        return f"{value / 2**20:.1f} MiB"
+    if metric == "accuracy":
+        return f"{value:.2e}"
+    return f"{value:g}"
+
+
+def verdict_change(v: Verdict) -> str:
+    if v.ratio is None:
+        return "-"
+    text = f"{v.ratio:.3f}x"
+    if v.ratio_low is not None and v.ratio_high is not None:
+        text += f" [{v.ratio_low:.3f}, {v.ratio_high:.3f}]"
+    return text
+
+
+def verdict_evidence(v: Verdict) -> str:
+    parts = []
+    if v.p_value is not None:
+        parts.append(f"p={v.p_value:.3g}")
+    if v.threshold is not None:
+        parts.append(f"thr {v.threshold * 100:.3g}%" if v.metric != "accuracy" else f"tol {v.threshold:g}")
+    return " ".join(parts) or "-"
+
+
+def _verdict_rows(verdicts: list[Verdict]) -> list[list[str]]:
+    return [[v.kind, v.case_key, v.metric, verdict_value(v.metric, v.baseline), verdict_value(v.metric, v.current),
+             verdict_change(v), verdict_evidence(v)] for v in verdicts]
+
+
+VERDICT_HEADER = ["verdict", "case", "metric", "baseline", "current", "ratio [95% CI]", "evidence"]
+
+
+def comparison_text(comparison: Comparison, gate: bool = True) -> str:
+    """Regressions (and newly failing cases) first with the rule that made them, then wins, then a count
+    of the rest, and the advice for inconclusive verdicts."""
+    from perfgate.compare import sort_key
+
+    verdicts = sorted(comparison.verdicts, key=sort_key)
+    failing = [v for v in verdicts if v.fails_gate]
+    wins = [v for v in verdicts if v.kind in ("win", "fixed")]
+    rest = [v for v in verdicts if v not in failing and v not in wins]
+    source = comparison.baseline_source or "baseline"
+    out = [f"\nComparison against {source} ({comparison.mode} mode): {len(verdicts)} verdict(s)"]
+    out.extend(comparison.warnings)
+    if failing:
+        out.append(f"\nREGRESSIONS ({len(failing)}):")
+        out.append(_table(_verdict_rows(failing), VERDICT_HEADER))
+        for v in failing:
+            out.append(f"  {v.case_key} {v.metric}: {v.rule}")
+    if wins:
+        out.append(f"\nWins ({len(wins)}):")
+        out.append(_table(_verdict_rows(wins), VERDICT_HEADER))
+    counts: dict[str, int] = {}
+    for v in rest:
+        counts[v.kind] = counts.get(v.kind, 0) + 1
+    if counts:
+        out.append("\nThe rest: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])))
+    inconclusive = [v for v in rest if v.kind == "inconclusive"]
+    for v in inconclusive[:10]:
+        out.append(f"  inconclusive {v.case_key} {v.metric}: {verdict_change(v)}; {v.advice or v.rule}")
+    if gate:
+        out.append("\nGATE FAILED: " + ", ".join(f"{v.case_key} ({v.kind} {v.metric})" for v in failing)
+                   if comparison.gate_failed else "\nGate passed: no regression and no newly failing case.")
     return "\n".join(out)

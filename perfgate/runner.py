@@ -122,8 +122,9 @@ def _classify_death(returncode: int, stderr: str) -> tuple[str, str]:
 
 
 def run_worker(cfg: dict[str, Any], timeout_s: float, threads: int, work_dir: Path,
-               env_extra: dict[str, str] | None = None) -> ProcessOutcome:
-    """Run one worker on ``cfg``; never raises for anything the worker does."""
+               env_extra: dict[str, str] | None = None, cwd: Path | None = None) -> ProcessOutcome:
+    """Run one worker on ``cfg``; never raises for anything the worker does. ``cwd``: the worker's folder
+    (``--against`` runs the base ref's workers inside its checkout)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     fd, spec_path = tempfile.mkstemp(prefix="case-", suffix=".json", dir=work_dir)
     with os.fdopen(fd, "w") as fh:
@@ -134,6 +135,7 @@ def run_worker(cfg: dict[str, Any], timeout_s: float, threads: int, work_dir: Pa
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=worker_env(threads, env_extra), preexec_fn=functools.partial(_die_with_parent, os.getpid()),
+        cwd=cwd,
     )
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)

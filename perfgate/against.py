@@ -1,0 +1,185 @@
+"""``perfgate run --against REF``: base and head measured in the same job, worker processes interleaved.
+
+REF is checked out in a temporary git worktree. Its workers run with the base checkout's workloads AND
+its perfgate package (PYTHONPATH and working folder inside the worktree), so the base side measures what
+REF would have measured. For each case the processes alternate A B B A A B ...: pairing base and head
+processes back to back cancels slow drift of a shared machine, and alternating which goes first guards
+against order effects. A case whose workload or toggle REF lacks runs on head only and is judged ``new``.
+No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfgate import runner
+from perfgate.config import ConfigError, Settings
+from perfgate.model import STATUS_FAILED, STATUS_OK, CaseResult, CaseSpec, ProcessSamples
+from perfgate.plan import Catalog
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@dataclass
+class BaseCheckout:
+    """REF checked out in a temporary worktree, with what its workers need to run."""
+
+    ref: str
+    commit: str
+    path: Path  # the worktree's top folder
+    repo_top: Path  # the current repository's top folder
+    python_path: str  # PYTHONPATH for base workers: the base's perfgate package when it has one
+    workloads_dirs: tuple[Path, ...]
+    catalog: Catalog | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        _git(self.repo_top, "worktree", "remove", "--force", str(self.path))
+        shutil.rmtree(self.path.parent, ignore_errors=True)
+        _git(self.repo_top, "worktree", "prune")
+
+
+def _map_into(path: Path, repo_top: Path, base_top: Path) -> Path | None:
+    try:
+        return base_top / Path(path).resolve().relative_to(repo_top)
+    except ValueError:
+        return None
+
+
+def checkout(settings: Settings, ref: str) -> BaseCheckout:
+    """Check REF out in a temporary worktree; ConfigError when REF is not a commit of this repository."""
+    top = _git(settings.root, "rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        raise ConfigError(f"--against {ref}: {settings.root} is not inside a git repository")
+    repo_top = Path(top.stdout.strip()).resolve()
+    rev = _git(repo_top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if rev.returncode != 0:
+        raise ConfigError(f"--against {ref}: not a commit in {repo_top} (a branch, tag or hash is valid)")
+    commit = rev.stdout.strip()
+    holder = Path(tempfile.mkdtemp(prefix="perfgate-against-"))
+    path = holder / "base"
+    add = _git(repo_top, "worktree", "add", "--detach", str(path), commit)
+    if add.returncode != 0:
+        shutil.rmtree(holder, ignore_errors=True)
+        raise ConfigError(f"--against {ref}: git worktree add failed: {add.stderr.strip()[-300:]}")
+    notes = []
+    pkg_parent = Path(runner.package_parent())
+    mapped_pkg = _map_into(pkg_parent, repo_top, path)
+    if mapped_pkg is not None and (mapped_pkg / "perfgate" / "worker.py").is_file():
+        python_path = str(mapped_pkg)
+    else:
+        python_path = str(pkg_parent)
+        notes.append(f"{ref} carries no perfgate package; its cases run with this perfgate")
+    dirs = []
+    for d in settings.workloads_dirs:
+        mapped = _map_into(d, repo_top, path)
+        if mapped is None:
+            dirs.append(Path(d))
+            notes.append(f"workloads dir {d} is outside the repository; base and head share it")
+        elif mapped.is_dir():
+            dirs.append(mapped)
+    return BaseCheckout(ref=ref, commit=commit, path=path, repo_top=repo_top, python_path=python_path,
+                        workloads_dirs=tuple(dirs), notes=notes)
+
+
+def probe_base(base: BaseCheckout, threads: int) -> Catalog:
+    """What the base checkout's own perfgate sees in its own workloads."""
+    cmd = [sys.executable, "-m", "perfgate.worker", "--probe"]
+    for d in base.workloads_dirs:
+        cmd += ["--workloads-dir", str(d)]
+    env = runner.worker_env(threads, {"PYTHONPATH": base.python_path})
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=runner.PROBE_TIMEOUT_S, env=env, cwd=base.path)
+    if proc.returncode != 0:
+        raise runner.InfrastructureError(f"the worker probe of {base.ref} failed: {proc.stderr.strip()[-400:]}")
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    base.catalog = Catalog.from_probe(data)
+    for err in base.catalog.errors:
+        base.notes.append(f"{base.ref}: {err['error']}")
+    return base.catalog
+
+
+def base_has(base: BaseCheckout, spec: CaseSpec) -> str | None:
+    """None when REF can run ``spec``; else why not (its workload, size or a toggle does not exist there)."""
+    cat = base.catalog
+    if cat is None or spec.workload not in cat.workloads:
+        return f"workload {spec.workload!r} does not exist at {base.ref}"
+    info = cat.workloads[spec.workload]
+    if spec.size not in info.get("sizes", {}):
+        return f"size {spec.size!r} of {spec.workload} does not exist at {base.ref}"
+    known = {t["name"] for t in cat.toggles} | set(info.get("variants", {}))
+    missing = [t for t in spec.toggles if t not in known]
+    if missing:
+        return f"toggle {', '.join(missing)} does not exist at {base.ref}"
+    return None
+
+
+def _case_from(spec: CaseSpec, results: list[dict[str, Any]], processes: int, t0: float) -> CaseResult:
+    """Assemble one side's CaseResult from its process results (the first carries metrics and profile)."""
+    bad = next((r for r in results if r.get("status") != STATUS_OK), None)
+    samples = [ProcessSamples.from_json(r["process"]) for r in results if r.get("status") == STATUS_OK]
+    if bad is not None:
+        return CaseResult(spec=spec, status=bad.get("status", STATUS_FAILED), failure_class=bad.get("failure_class"),
+                          message=bad.get("message"), processes=samples, duration_s=time.perf_counter() - t0)
+    first = results[0]
+    metadata = dict(first.get("metadata", {}))
+    metadata["processes"] = processes
+    metrics = dict(first.get("metrics", {}))
+    # as runner.run_case: process 0 compiles into the side's empty cache, process 1 finds it warm
+    compile_s = [float(r["compile"]["compile_s"]) for r in results if "compile" in r]
+    for name, value in zip(("compile_cold_s", "compile_warm_s"), compile_s, strict=False):
+        metrics[name] = value
+    return CaseResult(spec=spec, status=STATUS_OK, processes=samples, metrics=metrics,
+                      profile=first.get("profile", {}), accuracy=first.get("accuracy", {}),
+                      duration_s=time.perf_counter() - t0, metadata=metadata)
+
+
+def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Settings, run_dir: Path,
+             base_dir: Path) -> tuple[CaseResult, CaseResult | None]:
+    """Run one case on head and base, processes alternating A B B A ...; base None when REF lacks the case."""
+    missing = base_has(base, spec)
+    base_file = base.catalog.workloads[spec.workload]["file"] if missing is None and base.catalog else None
+    head_env = runner.compile_cache_env(run_dir, spec)
+    base_env = {**runner.compile_cache_env(base_dir, spec), "PYTHONPATH": base.python_path}
+    for env in (head_env, base_env):  # cold means cold on both sides
+        for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+            shutil.rmtree(env[key], ignore_errors=True)
+    head_results: list[dict[str, Any]] = []
+    base_results: list[dict[str, Any]] = []
+    t_head = t_base = 0.0
+    for i in range(settings.processes):
+        order = ("base", "head") if i % 2 == 0 else ("head", "base")
+        for side in order:
+            if side == "base" and base_file is None:
+                continue
+            t = time.perf_counter()
+            if side == "head":
+                cfg = runner.case_config(spec, head_file, settings, i, run_dir, profile=(i == 0))
+                out = runner.run_worker(cfg, settings.timeout_s, settings.threads, run_dir / ".work", head_env)
+                head_results.append(out.result)
+                t_head += time.perf_counter() - t
+            else:
+                cfg = runner.case_config(spec, base_file, settings, i, base_dir, profile=(i == 0))
+                out = runner.run_worker(cfg, settings.timeout_s, settings.threads, base_dir / ".work",
+                                        env_extra=base_env, cwd=base.path)
+                base_results.append(out.result)
+                t_base += time.perf_counter() - t
+        if any(r.get("status") != STATUS_OK for r in head_results + base_results):
+            break  # a skip or failure on either side ends the case for both
+    head = _case_from(spec, head_results, settings.processes, time.perf_counter() - t_head)
+    head.duration_s = t_head
+    if base_file is None:
+        head.metadata["against"] = missing
+        return head, None
+    base_case = _case_from(spec, base_results, settings.processes, time.perf_counter() - t_base)
+    base_case.duration_s = t_base
+    return head, base_case

@@ -1,0 +1,217 @@
+"""The baseline store: ``baselines/<machine-key>/<suite>.json``, committed and reviewed like code. No torch.
+
+A baseline is a results document (every case with its raw samples per worker process, so the gate's
+rank tests have the evidence they need) wrapped with what the gate needs besides: the machine key, the
+full environment it was measured in, where it came from, and per-case thresholds from calibration.
+
+Schema history (``perfgate.baseline/N``):
+  1  the results document under "run", with machine_key and suite; no calibration.
+  2  results under "results"; adds "calibration" ({case key: {threshold, noise...}}), "updated_at" and
+     "source" (the run it was made from). Version 1 files are upgraded on read.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from perfgate.model import STATUS_FAILED, STATUS_OK, RunResult, SchemaError
+from perfgate.stats import format_seconds
+from perfgate.storage import atomic_write_text
+
+SCHEMA = "perfgate.baseline/2"
+SCHEMA_HISTORY = {
+    "perfgate.baseline/1": "results under 'run'; no calibration",
+    "perfgate.baseline/2": "results under 'results'; calibration, updated_at, source",
+}
+
+
+class Baseline:
+    """A stored baseline: the run it holds, its environment, and per-case calibration."""
+
+    def __init__(self, run: RunResult, machine_key: str, suite: str | None, calibration: dict[str, Any] | None = None,
+                 updated_at: str = "", source: str | None = None, path: Path | None = None) -> None:
+        self.run = run
+        self.machine_key = machine_key
+        self.suite = suite
+        self.calibration = dict(calibration or {})
+        self.updated_at = updated_at
+        self.source = source
+        self.path = path
+        self.file_schema = SCHEMA  # the version the file was written in (older ones are upgraded on read)
+
+    @property
+    def environment(self) -> dict[str, Any]:
+        return self.run.environment
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "suite": self.suite,
+            "machine_key": self.machine_key,
+            "updated_at": self.updated_at,
+            "source": self.source,
+            "environment": self.run.environment,
+            "calibration": self.calibration,
+            "results": self.run.to_json(),
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, default=str) + "\n"
+
+
+def baseline_path(baselines_dir: Path, machine_key: str, suite: str) -> Path:
+    """Where the baseline of ``suite`` on the machine ``machine_key`` lives."""
+    return Path(baselines_dir) / machine_key / f"{suite}.json"
+
+
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """Bring an older baseline document up to the current schema (one step per version)."""
+    if data.get("schema") == "perfgate.baseline/1":
+        data = {
+            "schema": "perfgate.baseline/2",
+            "suite": data.get("suite"),
+            "machine_key": data.get("machine_key"),
+            "updated_at": data.get("created_at", ""),
+            "source": None,
+            "environment": data.get("run", {}).get("environment", {}) if isinstance(data.get("run"), dict) else {},
+            "calibration": {},
+            "results": data.get("run"),
+        }
+    return data
+
+
+def parse_baseline(data: Any, source: str) -> Baseline:
+    """A Baseline from a decoded document; SchemaError naming ``source`` for anything wrong."""
+    if not isinstance(data, dict):
+        raise SchemaError(f"{source}: not a perfgate baseline (expected a JSON object, got {type(data).__name__})")
+    schema = data.get("schema")
+    if schema not in SCHEMA_HISTORY:
+        raise SchemaError(f"{source}: unknown baseline schema {schema!r}; this perfgate reads "
+                          f"{', '.join(SCHEMA_HISTORY)} (a newer perfgate wrote it? upgrade perfgate)")
+    data = upgrade(data)
+    results = data.get("results")
+    if not isinstance(results, dict) or not isinstance(results.get("cases"), list) or not results["cases"]:
+        raise SchemaError(f"{source}: baseline holds no cases; recreate it with `perfgate baseline update`")
+    run = RunResult.from_json(results, source=source)
+    calibration = data.get("calibration") or {}
+    if not isinstance(calibration, dict):
+        raise SchemaError(f"{source}: 'calibration' must be an object of case key -> thresholds")
+    return Baseline(run=run, machine_key=data.get("machine_key") or run.environment.get("machine_key", ""),
+                    suite=data.get("suite", run.suite), calibration=calibration,
+                    updated_at=data.get("updated_at", ""), source=data.get("source"), path=None)
+
+
+def load_baseline(path: str | Path) -> Baseline:
+    """Read a baseline file; SchemaError (exit 2) naming the file when missing, corrupt or unknown."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError as exc:
+        raise SchemaError(f"{p}: no baseline here; create one with `perfgate baseline update` "
+                          "after a run on this machine") from exc
+    except OSError as exc:
+        raise SchemaError(f"{p}: cannot read baseline ({exc.strerror or exc})") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{p}: baseline is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    b = parse_baseline(data, str(p))
+    b.path = p
+    b.file_schema = data.get("schema") if isinstance(data, dict) else None
+    return b
+
+
+def check_covers(baseline: Baseline, run: RunResult) -> None:
+    """SchemaError when the baseline holds none of the run's cases: the wrong file, or another suite's."""
+    keys = {c.key for c in baseline.run.cases}
+    if run.cases and not any(c.key in keys for c in run.cases):
+        where = baseline.path or "baseline"
+        sample = ", ".join(sorted(keys)[:3])
+        raise SchemaError(f"{where}: baseline lacks this run's cases (it holds {len(keys)} case(s) of suite "
+                          f"{baseline.suite!r}, e.g. {sample}); pass the right --baseline or update it")
+
+
+def from_run(run: RunResult, previous: Baseline | None = None, source: str | None = None) -> Baseline:
+    """A new baseline from ``run``, keeping the previous baseline's calibration for cases still present."""
+    keys = {c.key for c in run.cases}
+    calibration = {k: v for k, v in (previous.calibration if previous else {}).items() if k in keys}
+    return Baseline(run=run, machine_key=run.environment.get("machine_key", "unknown-machine"), suite=run.suite,
+                    calibration=calibration, updated_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), source=source)
+
+
+def refuse_failed(run: RunResult, source: str) -> None:
+    failed = [c.key for c in run.cases if c.status == STATUS_FAILED]
+    if failed:
+        raise SchemaError(f"{source}: {len(failed)} failed case(s) ({', '.join(failed[:3])}"
+                          f"{', ...' if len(failed) > 3 else ''}); a baseline of failures hides regressions; "
+                          "fix them or pass --allow-failed")
+
+
+def write_baseline(baseline: Baseline, path: Path) -> Path:
+    """Write atomically: a reader (or a crash) sees the old baseline or the new one."""
+    baseline.path = Path(path)
+    return atomic_write_text(path, baseline.dumps())
+
+
+def _median_step(case: Any) -> float | None:
+    st = case.step_time() if case is not None else None
+    return st.median if st else None
+
+
+def changes(previous: Baseline | None, new: Baseline) -> list[str]:
+    """What changed from the previous baseline, one line per case, for `perfgate baseline update`."""
+    if previous is None:
+        return [f"new baseline with {len(new.run.cases)} case(s)"]
+    lines = []
+    for c in new.run.cases:
+        old = previous.run.case(c.key)
+        if old is None:
+            lines.append(f"  + {c.key}: added ({c.status})")
+            continue
+        if old.status != c.status:
+            lines.append(f"  ~ {c.key}: status {old.status} -> {c.status}")
+            continue
+        a, b = _median_step(old), _median_step(c)
+        if a and b:
+            lines.append(f"  ~ {c.key}: step time {format_seconds(a)} -> {format_seconds(b)} ({(b / a - 1) * 100:+.1f}%)")
+        metric_changes = [f"{m} {old.metrics[m]:g} -> {v:g}" for m, v in c.metrics.items()
+                          if m in old.metrics and old.metrics[m] != v and not m.endswith(("_s", "_bytes", "_per_s"))]
+        if metric_changes:
+            lines.append(f"      {'; '.join(metric_changes)}")
+    for old in previous.run.cases:
+        if new.run.case(old.key) is None:
+            lines.append(f"  - {old.key}: removed")
+    env_keys = ("torch", "torch_cuda", "python", "nvidia_driver", "cpu_model", "device_name")
+    env = [f"{k} {previous.environment.get(k)} -> {new.environment.get(k)}" for k in env_keys
+           if previous.environment.get(k) != new.environment.get(k)]
+    if env:
+        lines.append("  environment: " + ", ".join(env))
+    return lines
+
+
+def describe(baseline: Baseline) -> list[str]:
+    """`perfgate baseline show`: a header and one line per case."""
+    env = baseline.environment
+    lines = [
+        f"{baseline.path or 'baseline'}  schema {baseline.file_schema}"
+        + (f" (read as {SCHEMA}; `perfgate baseline update` rewrites it)" if baseline.file_schema != SCHEMA else ""),
+        f"  suite {baseline.suite}  machine {baseline.machine_key}  updated {baseline.updated_at or '?'}"
+        f"  from {baseline.source or baseline.run.run_id}",
+        f"  torch {env.get('torch')}  cuda {env.get('torch_cuda')}  python {env.get('python')}  "
+        f"driver {env.get('nvidia_driver')}  cpu {env.get('cpu_model')}  threads {env.get('threads')}  "
+        f"git {str(env.get('git_commit'))[:12]}",
+    ]
+    for c in baseline.run.cases:
+        med = _median_step(c)
+        cal = baseline.calibration.get(c.key, {})
+        extra = f"  calibrated threshold {cal['threshold'] * 100:.1f}%" if "threshold" in cal else ""
+        what = format_seconds(med) + f" per step, {len(c.processes)} process(es)" if c.status == STATUS_OK else c.status
+        lines.append(f"  {c.key:<48} {what}{extra}")
+    return lines
+
+
+def list_baselines(baselines_dir: Path) -> list[Path]:
+    return sorted(Path(baselines_dir).glob("*/*.json"))

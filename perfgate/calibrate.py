@@ -1,0 +1,135 @@
+"""`perfgate calibrate`: how noisy is this machine, case by case, and what can the gate resolve here?
+
+Each case runs ``rounds`` times with the configured number of worker processes (A/A: the same code).
+From every process's samples it reports the noise *within* a process (robust CV of its samples) and
+*between* processes (robust spread of the per-process medians, across all rounds), the A/A verdicts the
+gate gives between consecutive rounds (a false alarm shows here), and the smallest step-time change the
+gate can detect with the configured sample budget. No torch.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from perfgate.compare import GateSettings, judge_time, time_change
+from perfgate.model import STATUS_OK, CaseResult
+from perfgate.stats import quantile
+
+Z_POWER = 0.8416  # one-sided z of 80% power
+
+
+def _z(p: float) -> float:
+    return statistics.NormalDist().inv_cdf(p)
+
+
+def robust_cv(values: list[float]) -> float:
+    """IQR / 1.349 / median: the coefficient of variation a normal distribution with this IQR would have."""
+    if len(values) < 2:
+        return 0.0
+    xs = sorted(values)
+    med = statistics.median(xs)
+    return (quantile(xs, 0.75) - quantile(xs, 0.25)) / 1.349 / med if med > 0 else 0.0
+
+
+def between_process_sd(medians: list[float]) -> float:
+    """Robust sd of log per-process medians (MAD x 1.4826, or the plain sd for fewer than 5 processes)."""
+    if len(medians) < 2:
+        return 0.0
+    logs = [math.log(m) for m in medians]
+    if len(logs) < 5:
+        return statistics.stdev(logs)
+    c = statistics.median(logs)
+    return 1.4826 * statistics.median(abs(x - c) for x in logs)
+
+
+def smallest_detectable(sd_between: float, processes: int, confidence: float) -> float:
+    """Smallest relative step-time change detected with 80% power comparing ``processes`` per side.
+
+    Normal approximation on log per-process medians: (z_{1-alpha/2} + z_{0.8}) * sd * sqrt(2 / n).
+    """
+    if processes < 1:
+        return math.inf
+    return math.exp((_z(1 - (1 - confidence) / 2) + Z_POWER) * sd_between * math.sqrt(2 / processes)) - 1
+
+
+def processes_needed(sd_between: float, threshold: float, confidence: float) -> int:
+    """Processes per side for the smallest detectable change to reach ``threshold``."""
+    if sd_between == 0:
+        return 2
+    n = 2 * ((_z(1 - (1 - confidence) / 2) + Z_POWER) * sd_between / math.log1p(threshold)) ** 2
+    return max(2, math.ceil(n))
+
+
+@dataclass
+class CaseNoise:
+    key: str
+    rounds: list[CaseResult]
+    within_cv: float
+    between_sd: float
+    smallest_change: float
+    processes: int
+    threshold: float
+    aa_verdicts: list[str]
+    needed_processes: int
+
+    @property
+    def too_noisy(self) -> bool:
+        return self.smallest_change > self.threshold
+
+    def calibrated_threshold(self) -> float:
+        """What --write stores: the configured threshold, widened to what this machine can resolve."""
+        return round(max(self.threshold, math.ceil(self.smallest_change * 200) / 200), 4)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "threshold": self.calibrated_threshold(),
+            "configured_threshold": self.threshold,
+            "within_process_cv": round(self.within_cv, 5),
+            "between_process_sd": round(self.between_sd, 5),
+            "smallest_detectable_change": round(self.smallest_change, 5),
+            "processes": self.processes,
+            "rounds": len(self.rounds),
+            "aa_verdicts": self.aa_verdicts,
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+
+
+def analyse(key: str, rounds: list[CaseResult], gate: GateSettings, threshold: float, processes: int) -> CaseNoise | None:
+    """Noise figures of one case from its A/A rounds; None when no round ran ok."""
+    ok = [r for r in rounds if r.status == STATUS_OK and r.processes]
+    if not ok:
+        return None
+    procs = [p for r in ok for p in r.processes if p.samples_ns]
+    within = statistics.median(robust_cv(p.step_times_s) for p in procs)
+    medians = [statistics.median(p.step_times_s) for p in procs]
+    sd = between_process_sd(medians)
+    verdicts = []
+    for a, b in zip(ok, ok[1:], strict=False):
+        change = time_change([p.step_times_s for p in a.processes], [p.step_times_s for p in b.processes],
+                             confidence=gate.confidence, resamples=gate.bootstrap_resamples, seed=gate.seed)
+        if change is not None:
+            verdicts.append(judge_time(change, threshold, "threshold")[0])
+    return CaseNoise(key=key, rounds=ok, within_cv=within, between_sd=sd,
+                     smallest_change=smallest_detectable(sd, processes, gate.confidence), processes=processes,
+                     threshold=threshold, aa_verdicts=verdicts,
+                     needed_processes=processes_needed(sd, threshold, gate.confidence))
+
+
+def report_lines(noise: CaseNoise) -> list[str]:
+    lines = [
+        f"{noise.key}: within a process {noise.within_cv * 100:.1f}% (robust CV), between processes "
+        f"{noise.between_sd * 100:.1f}% (sd of per-process medians, {sum(len(r.processes) for r in noise.rounds)} processes)",
+        f"    smallest detectable change with {noise.processes} process(es) per side: "
+        f"{noise.smallest_change * 100:.1f}% (threshold {noise.threshold * 100:g}%); "
+        f"A/A verdicts between rounds: {', '.join(noise.aa_verdicts) or '-'}",
+    ]
+    if noise.too_noisy:
+        lines.append(
+            f"    TOO NOISY for a {noise.threshold * 100:g}% threshold on this runner: use --processes "
+            f"{noise.needed_processes} (or more), `perfgate run --against REF`, or accept a threshold of "
+            f"{noise.calibrated_threshold() * 100:.1f}% (--write stores it)")
+    return lines

@@ -1,0 +1,509 @@
+"""The gate's rule, in one place: a run against a baseline (stored, or a base ref run in the same job)
+-> one Verdict per case and metric. No torch. docs/gate.md explains every rule and default below.
+
+Time (``step_time``) is judged from the raw samples, but never as if every sample were independent:
+samples inside one worker process are correlated (same memory layout, same neighbours on the machine),
+and the spread *between* processes is often larger than inside one. The unit of evidence is therefore
+the **median of each worker process**:
+
+- stored baseline (unpaired): per-process medians of head vs base, Mann-Whitney U rank test
+  (scipy.stats.mannwhitneyu) and a bootstrap CI (scipy.stats.bootstrap) of the difference of their
+  medians in log space, i.e. of the ratio of medians, widened to a Welch t interval
+  (scipy.stats.ttest_ind) where that is wider;
+- ``--against`` (paired): base and head processes ran back to back, so each pair's ratio cancels slow
+  drift of the machine; Wilcoxon signed-rank test (scipy.stats.wilcoxon) and a bootstrap CI of the
+  median pair ratio, widened to a one-sample t interval (scipy.stats.ttest_1samp) where that is wider.
+
+A change is *significant* when its CI excludes 1 and, where there are enough processes for the rank test
+to reach the significance level at all, the rank test agrees. It is *large* when the ratio passes the
+case's threshold. Regression or win needs both; an interval that reaches past the threshold without
+settling the question is ``inconclusive``, with advice.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from perfgate.config import ConfigError, Settings
+from perfgate.model import (
+    METRIC_KINDS,
+    STATUS_FAILED,
+    STATUS_OK,
+    STATUS_SKIPPED,
+    CaseResult,
+    Comparison,
+    RunResult,
+    Verdict,
+)
+
+STEP_TIME = "step_time"
+ACCURACY = "accuracy"
+STATUS = "status"
+
+# Environment keys whose difference makes a stored baseline a doubtful reference.
+ENVIRONMENT_KEYS = ("torch", "torch_cuda", "cudnn", "nvidia_driver", "python", "device_name", "cpu_model",
+                    "threads", "machine_key")
+
+
+# ---------------------------------------------------------------- settings: [tool.perfgate.gate]
+
+@dataclass(frozen=True)
+class GateSettings:
+    """The gate's knobs, from ``[tool.perfgate.gate]``; every default is documented in docs/gate.md."""
+
+    threshold: float = 0.05  # relative step-time change that counts as large
+    confidence: float = 0.95  # of the ratio's CI; alpha of the rank test is 1 - confidence
+    deterministic_tolerance: float = 0.0  # relative; ops, kernels, FLOPs, graph breaks: exact by default
+    memory_tolerance: float = 0.10  # relative change of a memory metric that counts
+    memory_floor_bytes: float = 1024 * 1024  # ... and never less than this many bytes
+    compile_time_tolerance: float = 0.5  # compile_cold_s / compile_warm_s: one sample each, so wide
+    compile_time_floor_s: float = 1.0
+    remeasure: bool = True  # re-run a case whose step time regressed before failing the gate
+    bootstrap_resamples: int = 4000
+    seed: int = 0  # of the bootstrap: the same data always gets the same verdict
+    workloads: dict[str, float] = field(default_factory=dict)  # per-workload step-time threshold
+    toggles: dict[str, float] = field(default_factory=dict)  # per-toggle step-time threshold
+    metrics: dict[str, float] = field(default_factory=dict)  # per-metric tolerance (relative)
+
+    def threshold_for(self, case: CaseResult | None, key: str,
+                      calibration: dict[str, Any] | None = None) -> tuple[float, str]:
+        """The step-time threshold of a case and where it came from.
+
+        Most specific first: a calibrated per-case threshold (``perfgate calibrate --write``), then the
+        widest per-toggle threshold among the case's toggles, then the per-workload one, then the global.
+        """
+        cal = (calibration or {}).get(key)
+        if cal and isinstance(cal.get("threshold"), (int, float)):
+            return float(cal["threshold"]), "calibrated for this case"
+        if case is not None:
+            per_toggle = [self.toggles[t] for t in case.spec.toggles if t in self.toggles]
+            if per_toggle:
+                return max(per_toggle), "per-toggle threshold"
+            if case.spec.workload in self.workloads:
+                return self.workloads[case.spec.workload], "per-workload threshold"
+        return self.threshold, "global threshold"
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+_FLOAT_KEYS = ("threshold", "confidence", "deterministic_tolerance", "memory_tolerance", "memory_floor_bytes",
+               "compile_time_tolerance", "compile_time_floor_s")
+_TABLE_KEYS = ("workloads", "toggles", "metrics")
+_VALID_KEYS = (*_FLOAT_KEYS, "remeasure", "bootstrap_resamples", "seed", *_TABLE_KEYS)
+
+
+def _number(value: Any, what: str, low: float = 0.0, high: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"[tool.perfgate.gate] {what} must be a number, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
+        raise ConfigError(f"[tool.perfgate.gate] {what} must be {bound}, got {value!r}")
+    return float(value)
+
+
+def parse_gate(raw: Any) -> GateSettings:
+    """Validate ``[tool.perfgate.gate]`` (kept raw by config.py) into GateSettings; ConfigError naming the key."""
+    if raw is None:
+        return GateSettings()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[tool.perfgate.gate] must be a table, got {raw!r}")
+    unknown = set(raw) - set(_VALID_KEYS)
+    if unknown:
+        raise ConfigError(f"[tool.perfgate.gate] unknown key(s) {', '.join(sorted(unknown))}; "
+                          f"valid: {', '.join(_VALID_KEYS)}")
+    kw: dict[str, Any] = {}
+    for k in _FLOAT_KEYS:
+        if k in raw:
+            kw[k] = _number(raw[k], k, 0.0, 0.999 if k == "confidence" else None)
+    if "confidence" in kw and kw["confidence"] < 0.5:
+        raise ConfigError(f"[tool.perfgate.gate] confidence must be between 0.5 and 0.999, got {kw['confidence']!r}")
+    if "remeasure" in raw:
+        if not isinstance(raw["remeasure"], bool):
+            raise ConfigError(f"[tool.perfgate.gate] remeasure must be true or false, got {raw['remeasure']!r}")
+        kw["remeasure"] = raw["remeasure"]
+    for k in ("bootstrap_resamples", "seed"):
+        if k in raw:
+            v = raw[k]
+            if isinstance(v, bool) or not isinstance(v, int) or v < (100 if k == "bootstrap_resamples" else 0):
+                raise ConfigError(f"[tool.perfgate.gate] {k} must be an integer"
+                                  f"{' >= 100' if k == 'bootstrap_resamples' else ' >= 0'}, got {v!r}")
+            kw[k] = v
+    for k in _TABLE_KEYS:
+        if k in raw:
+            table = raw[k]
+            if not isinstance(table, dict):
+                raise ConfigError(f"[tool.perfgate.gate.{k}] must be a table of name = number, got {table!r}")
+            parsed = {}
+            for name, v in table.items():
+                if isinstance(v, dict):  # [tool.perfgate.gate.workloads.NAME] threshold = 0.08
+                    if set(v) != {"threshold"}:
+                        raise ConfigError(f"[tool.perfgate.gate.{k}.{name}] takes only 'threshold', got {', '.join(v)}")
+                    v = v["threshold"]
+                if k == "metrics" and name not in METRIC_KINDS:
+                    raise ConfigError(f"[tool.perfgate.gate.metrics] unknown metric {name!r}; "
+                                      f"valid: {', '.join(METRIC_KINDS)}")
+                parsed[name] = _number(v, f"{k}.{name}")
+            kw[k] = parsed
+    return GateSettings(**kw)
+
+
+def gate_settings(settings: Settings) -> GateSettings:
+    return parse_gate(settings.extra.get("gate"))
+
+
+# ---------------------------------------------------------------- the time statistic
+
+@dataclass(frozen=True)
+class TimeChange:
+    """head / base step time: estimate, CI, rank-test p-value, and how it was obtained."""
+
+    ratio: float
+    low: float
+    high: float
+    p_value: float
+    significant: bool
+    paired: bool
+    n_base: int  # processes (units of evidence) on each side
+    n_head: int
+    test: str
+    process_level: bool = True  # False: too few processes, fell back to raw samples (between-process noise unseen)
+
+
+def process_medians(case: CaseResult) -> list[float]:
+    """The median step time of each worker process of ``case``: the gate's unit of evidence."""
+    return [statistics.median(p.step_times_s) for p in case.processes if p.samples_ns]
+
+
+def _rank_test_can_reach(alpha: float, n1: int, n2: int | None = None) -> bool:
+    """Can a two-sided exact rank test on this many units reach p < alpha at all? Mann-Whitney's
+    smallest p is 2 / C(n1 + n2, n1); Wilcoxon's (paired, n2 None) is 2 / 2**n1. Integers: no overflow."""
+    orderings = 2 ** n1 if n2 is None else math.comb(n1 + n2, n1)
+    return orderings > 2 / alpha  # int-float comparison is exact in Python, never overflows
+
+
+def _widen(low: float, high: float, t_result: Any, confidence: float) -> tuple[float, float]:
+    """The union of the bootstrap interval and a t interval (log space). A percentile bootstrap over two or
+    three per-process medians claims far more certainty than it has; the t interval widens it honestly
+    there, and with many processes the two agree. NaN (no spread on a side) leaves the bootstrap's."""
+    try:
+        ci = t_result.confidence_interval(confidence_level=confidence)
+    except (ValueError, ZeroDivisionError):
+        return low, high
+    t_low, t_high = float(ci.low), float(ci.high)
+    if math.isnan(t_low) or math.isnan(t_high):
+        return low, high
+    return min(low, t_low), max(high, t_high)
+
+
+def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Sequence[float]], *,
+                paired: bool = False, confidence: float = 0.95, resamples: int = 4000,
+                seed: int = 0) -> TimeChange | None:
+    """Compare step-time samples grouped by worker process (seconds per step) of base and head.
+
+    ``paired``: group i of base ran back to back with group i of head (``--against``). Returns None
+    when either side has no samples.
+    """
+    import numpy as np
+    from scipy import stats as sps
+
+    base_groups = [list(g) for g in base_groups if len(g)]
+    head_groups = [list(g) for g in head_groups if len(g)]
+    if not base_groups or not head_groups:
+        return None
+    alpha = 1.0 - confidence
+    rng = np.random.default_rng(seed)
+    process_level = len(base_groups) >= 2 and len(head_groups) >= 2
+    if process_level:
+        base = np.log([statistics.median(g) for g in base_groups])
+        head = np.log([statistics.median(g) for g in head_groups])
+    else:
+        # one process on a side: only the raw samples are left, and they hide between-process noise
+        base = np.log([x for g in base_groups for x in g])
+        head = np.log([x for g in head_groups for x in g])
+        paired = False
+    if paired and len(base) == len(head):
+        diffs = head - base
+        estimate = float(np.median(diffs))
+        if np.all(diffs == diffs[0]):
+            low = high = estimate
+        else:
+            ci = sps.bootstrap((diffs,), np.median, confidence_level=confidence, n_resamples=resamples,
+                               method="percentile", rng=rng)
+            low, high = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
+        if np.all(diffs == 0):
+            p = 1.0
+        else:
+            p = float(sps.wilcoxon(diffs).pvalue)
+            low, high = _widen(low, high, sps.ttest_1samp(diffs, 0.0), confidence)
+        reachable = _rank_test_can_reach(alpha, len(diffs))
+        test = "Wilcoxon signed-rank on per-pair log ratios"
+    else:
+        paired = False
+        estimate = float(np.median(head) - np.median(base))
+
+        def stat(h: Any, b: Any, axis: int = -1) -> Any:
+            return np.median(h, axis=axis) - np.median(b, axis=axis)
+
+        if np.ptp(np.concatenate([base, head])) == 0:
+            low = high = estimate
+        else:
+            ci = sps.bootstrap((head, base), stat, confidence_level=confidence, n_resamples=resamples,
+                               method="percentile", vectorized=True, rng=rng)
+            low, high = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
+        p = 1.0
+        if np.ptp(np.concatenate([base, head])) > 0:
+            p = float(sps.mannwhitneyu(head, base, alternative="two-sided").pvalue)
+            low, high = _widen(low, high, sps.ttest_ind(head, base, equal_var=False), confidence)
+        reachable = _rank_test_can_reach(alpha, len(head), len(base))
+        test = ("Mann-Whitney U on per-process medians" if process_level
+                else "Mann-Whitney U on raw samples (one process on a side)")
+    excludes_one = low > 0 or high < 0
+    significant = excludes_one and (p < alpha or not reachable)
+    return TimeChange(
+        ratio=math.exp(estimate), low=math.exp(low), high=math.exp(high), p_value=p, significant=significant,
+        paired=paired, n_base=len(base_groups), n_head=len(head_groups), test=test, process_level=process_level,
+    )
+
+
+ADVICE_NOISY = ("the noise is too large to settle a change of this size: run more worker processes "
+                "(--processes), use `perfgate run --against REF` (paired, same job), or `perfgate calibrate`")
+
+
+def judge_time(change: TimeChange, threshold: float, threshold_source: str) -> tuple[str, str, str | None]:
+    """(kind, rule in words, advice) for a step-time change against ``threshold`` (relative)."""
+    up, down = 1.0 + threshold, 1.0 / (1.0 + threshold)
+    pct = f"{threshold * 100:g}%"
+    ci = f"[{change.low:.3f}, {change.high:.3f}]"
+    mode = "paired base/head processes" if change.paired else "per-process medians"
+    basis = f"{change.test}, {change.n_base} vs {change.n_head} processes ({mode}); {threshold_source} {pct}"
+    if not change.significant:
+        if change.high > up or change.low < down:
+            return ("inconclusive", f"no significant change, but the CI {ci} reaches past +/-{pct}; {basis}",
+                    ADVICE_NOISY)
+        return "unchanged", f"no significant change and the CI {ci} lies within +/-{pct}; {basis}", None
+    slower = change.low > 1.0
+    if slower:
+        if change.ratio >= up:
+            kind, rule, advice = "regression", f"significantly slower (CI {ci} excludes 1) by more than {pct}; {basis}", None
+        elif change.high > up:
+            kind, rule, advice = ("inconclusive", f"significantly slower (CI {ci}), by about the threshold {pct}; {basis}",
+                                  ADVICE_NOISY)
+        else:
+            kind, rule, advice = "unchanged", f"significantly slower but within {pct} (CI {ci}); {basis}", None
+    else:
+        if change.ratio <= down:
+            kind, rule, advice = "win", f"significantly faster (CI {ci} excludes 1) by more than {pct}; {basis}", None
+        elif change.low < down:
+            kind, rule, advice = ("inconclusive", f"significantly faster (CI {ci}), by about the threshold {pct}; {basis}",
+                                  ADVICE_NOISY)
+        else:
+            kind, rule, advice = "unchanged", f"significantly faster but within {pct} (CI {ci}); {basis}", None
+    if kind in ("regression", "win") and not change.process_level:
+        return ("inconclusive", f"{rule}; but one process on a side hides the between-process noise",
+                "run at least 2 worker processes per case (--processes 2 or more) so the gate can see "
+                "how much processes differ")
+    return kind, rule, advice
+
+
+# ---------------------------------------------------------------- other metric kinds
+
+def _relative_verdict(key: str, metric: str, base: float, cur: float, tol: float, floor: float,
+                      what: str, higher_is_worse: bool = True) -> Verdict:
+    diff = cur - base
+    allowed = max(abs(base) * tol, floor)
+    ratio = cur / base if base else None
+    rule = f"{what}: change beyond max({tol * 100:g}% of baseline, {floor:g}) counts"
+    if abs(diff) <= allowed:
+        kind = "unchanged"
+    else:
+        worse = diff > 0 if higher_is_worse else diff < 0
+        kind = "regression" if worse else "win"
+    return Verdict(case_key=key, metric=metric, kind=kind, baseline=base, current=cur, ratio=ratio,
+                   threshold=tol, rule=rule)
+
+
+def judge_metric(key: str, metric: str, base: float | None, cur: float | None, gate: GateSettings) -> Verdict | None:
+    """The verdict of one METRIC_KINDS metric of a case that ran in both; None for info-only metrics."""
+    kind = METRIC_KINDS.get(metric)
+    if kind is None or kind == "info":
+        return None
+    if base is None:
+        return Verdict(key, metric, "new", current=cur, rule="metric absent from the baseline")
+    if cur is None:
+        return Verdict(key, metric, "missing", baseline=base, rule="metric in the baseline, not measured now")
+    base, cur = float(base), float(cur)
+    if kind == "deterministic":
+        tol = gate.metrics.get(metric, gate.deterministic_tolerance)
+        what = "deterministic count, exact" if tol == 0 else f"deterministic count, tolerance {tol * 100:g}%"
+        # counts of ops, kernels, FLOPs, graph breaks: a tiny float floor absorbs per-step averaging
+        return _relative_verdict(key, metric, base, cur, tol, 1e-9, what)
+    if kind == "memory":
+        tol = gate.metrics.get(metric, gate.memory_tolerance)
+        return _relative_verdict(key, metric, base, cur, tol, gate.memory_floor_bytes,
+                                 f"memory, relative tolerance {tol * 100:g}% with a floor of "
+                                 f"{gate.memory_floor_bytes / 2**20:g} MiB")
+    tol = gate.metrics.get(metric, gate.compile_time_tolerance)
+    return _relative_verdict(key, metric, base, cur, tol, gate.compile_time_floor_s,
+                             f"one timing per run, tolerance {tol * 100:g}% with a floor of {gate.compile_time_floor_s:g} s")
+
+
+def judge_accuracy(key: str, base: dict[str, Any], cur: dict[str, Any]) -> Verdict | None:
+    """Drift of the toggle's output from the eager fp32 reference, past the workload's tolerance."""
+    if not cur.get("verdict"):
+        return None
+    tol = cur.get("tolerance")
+    tol_value = tol.get("rel_l2") if isinstance(tol, dict) else tol if isinstance(tol, (int, float)) else None
+    b, c = base.get("rel_l2"), cur.get("rel_l2")
+    common = dict(case_key=key, metric=ACCURACY, baseline=b, current=c,
+                  threshold=float(tol_value) if tol_value is not None else None)
+    if cur["verdict"] == "drift":
+        if base.get("verdict") == "drift":
+            return Verdict(kind="unchanged", rule="output drifts past the workload's tolerance, as in the baseline",
+                           advice="this toggle's output already drifted in the baseline: fix it or widen the "
+                                  "workload's tolerance", **common)
+        return Verdict(kind="regression", rule="output drifts from the eager fp32 reference past the workload's "
+                                               "tolerance (relative L2)", **common)
+    if base.get("verdict") == "drift":
+        return Verdict(kind="win", rule="output back within the workload's tolerance (drifted in the baseline)", **common)
+    return Verdict(kind="unchanged", rule="output within the workload's tolerance", **common)
+
+
+# ---------------------------------------------------------------- one case, one run
+
+def _status_verdict(key: str, base: CaseResult | None, cur: CaseResult | None) -> Verdict | None:
+    """The verdict on a case's status when it did not run ok on both sides; None when it did."""
+    if cur is None:
+        return Verdict(key, STATUS, "missing", rule="case in the baseline, not run now",
+                       advice="run the full suite (or the same selection) to compare this case")
+    if base is None:
+        return Verdict(key, STATUS, "new", rule="case not in the baseline",
+                       advice="`perfgate baseline update` adds it once the change is merged")
+    if cur.status == STATUS_SKIPPED:
+        return Verdict(key, STATUS, "skipped", rule=f"skipped now: {(cur.message or '').strip()[:200]}")
+    if cur.status == STATUS_FAILED:
+        if base.status == STATUS_OK:
+            return Verdict(key, STATUS, "newly-failing",
+                           rule=f"ran in the baseline, fails now ({cur.failure_class}): "
+                                f"{(cur.message or '').strip().splitlines()[-1:] or ''}"[:300])
+        return Verdict(key, STATUS, "unchanged", rule=f"failed in the baseline and now ({cur.failure_class})")
+    if base.status == STATUS_FAILED:
+        return Verdict(key, STATUS, "fixed", rule=f"failed in the baseline ({base.failure_class}), runs now")
+    if base.status == STATUS_SKIPPED:
+        return Verdict(key, STATUS, "new", rule="skipped in the baseline, runs now")
+    return None
+
+
+def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: GateSettings, *,
+               paired: bool = False, calibration: dict[str, Any] | None = None) -> list[Verdict]:
+    """Every verdict of one case: its status, or its step time, accuracy and metrics when both ran ok."""
+    status = _status_verdict(key, base, cur)
+    if status is not None:
+        return [status]
+    assert base is not None and cur is not None
+    out: list[Verdict] = []
+    threshold, source = gate.threshold_for(cur, key, calibration)
+    change = time_change([p.step_times_s for p in base.processes], [p.step_times_s for p in cur.processes],
+                         paired=paired, confidence=gate.confidence, resamples=gate.bootstrap_resamples,
+                         seed=gate.seed)
+    bst, cst = base.step_time(), cur.step_time()
+    if change is None:
+        out.append(Verdict(key, STEP_TIME, "missing", rule="no step-time samples on one side"))
+    else:
+        kind, rule, advice = judge_time(change, threshold, source)
+        out.append(Verdict(
+            case_key=key, metric=STEP_TIME, kind=kind,
+            baseline=statistics.median(process_medians(base)) if bst else None,
+            current=statistics.median(process_medians(cur)) if cst else None,
+            ratio=change.ratio, ratio_low=change.low, ratio_high=change.high, p_value=change.p_value,
+            threshold=threshold, rule=rule, advice=advice,
+        ))
+    acc = judge_accuracy(key, base.accuracy, cur.accuracy)
+    if acc is not None:
+        out.append(acc)
+    for metric in [m for m in METRIC_KINDS if m in cur.metrics or m in base.metrics]:
+        v = judge_metric(key, metric, base.metrics.get(metric), cur.metrics.get(metric), gate)
+        if v is not None:
+            out.append(v)
+    return out
+
+
+def environment_diff(base_env: dict[str, Any], cur_env: dict[str, Any]) -> dict[str, list[Any]]:
+    """The environment keys that matter for timing and differ: {key: [baseline, current]}."""
+    return {k: [base_env.get(k), cur_env.get(k)] for k in ENVIRONMENT_KEYS
+            if k in base_env and k in cur_env and base_env.get(k) != cur_env.get(k)}
+
+
+def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | None = None, *,
+                 mode: str = "baseline", baseline_source: str | None = None,
+                 calibration: dict[str, Any] | None = None, strict_env: bool = False) -> Comparison:
+    """Judge every case of ``current`` against ``baseline``. ``mode="against"`` pairs processes.
+
+    Raises ConfigError when ``strict_env`` and the environments differ in torch, CUDA, driver, Python
+    or hardware.
+    """
+    gate = gate or GateSettings()
+    diff = environment_diff(baseline.environment, current.environment) if mode == "baseline" else {}
+    warnings = []
+    if diff:
+        text = ", ".join(f"{k} {b} -> {c}" for k, (b, c) in diff.items())
+        if strict_env:
+            raise ConfigError(f"{baseline_source or 'baseline'}: environment differs from this run ({text}); "
+                              "refusing with --strict-env; update the baseline on this machine")
+        warnings.append(f"WARNING: the baseline was measured in a different environment ({text}); "
+                        "time verdicts may reflect the environment, not the change")
+    keys = [c.key for c in current.cases] + [c.key for c in baseline.cases if current.case(c.key) is None]
+    verdicts: list[Verdict] = []
+    for key in keys:
+        verdicts.extend(judge_case(key, baseline.case(key), current.case(key), gate,
+                                   paired=(mode == "against"), calibration=calibration))
+    return Comparison(verdicts=verdicts, mode=mode, baseline_source=baseline_source, baseline=baseline,
+                      environment_diff=diff, warnings=warnings)
+
+
+Remeasure = Callable[[str], "tuple[CaseResult, CaseResult | None] | None"]
+
+
+def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSettings, remeasure: Remeasure,
+                        calibration: dict[str, Any] | None = None) -> tuple[Comparison, list[CaseResult]]:
+    """Re-measure each case whose step time regressed; it fails the gate only if it regresses again.
+
+    ``remeasure(key)`` runs the case again and returns (new head case, new base case or None to keep the
+    stored baseline's). Returns the updated comparison and the re-measured head cases.
+    """
+    assert comparison.baseline is not None
+    remeasured: list[CaseResult] = []
+    verdicts = list(comparison.verdicts)
+    for i, v in enumerate(verdicts):
+        if v.metric != STEP_TIME or v.kind != "regression":
+            continue
+        again = remeasure(v.case_key)
+        if again is None:
+            continue
+        head, base = again
+        remeasured.append(head)
+        base = base or comparison.baseline.case(v.case_key)
+        new = [n for n in judge_case(v.case_key, base, head, gate, paired=comparison.mode == "against",
+                                     calibration=calibration) if n.metric in (STEP_TIME, STATUS)]
+        if not new:
+            continue
+        n = new[0]
+        first = f"first measurement {v.ratio:.3f}x [{v.ratio_low:.3f}, {v.ratio_high:.3f}]"
+        if n.kind == "regression":
+            verdicts[i] = replace(n, rule=f"{n.rule}; confirmed by a re-measure ({first})")
+        else:
+            verdicts[i] = replace(n, rule=f"{n.rule}; the {first} regressed, the re-measure did not",
+                                  advice=n.advice or "a one-off slowdown: the machine was busy, or the change is "
+                                                     "near the threshold; `perfgate calibrate` measures the noise")
+    return replace(comparison, verdicts=verdicts), remeasured
+
+
+def sort_key(v: Verdict) -> tuple[int, str, str]:
+    """Order for people: what fails the gate first, then wins, then the rest."""
+    order = {"newly-failing": 0, "regression": 1, "win": 2, "fixed": 3, "inconclusive": 4, "new": 5,
+             "missing": 6, "skipped": 7, "unchanged": 8}
+    return order.get(v.kind, 9), v.case_key, v.metric

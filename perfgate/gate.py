@@ -1,0 +1,162 @@
+"""The gate's orchestration behind `perfgate run --gate / --against` and `perfgate compare`: find the
+baseline, compare (perfgate.compare holds the rule), re-measure a time regression once, write
+comparison.json next to results.json, print, and return the exit code. No torch."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from perfgate import baselines, console, runner
+from perfgate.compare import GateSettings, compare_runs, confirm_regressions, gate_settings
+from perfgate.config import Settings
+from perfgate.model import CaseResult, CaseSpec, Comparison, RunResult
+from perfgate.storage import atomic_write_json
+
+EXIT_OK, EXIT_GATE = 0, 1
+
+Echo = Callable[[str], None]
+
+
+def default_baseline_path(settings: Settings, run: RunResult) -> Path:
+    return baselines.baseline_path(settings.baselines_dir, run.environment.get("machine_key", "unknown-machine"),
+                                   run.suite or settings.default_suite)
+
+
+def write_comparison(comparison: Comparison, run_dir: Path, run: RunResult | None = None,
+                     echo: Echo | None = None) -> Path:
+    """comparison.json beside results.json; with ``run``, the run's reports again, now with the verdicts.
+    A report failure warns and leaves the gate's verdict and exit code alone."""
+    path = atomic_write_json(run_dir / "comparison.json", comparison.to_json())
+    if run is not None:
+        try:
+            from perfgate.exporters import write_run_reports
+
+            write_run_reports(run, run_dir, comparison)
+        except Exception as exc:  # noqa: BLE001 - any exporter failure; the verdicts stand
+            if echo:
+                echo(f"perfgate: warning: could not write the reports with the verdicts: {type(exc).__name__}: {exc}")
+    return path
+
+
+def conclude(comparison: Comparison, gate: bool, echo: Echo) -> int:
+    echo(console.comparison_text(comparison, gate=gate))
+    return EXIT_GATE if gate and comparison.gate_failed else EXIT_OK
+
+
+def gate_run(run: RunResult, run_dir: Path, settings: Settings, baseline_file: Path | None, *,
+             strict_env: bool, gate: bool, cases: list[CaseSpec], workload_files: dict[str, str],
+             echo: Echo) -> int:
+    """After `perfgate run`: compare with the stored baseline, re-measure time regressions, exit code."""
+    gs = gate_settings(settings)
+    path = baseline_file or default_baseline_path(settings, run)
+    base = baselines.load_baseline(path)
+    baselines.check_covers(base, run)
+    comparison = compare_runs(run, base.run, gs, baseline_source=str(path), calibration=base.calibration,
+                              strict_env=strict_env)
+    if gs.remeasure and any(v.metric == "step_time" and v.kind == "regression" for v in comparison.verdicts):
+        specs = {s.key: s for s in cases}
+
+        def remeasure(key: str) -> tuple[CaseResult, CaseResult | None] | None:
+            spec = specs.get(key)
+            if spec is None:
+                return None
+            echo(f"re-measuring {key}: its step time regressed; it must regress again to fail the gate")
+            return runner.run_case(spec, workload_files[spec.workload], settings, run_dir / "remeasure"), None
+
+        comparison, again = confirm_regressions(comparison, run, gs, remeasure, calibration=base.calibration)
+        record_remeasures(run, run_dir, again)
+    write_comparison(comparison, run_dir, run, echo)
+    return conclude(comparison, gate, echo)
+
+
+def record_remeasures(run: RunResult, run_dir: Path, again: list[CaseResult]) -> None:
+    """Keep the re-measured samples where a reader can find them: results-remeasure.json."""
+    if again:
+        runner.write_results(replace(run, cases=again), run_dir / "results-remeasure.json")
+
+
+def execute_against(ref: str, cases: list[CaseSpec], workload_files: dict[str, str], settings: Settings,
+                    run: RunResult, run_dir: Path, progress: Any, echo: Echo, *, gate: bool) -> int:
+    """`perfgate run --against REF`: base and head interleaved per case, compared directly."""
+    from perfgate import against
+
+    base = against.checkout(settings, ref)
+    try:
+        against.probe_base(base, settings.threads)
+        for note in base.notes:
+            echo(f"note: {note}")
+        base_dir = run_dir / "base"
+        base_run = replace(run, run_id=f"{run.run_id}-base", environment={**run.environment, "git_commit": base.commit,
+                                                                       "git_ref": ref}, cases=[])
+        run = replace(run, settings={**run.settings, "against": ref})
+        runner.write_results(run, run_dir / "results.json")
+        t0 = time.perf_counter()
+        for k, spec in enumerate(cases, start=1):
+            progress("start", k, len(cases), spec, None, time.perf_counter() - t0)
+            head, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings, run_dir, base_dir)
+            run = run.with_case(head)
+            if base_case is not None:
+                base_run = base_run.with_case(base_case)
+            runner.write_results(run, run_dir / "results.json")
+            runner.write_results(base_run, base_dir / "results.json")
+            progress("done", k, len(cases), spec, head, time.perf_counter() - t0)
+            if base_case is not None and base_case.status == "ok":
+                echo(f"      base     {console.outcome_text(base_case)}  ({base_case.duration_s:.1f} s)")
+        echo(console.run_tables(run))
+        gs = gate_settings(settings)
+        comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=f"git:{ref} ({base.commit[:12]})")
+        if gs.remeasure and any(v.metric == "step_time" and v.kind == "regression" for v in comparison.verdicts):
+            specs = {s.key: s for s in cases}
+
+            def remeasure(key: str) -> tuple[CaseResult, CaseResult | None] | None:
+                spec = specs[key]
+                echo(f"re-measuring {key} against {ref}: it must regress again to fail the gate")
+                return against.run_pair(spec, workload_files[spec.workload], base, settings,
+                                        run_dir / "remeasure", base_dir / "remeasure")
+
+            comparison, again = confirm_regressions(comparison, run, gs, remeasure)
+            record_remeasures(run, run_dir, again)
+        write_comparison(comparison, run_dir, run, echo)
+        return conclude(comparison, gate, echo)
+    finally:
+        base.close()
+
+
+def compare_files(current: str, baseline: str, settings: Settings, *, strict_env: bool, gate: bool,
+                  echo: Echo) -> int:
+    """`perfgate compare CURRENT BASELINE`: BASELINE is a baseline file or another run's results."""
+    from perfgate.model import load_results
+
+    cur = load_results(current)
+    base_path = Path(baseline)
+    calibration: dict[str, Any] = {}
+    if not _is_results(base_path):
+        b = baselines.load_baseline(base_path)
+        baselines.check_covers(b, cur)
+        base_run, calibration = b.run, b.calibration
+    else:
+        base_run = load_results(base_path)
+    gs: GateSettings = gate_settings(settings)
+    comparison = compare_runs(cur, base_run, gs, baseline_source=str(base_path), calibration=calibration,
+                              strict_env=strict_env)
+    cur_dir = Path(current) if Path(current).is_dir() else Path(current).parent
+    write_comparison(comparison, cur_dir)
+    return conclude(comparison, gate, echo)
+
+
+def _is_results(path: Path) -> bool:
+    """A run's results (a run folder or a results.json) rather than a baseline file? Anything else, a
+    corrupt file included, goes to the baseline reader, whose error names the file."""
+    import json
+
+    if path.is_dir():
+        return True
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(data, dict) and str(data.get("schema", "")).startswith("perfgate.results")

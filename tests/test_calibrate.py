@@ -1,0 +1,43 @@
+"""Calibration arithmetic on synthetic A/A rounds: no workers."""
+
+from __future__ import annotations
+
+import random
+
+from perfgate.calibrate import analyse, processes_needed, report_lines, smallest_detectable
+from perfgate.compare import GateSettings
+from perfgate.model import CaseResult, CaseSpec, ProcessSamples
+
+
+def rounds(rnd: random.Random, n_rounds: int, processes: int, between: float) -> list[CaseResult]:
+    spec = CaseSpec("w", "smoke", ("eager",), "cpu")
+    out = []
+    for _ in range(n_rounds):
+        procs = []
+        for i in range(processes):
+            level = 1e-3 * (1 + rnd.gauss(0, between))
+            procs.append(ProcessSamples([int(level * 1e9 * (1 + abs(rnd.gauss(0, 0.01)))) for _ in range(8)],
+                                        process_index=i))
+        out.append(CaseResult(spec, "ok", procs))
+    return out
+
+
+def test_smallest_detectable_change_shrinks_with_processes():
+    assert smallest_detectable(0.02, 8, 0.95) < smallest_detectable(0.02, 2, 0.95)
+    assert 0.05 < smallest_detectable(0.02, 2, 0.95) < 0.07  # 2.8 * 0.02 * 1 -> about 5.8%
+    assert processes_needed(0.02, 0.05, 0.95) == 3
+    assert processes_needed(0.0, 0.05, 0.95) == 2
+
+
+def test_a_quiet_runner_keeps_the_threshold_and_a_noisy_one_says_so():
+    rnd = random.Random(0)
+    gate = GateSettings(bootstrap_resamples=500)
+    quiet = analyse("k", rounds(rnd, 3, 4, 0.003), gate, 0.05, 4)
+    assert not quiet.too_noisy and quiet.calibrated_threshold() == 0.05
+    assert len(quiet.aa_verdicts) == 2 and "regression" not in quiet.aa_verdicts
+    noisy = analyse("k", rounds(rnd, 3, 2, 0.10), gate, 0.05, 2)
+    assert noisy.too_noisy and noisy.calibrated_threshold() > 0.05
+    text = "\n".join(report_lines(noisy))
+    assert "TOO NOISY" in text and f"--processes {noisy.needed_processes}" in text
+    stored = noisy.to_json()
+    assert stored["threshold"] == noisy.calibrated_threshold() and stored["rounds"] == 3

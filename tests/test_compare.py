@@ -1,0 +1,216 @@
+"""The gate's rule on seeded synthetic samples: no torch, no workers, fast."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from perfgate.compare import (
+    GateSettings,
+    compare_runs,
+    confirm_regressions,
+    judge_case,
+    judge_metric,
+    parse_gate,
+    time_change,
+)
+from perfgate.config import ConfigError
+from perfgate.model import VERDICT_KINDS, CaseResult, CaseSpec, ProcessSamples, RunResult
+
+
+def spec(toggle: str = "eager", workload: str = "w") -> CaseSpec:
+    return CaseSpec(workload=workload, size="smoke", toggles=(toggle,), device="cpu")
+
+
+def groups(rnd: random.Random, processes: int, median_s: float, between: float, within: float,
+           samples: int = 8) -> list[list[float]]:
+    """Per-process samples: each process has its own level (between-process noise), then within noise."""
+    out = []
+    for _ in range(processes):
+        level = median_s * (1 + rnd.gauss(0, between))
+        out.append([level * (1 + abs(rnd.gauss(0, within))) for _ in range(samples)])
+    return out
+
+
+def case(toggle: str, gs: list[list[float]] | None = None, status: str = "ok", metrics=None, accuracy=None,
+         workload: str = "w") -> CaseResult:
+    procs = [ProcessSamples(samples_ns=[int(t * 1e9) for t in g], process_index=i) for i, g in enumerate(gs or [])]
+    return CaseResult(spec=spec(toggle, workload), status=status, processes=procs, metrics=dict(metrics or {}),
+                      accuracy=dict(accuracy or {}), failure_class="error" if status == "failed" else None,
+                      message="boom" if status == "failed" else ("needs CUDA" if status == "skipped" else None))
+
+
+def run(*cases: CaseResult, env=None) -> RunResult:
+    return RunResult(run_id="r", suite="smoke", environment=dict(env or {"torch": "2.13.0", "python": "3.12"}),
+                     cases=list(cases))
+
+
+def time_kind(base_gs, head_gs, threshold=0.05, paired=False) -> str:
+    g = GateSettings(threshold=threshold, bootstrap_resamples=1000)
+    (v,) = [x for x in judge_case("k", case("eager", base_gs), case("eager", head_gs), g, paired=paired)
+            if x.metric == "step_time"]
+    return v.kind
+
+
+def test_identical_distributions_are_never_flagged():
+    rnd = random.Random(1)
+    kinds = [time_kind(groups(rnd, 6, 1e-3, 0.01, 0.01), groups(rnd, 6, 1e-3, 0.01, 0.01)) for _ in range(30)]
+    assert "regression" not in kinds and "win" not in kinds
+    assert kinds.count("unchanged") >= 20
+
+
+def test_a_real_shift_is_a_regression_and_a_speedup_a_win():
+    rnd = random.Random(2)
+    assert time_kind(groups(rnd, 6, 1e-3, 0.01, 0.01), groups(rnd, 6, 1.2e-3, 0.01, 0.01)) == "regression"
+    assert time_kind(groups(rnd, 6, 1e-3, 0.01, 0.01), groups(rnd, 6, 0.8e-3, 0.01, 0.01)) == "win"
+    assert time_kind(groups(rnd, 6, 1e-3, 0.01, 0.01), groups(rnd, 6, 1.2e-3, 0.01, 0.01), paired=True) == "regression"
+
+
+def test_a_shift_hidden_in_between_process_noise_is_inconclusive():
+    rnd = random.Random(3)
+    # +8% with 15% between-process noise and 2 processes: cannot be settled either way
+    kind = time_kind(groups(rnd, 2, 1e-3, 0.15, 0.01), groups(rnd, 2, 1.08e-3, 0.15, 0.01))
+    assert kind == "inconclusive"
+
+
+def test_correlated_samples_within_a_process_do_not_cry_wolf():
+    """Each process sits at its own level; 40 samples per process agree tightly with each other. A test on
+    raw samples would call almost every A/A pair significant; the per-process rule must not."""
+    rnd = random.Random(4)
+    flagged = 0
+    for _ in range(20):
+        b, h = groups(rnd, 3, 1e-3, 0.06, 0.002, samples=40), groups(rnd, 3, 1e-3, 0.06, 0.002, samples=40)
+        change = time_change(b, h, resamples=1000)
+        flagged += change.significant and (change.ratio > 1.05 or change.ratio < 1 / 1.05)
+        naive = time_change([[x for g in b for x in g]], [[x for g in h for x in g]], resamples=1000)
+        assert not naive.process_level
+    assert flagged <= 1
+
+
+def test_significant_but_small_is_unchanged_and_threshold_is_respected():
+    rnd = random.Random(5)
+    b, h = groups(rnd, 8, 1e-3, 0.002, 0.001), groups(rnd, 8, 1.02e-3, 0.002, 0.001)
+    assert time_change(b, h, resamples=1000).significant
+    assert time_kind(b, h, threshold=0.05) == "unchanged"
+    assert time_kind(b, h, threshold=0.01) == "regression"
+
+
+def test_one_process_per_side_never_fails_the_gate():
+    rnd = random.Random(6)
+    assert time_kind(groups(rnd, 1, 1e-3, 0.0, 0.01, 20), groups(rnd, 1, 2e-3, 0.0, 0.01, 20)) == "inconclusive"
+
+
+def test_status_verdicts_and_every_kind_is_produced():
+    rnd = random.Random(7)
+    g = lambda m=1e-3: groups(rnd, 4, m, 0.005, 0.005)  # noqa: E731
+    base = run(
+        case("eager", g(), metrics={"aten_ops_per_step": 10, "peak_rss_bytes": 100e6}),
+        case("compile", g()), case("amp-bf16", status="failed"), case("tf32", g()), case("gone", g()),
+        case("slow", g()), case("fast", g(1.3e-3)), case("noisy", groups(rnd, 2, 1e-3, 0.2, 0.01)),
+    )
+    cur = run(
+        case("eager", g(), metrics={"aten_ops_per_step": 12, "peak_rss_bytes": 100.5e6, "graph_breaks": 0}),
+        case("compile", status="failed"), case("amp-bf16", g()), case("tf32", status="skipped"),
+        case("brand-new", g()), case("slow", g(1.5e-3)), case("fast", g()),
+        case("noisy", groups(rnd, 2, 1.08e-3, 0.2, 0.01)),
+    )
+    cmp = compare_runs(cur, base, GateSettings(bootstrap_resamples=1000))
+    kinds = {(v.case_key.split("/")[2], v.metric): v.kind for v in cmp.verdicts}
+    assert kinds[("compile", "status")] == "newly-failing"
+    assert kinds[("amp-bf16", "status")] == "fixed"
+    assert kinds[("tf32", "status")] == "skipped"
+    assert kinds[("gone", "status")] == "missing"
+    assert kinds[("brand-new", "status")] == "new"
+    assert kinds[("slow", "step_time")] == "regression"
+    assert kinds[("fast", "step_time")] == "win"
+    assert kinds[("noisy", "step_time")] == "inconclusive"
+    assert kinds[("eager", "aten_ops_per_step")] == "regression"  # deterministic: exact
+    assert kinds[("eager", "peak_rss_bytes")] == "unchanged"  # 0.5 MB under the 1 MiB floor
+    assert kinds[("eager", "graph_breaks")] == "new"
+    assert kinds[("eager", "step_time")] == "unchanged"
+    assert set(VERDICT_KINDS) == {v.kind for v in cmp.verdicts}
+    assert cmp.gate_failed
+    slow = next(v for v in cmp.verdicts if v.case_key.endswith("/slow/cpu") and v.metric == "step_time")
+    assert slow.ratio_low > 1 and slow.p_value < 0.05 and slow.threshold == 0.05 and slow.rule
+    assert slow.baseline < slow.current
+
+
+def test_metric_kinds():
+    g = GateSettings()
+    assert judge_metric("k", "kernels_per_step", 10, 10, g).kind == "unchanged"
+    assert judge_metric("k", "kernels_per_step", 10, 9, g).kind == "win"
+    assert judge_metric("k", "kernels_per_step", 10, 11, GateSettings(deterministic_tolerance=0.2)).kind == "unchanged"
+    assert judge_metric("k", "peak_cuda_allocated_bytes", 100e6, 120e6, g).kind == "regression"
+    assert judge_metric("k", "peak_cuda_allocated_bytes", 1e5, 5e5, g).kind == "unchanged"  # under the floor
+    assert judge_metric("k", "compile_cold_s", 10.0, 20.0, g).kind == "regression"
+    assert judge_metric("k", "achieved_flops_per_s", 1.0, 2.0, g) is None  # info only
+    assert judge_metric("k", "recompiles", 0, None, g).kind == "missing"
+
+
+def test_accuracy_drift_is_a_regression():
+    ok = {"verdict": "ok", "rel_l2": 1e-4, "tolerance": {"rel_l2": 1e-2}}
+    drift = {"verdict": "drift", "rel_l2": 0.2, "tolerance": {"rel_l2": 1e-2}}
+    rnd = random.Random(8)
+    gs = groups(rnd, 3, 1e-3, 0.001, 0.001)
+    verdicts = judge_case("k", case("amp-bf16", gs, accuracy=ok), case("amp-bf16", gs, accuracy=drift), GateSettings())
+    acc = next(v for v in verdicts if v.metric == "accuracy")
+    assert acc.kind == "regression" and acc.threshold == 1e-2 and acc.current == 0.2
+
+
+def test_thresholds_per_workload_toggle_and_calibration():
+    g = parse_gate({"threshold": 0.05, "workloads": {"w": 0.08}, "toggles": {"compile": {"threshold": 0.2}}})
+    assert g.threshold_for(case("eager"), "k") == (0.08, "per-workload threshold")
+    assert g.threshold_for(case("compile"), "k")[0] == 0.2
+    assert g.threshold_for(case("eager", workload="other"), "k")[0] == 0.05
+    assert g.threshold_for(case("eager"), "k", {"k": {"threshold": 0.12}})[0] == 0.12
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"threshhold": 0.05}, "unknown key"),
+    ({"threshold": "5%"}, "threshold must be a number"),
+    ({"threshold": -1}, "at least 0"),
+    ({"confidence": 1.5}, "confidence must be between"),
+    ({"metrics": {"kernels": 0.1}}, "unknown metric 'kernels'"),
+    ({"remeasure": "yes"}, "remeasure must be true or false"),
+])
+def test_gate_config_is_validated(raw, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_gate(raw)
+
+
+def test_environment_difference_warns_and_strict_refuses():
+    rnd = random.Random(9)
+    gs = groups(rnd, 2, 1e-3, 0.001, 0.001)
+    base, cur = run(case("eager", gs), env={"torch": "2.4.0"}), run(case("eager", gs), env={"torch": "2.13.0"})
+    cmp = compare_runs(cur, base)
+    assert cmp.environment_diff == {"torch": ["2.4.0", "2.13.0"]}
+    assert "WARNING" in cmp.warnings[0]
+    with pytest.raises(ConfigError, match="strict-env"):
+        compare_runs(cur, base, strict_env=True)
+
+
+def test_a_regression_must_regress_again_on_remeasure():
+    rnd = random.Random(10)
+    base = run(case("eager", groups(rnd, 4, 1e-3, 0.002, 0.002)), case("tf32", groups(rnd, 4, 1e-3, 0.002, 0.002)))
+    cur = run(case("eager", groups(rnd, 4, 1.3e-3, 0.002, 0.002)), case("tf32", groups(rnd, 4, 1.3e-3, 0.002, 0.002)))
+    gate = GateSettings(bootstrap_resamples=1000)
+    cmp = compare_runs(cur, base, gate)
+    assert sum(v.kind == "regression" for v in cmp.verdicts) == 2
+
+    def remeasure(key):  # eager was a one-off; tf32 is slow again
+        level = 1.3e-3 if "tf32" in key else 1e-3
+        return case(key.split("/")[2], groups(rnd, 4, level, 0.002, 0.002)), None
+
+    confirmed, again = confirm_regressions(cmp, cur, gate, remeasure)
+    kinds = {v.case_key.split("/")[2]: v for v in confirmed.verdicts if v.metric == "step_time"}
+    assert kinds["tf32"].kind == "regression" and "confirmed by a re-measure" in kinds["tf32"].rule
+    assert kinds["eager"].kind != "regression" and "the re-measure did not" in kinds["eager"].rule
+    assert len(again) == 2
+
+
+def test_many_raw_samples_do_not_overflow_the_rank_test_check():
+    rnd = random.Random(11)
+    change = time_change([[1e-3 * (1 + rnd.random() * 0.01) for _ in range(600)]],
+                         [[1e-3 * (1 + rnd.random() * 0.01) for _ in range(600)]], resamples=200)
+    assert change is not None and not change.process_level

@@ -1,0 +1,159 @@
+"""The gate end to end, through the real CLI: run, baseline update, a slower rerun fails with exit 1 naming
+the case, an unchanged rerun passes; compare; --against a git ref; calibrate --write.
+
+The slowdown comes from tests/workloads/scaled_work.py, whose work per step PERFGATE_TEST_WORK_SCALE
+multiplies without changing the case. The machine is shared, so the tests use a 50% threshold and a 30x
+slowdown (a loaded 2-core machine spreads worker processes by 2x): the assertion is about the gate's plumbing and exit codes, not its resolution
+(benchmarks/gate_accuracy.py measures that).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import TEST_WORKLOADS, cli_env, run_cli
+
+CASE = "scaled_work/smoke/eager/cpu"
+
+PYPROJECT = """
+[tool.perfgate]
+workloads_dirs = ["{workloads}"]
+processes = 3
+
+[tool.perfgate.timing]
+samples = 5
+
+[tool.perfgate.suites.smoke]
+workloads = ["scaled_work"]
+toggles = ["eager"]
+device = "cpu"
+
+[tool.perfgate.gate]
+threshold = 0.5
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A project with one tiny case, run once and made the baseline."""
+    root = tmp_path_factory.mktemp("gate")
+    (root / "pyproject.toml").write_text(PYPROJECT.format(workloads=TEST_WORKLOADS))
+    first = run_cli("run", cwd=root)
+    assert first.returncode == 0, first.stdout + first.stderr
+    update = run_cli("baseline", "update", cwd=root)
+    assert update.returncode == 0, update.stdout + update.stderr
+    assert "new baseline with 1 case(s)" in update.stdout
+    (baseline,) = (root / "baselines").glob("*/smoke.json")
+    return root, baseline
+
+
+def test_baseline_show_prints_the_case(project):
+    root, baseline = project
+    proc = run_cli("baseline", "show", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert CASE in proc.stdout and "torch" in proc.stdout
+    data = json.loads(baseline.read_text())
+    assert data["schema"] == "perfgate.baseline/2"
+    assert len(data["results"]["cases"][0]["processes"]) == 3  # raw samples per process kept
+
+
+def test_a_slower_rerun_fails_the_gate_naming_the_case(project):
+    root, _ = project
+    proc = run_cli("run", "--gate", "--out", str(root / "slow"), cwd=root,
+                   env=cli_env(PERFGATE_TEST_WORK_SCALE="30"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "REGRESSIONS (" in proc.stdout and f"{CASE} (regression step_time)" in proc.stdout
+    assert f"re-measuring {CASE}" in proc.stdout and "confirmed by a re-measure" in proc.stdout
+    assert "GATE FAILED" in proc.stdout
+    comparison = json.loads((root / "slow" / "comparison.json").read_text())
+    (v,) = [v for v in comparison["verdicts"] if v["metric"] == "step_time"]
+    assert v["kind"] == "regression" and v["ratio_low"] > 1.0 and v["threshold"] == 0.5
+    assert "step_time" in (root / "slow" / "summary.md").read_text()  # the reports carry the verdicts
+
+    # the same verdict from the stored files, and the same exit code
+    again = run_cli("compare", str(root / "slow"), str(next((root / "baselines").glob("*/smoke.json"))), "--gate",
+                    cwd=root)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert CASE in again.stdout
+
+
+def test_an_unchanged_rerun_passes(project):
+    root, _ = project
+    proc = run_cli("run", "--gate", "--out", str(root / "same"), cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Gate passed" in proc.stdout
+
+
+def test_compare_with_a_corrupt_baseline_is_one_line_exit_2(project, tmp_path):
+    root, _ = project
+    bad = tmp_path / "smoke.json"
+    bad.write_text('{"schema": "perfgate.baseline/2", "results": ')
+    first_run = root / "reports" / (root / "reports" / "LATEST").read_text().strip()
+    proc = run_cli("compare", str(first_run), str(bad), cwd=root)
+    assert proc.returncode == 2
+    assert str(bad) in proc.stderr and "not valid JSON" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_calibrate_writes_thresholds_the_gate_uses(project):
+    root, baseline = project
+    proc = run_cli("calibrate", "--rounds", "2", "--processes", "1", "--write", cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "between processes" in proc.stdout and "smallest detectable change" in proc.stdout
+    cal = json.loads(baseline.read_text())["calibration"][CASE]
+    assert cal["threshold"] >= 0.5 and cal["rounds"] == 2
+    first_run = root / "reports" / (root / "reports" / "LATEST").read_text().strip()
+    cmp = run_cli("compare", str(first_run), str(baseline), cwd=root)
+    assert cmp.returncode == 0, cmp.stdout + cmp.stderr
+    data = json.loads((first_run / "comparison.json").read_text())
+    (v,) = [v for v in data["verdicts"] if v["metric"] == "step_time"]
+    assert "calibrated for this case" in v["rule"]
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def test_against_a_git_ref_runs_both_and_gates(tmp_path):
+    """Head makes the work 30x and adds a workload the base ref lacks."""
+    repo = tmp_path / "repo"
+    (repo / "workloads").mkdir(parents=True)
+    # no re-measure here (it is covered above and in test_compare): half the worker processes
+    (repo / "pyproject.toml").write_text(PYPROJECT.format(workloads="workloads").replace(
+        'workloads = ["scaled_work"]', 'workloads = ["*"]') + "remeasure = false\n")
+    source = (TEST_WORKLOADS / "scaled_work.py").read_text()
+    (repo / "workloads" / "scaled_work.py").write_text(source)
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "base")
+    (repo / "workloads" / "scaled_work.py").write_text(source.replace('"PERFGATE_TEST_WORK_SCALE", "1.0"',
+                                                                      '"PERFGATE_TEST_WORK_SCALE", "30.0"'))
+    (repo / "workloads" / "newer_work.py").write_text(source.replace('name = "scaled_work"', 'name = "newer_work"')
+                                                      .replace("class ScaledWork", "class NewerWork"))
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "head: 30x the work, and a new workload")
+    proc = run_cli("run", "--against", "HEAD~1", "--gate", "--out", str(tmp_path / "ab"), cwd=repo)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert CASE in proc.stdout and "git:HEAD~1" in proc.stdout
+    data = json.loads((tmp_path / "ab" / "comparison.json").read_text())
+    kinds = {(v["case_key"], v["metric"]): v["kind"] for v in data["verdicts"]}
+    assert kinds[(CASE, "step_time")] == "regression"
+    assert kinds[("newer_work/smoke/eager/cpu", "status")] == "new"
+    assert data["mode"] == "against"
+    base = json.loads((tmp_path / "ab" / "base" / "results.json").read_text())
+    assert [c["key"] for c in base["cases"]] == [CASE]
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
+    assert len(worktrees.strip().splitlines()) == 1  # the temporary worktree is gone
+
+
+def test_against_an_unknown_ref_is_a_usage_error(tmp_path):
+    repo = tmp_path / "r"
+    repo.mkdir()
+    (repo / "pyproject.toml").write_text(PYPROJECT.format(workloads=TEST_WORKLOADS))
+    _git(repo, "init", "-q")
+    proc = run_cli("run", "--against", "no-such-ref", cwd=repo)
+    assert proc.returncode == 2 and "no-such-ref" in proc.stderr, proc.stdout + proc.stderr
