@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfgate.model import STATUS_FAILED, STATUS_OK, RunResult, SchemaError
+from perfgate.model import STATUS_FAILED, STATUS_OK, RunResult, SchemaError, read_json_file
 from perfgate.stats import format_seconds
 from perfgate.storage import atomic_write_text
 
@@ -107,17 +107,7 @@ def parse_baseline(data: Any, source: str) -> Baseline:
 def load_baseline(path: str | Path) -> Baseline:
     """Read a baseline file; SchemaError (exit 2) naming the file when missing, corrupt or unknown."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError as exc:
-        raise SchemaError(f"{p}: no baseline here; create one with `perfgate baseline update` "
-                          "after a run on this machine") from exc
-    except OSError as exc:
-        raise SchemaError(f"{p}: cannot read baseline ({exc.strerror or exc})") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SchemaError(f"{p}: baseline is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    data = read_json_file(p, "baseline", "create one with `perfgate baseline update` after a run on this machine")
     b = parse_baseline(data, str(p))
     b.path = p
     b.file_schema = data.get("schema") if isinstance(data, dict) else None

@@ -354,15 +354,21 @@ def load_results(path: str | Path) -> RunResult:
     p = Path(path)
     if p.is_dir():
         p = p / "results.json"
+    return RunResult.from_json(read_json_file(p, "results"), source=str(p))
+
+
+def read_json_file(p: Path, what: str, missing_hint: str = "") -> Any:
+    """The parsed JSON of ``p``; SchemaError naming the file (and ``what`` it should be) otherwise."""
     try:
         text = p.read_text()
+    except FileNotFoundError as exc:
+        raise SchemaError(f"{p}: cannot read {what} (no such file){'; ' + missing_hint if missing_hint else ''}") from exc
     except OSError as exc:
-        raise SchemaError(f"{p}: cannot read ({exc.strerror or exc})") from exc
+        raise SchemaError(f"{p}: cannot read {what} ({exc.strerror or exc})") from exc
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SchemaError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
-    return RunResult.from_json(data, source=str(p))
+        raise SchemaError(f"{p}: {what} is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
 
 
 @dataclass
