@@ -2,9 +2,10 @@
 
 REF is checked out in a temporary git worktree. Its workers run with the base checkout's workloads AND
 its perfgate package (PYTHONPATH and working folder inside the worktree), so the base side measures what
-REF would have measured. For each case the processes alternate A B B A A B ...: pairing base and head
-processes back to back cancels slow drift of a shared machine, and alternating which goes first guards
-against order effects. A case whose workload or toggle REF lacks runs on head only and is judged ``new``.
+REF would have measured. For each case, each base process runs side by side with a head process and the
+two sample in turns, in short bursts (perfgate.lockstep): the pair sees the same moments of a shared
+machine, so its speed changing over seconds cancels in their ratio, and alternating which goes first in
+each round guards against order effects. A case whose workload or toggle REF lacks runs on head only and is judged ``new``.
 No torch here.
 """
 
@@ -157,22 +158,23 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
     base_results: list[dict[str, Any]] = []
     t_head = t_base = 0.0
     for i in range(settings.processes):
-        order = ("base", "head") if i % 2 == 0 else ("head", "base")
-        for side in order:
-            if side == "base" and base_file is None:
-                continue
-            t = time.perf_counter()
-            if side == "head":
-                cfg = runner.case_config(spec, head_file, settings, i, run_dir, profile=(i == 0))
-                out = runner.run_worker(cfg, settings.timeout_s, settings.threads, run_dir / ".work", head_env)
-                head_results.append(out.result)
-                t_head += time.perf_counter() - t
-            else:
-                cfg = runner.case_config(spec, base_file, settings, i, base_dir, profile=(i == 0))
-                out = runner.run_worker(cfg, settings.timeout_s, settings.threads, base_dir / ".work",
-                                        env_extra=base_env, cwd=base.path)
-                base_results.append(out.result)
-                t_base += time.perf_counter() - t
+        head_job = runner.LockstepJob(runner.case_config(spec, head_file, settings, i, run_dir, profile=(i == 0)),
+                                      run_dir / ".work", head_env)
+        if base_file is None:  # REF lacks the case: head alone, as a plain run would measure it
+            out = runner.run_worker(head_job.cfg, settings.timeout_s, settings.threads, head_job.work_dir, head_env)
+            head_results.append(out.result)
+            t_head += out.wall_s
+        else:
+            base_job = runner.LockstepJob(runner.case_config(spec, base_file, settings, i, base_dir, profile=(i == 0)),
+                                          base_dir / ".work", base_env, base.path)
+            # base and head side by side, sampling in turns: the same moments of the machine for both
+            jobs = [base_job, head_job] if i % 2 == 0 else [head_job, base_job]
+            outs = runner.run_lockstep(jobs, settings, rotate=i)
+            by_side = dict(zip(("base", "head") if i % 2 == 0 else ("head", "base"), outs, strict=True))
+            head_results.append(by_side["head"].result)
+            base_results.append(by_side["base"].result)
+            t_head += by_side["head"].wall_s
+            t_base += by_side["base"].wall_s
         if any(r.get("status") != STATUS_OK for r in head_results + base_results):
             break  # a skip or failure on either side ends the case for both
     head = _case_from(spec, head_results, settings.processes, time.perf_counter() - t_head)

@@ -67,6 +67,11 @@ class Measurement:
     warmup_ns: list[int]
     stable: bool
     timer: str
+    bursts: list[int] | None = None  # samples per lockstep burst, in order (None: sampled in one go)
+
+
+# ``lockstep(sample_ns, take, rewarm) -> bursts``: hands sampling to an orchestrator (perfgate.lockstep)
+Lockstep = Callable[[float, Callable[[int], list[int]], Callable[[], None]], list[int]]
 
 
 def _stable(window: list[int], tolerance: float) -> bool:
@@ -86,12 +91,16 @@ def measure(
     min_time_s: float = 0.0,
     sync: Callable[[], None] = lambda: None,
     clock: Callable[[], float] = time.perf_counter,
+    lockstep: Lockstep | None = None,
 ) -> Measurement:
     """Time ``unit``: first call alone (compile lands there), warm-up until three consecutive units agree
     within ``warmup_tolerance`` (or ``max_warmup`` units), then ``samples`` samples of ``loops`` units each,
     ``loops`` chosen so a sample lasts at least ``min_sample_s``; sampling goes on past ``samples`` until
     ``min_time_s`` has passed, so the samples span more than one moment of a shared machine's load, and
-    stops early past ``max_time_s`` (after at least 3 samples). GC is off while sampling."""
+    stops early past ``max_time_s`` (after at least 3 samples). GC is off while sampling.
+
+    With ``lockstep``, the orchestrator decides when to sample and how much (perfgate.lockstep): it is
+    called once warm-up is done and returns the number of samples of each burst it asked for."""
     t0 = clock()
     unit()
     sync()
@@ -111,27 +120,39 @@ def measure(
     loops = max(1, math.ceil(min_sample_s * 1e9 / max(unit_ns, 1)))
 
     out: list[int] = []
+    bursts: list[int] | None = None
     gc_was_enabled = gc.isenabled()
     gc.collect()
     gc.disable()
+
+    def take(n: int) -> list[int]:
+        got = [timer.time_ns(unit, loops) for _ in range(n)]
+        out.extend(got)
+        return got
+
+    def rewarm() -> None:
+        unit()
+        sync()
+
     try:
-        sample_start = clock()
-        while True:
-            out.append(timer.time_ns(unit, loops))
-            elapsed = clock() - sample_start
-            if len(out) >= samples and elapsed >= min_time_s:
-                break
-            if len(out) >= 3 and elapsed > max_time_s:
-                break
+        if lockstep is not None:
+            bursts = lockstep(float(unit_ns * loops), take, rewarm)
+        else:
+            sample_start = clock()
+            while True:
+                take(1)
+                elapsed = clock() - sample_start
+                if len(out) >= samples and elapsed >= min_time_s:
+                    break
+                if len(out) >= 3 and elapsed > max_time_s:
+                    break
     finally:
         if gc_was_enabled:
             gc.enable()
-    return Measurement(
-        first_call_s=first_call_s,
-        warmup_units=len(warmup),
-        loops=loops,
-        samples_ns=out,
-        warmup_ns=warmup,
-        stable=stable,
-        timer=timer.name,
-    )
+    return _measurement(first_call_s, warmup, loops, out, stable, timer, bursts)
+
+
+def _measurement(first_call_s: float, warmup: list[int], loops: int, out: list[int], stable: bool, timer: Timer,
+                 bursts: list[int] | None) -> Measurement:
+    return Measurement(first_call_s=first_call_s, warmup_units=len(warmup), loops=loops, samples_ns=out,
+                       warmup_ns=warmup, stable=stable, timer=timer.name, bursts=bursts)

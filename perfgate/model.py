@@ -163,6 +163,8 @@ class ProcessSamples:
     warmup_units: int = 0
     timer: str = "perf_counter_ns"
     process_index: int = 0
+    # samples per burst when sampled in lockstep with a paired process (``--against``), else None
+    bursts: list[int] | None = None
 
     @property
     def step_times_s(self) -> list[float]:

@@ -121,50 +121,151 @@ def _classify_death(returncode: int, stderr: str) -> tuple[str, str]:
     return "crash", f"worker exited with code {returncode} without a result\n{_tail(stderr)}".rstrip()
 
 
-def run_worker(cfg: dict[str, Any], timeout_s: float, threads: int, work_dir: Path,
-               env_extra: dict[str, str] | None = None, cwd: Path | None = None) -> ProcessOutcome:
-    """Run one worker on ``cfg``; never raises for anything the worker does. ``cwd``: the worker's folder
-    (``--against`` runs the base ref's workers inside its checkout)."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    fd, spec_path = tempfile.mkstemp(prefix="case-", suffix=".json", dir=work_dir)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(cfg, fh)
-    out_path = spec_path[:-5] + ".out.json"
-    cmd = [sys.executable, "-m", "perfgate.worker", "--case", spec_path, "--out", out_path]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=worker_env(threads, env_extra), preexec_fn=functools.partial(_die_with_parent, os.getpid()),
-        cwd=cwd,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+@dataclass
+class WorkerHandle:
+    """A started worker process; ``finish`` waits for it (killing its process group past the timeout)."""
+
+    proc: subprocess.Popen
+    spec_path: str
+    out_path: str
+    log_path: str
+    t0: float
+
+    def _stderr(self) -> str:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            return Path(self.log_path).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def _cleanup(self, *paths: str) -> None:
+        for p in paths:
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        stdout, stderr = proc.communicate()
+        self.proc.wait()
+
+    def timed_out(self, timeout_s: float) -> ProcessOutcome:
+        """Kill the worker and report it as a timeout."""
+        self.kill()
+        stderr = self._stderr()
+        self._cleanup(self.spec_path, self.out_path, self.log_path)
         result = {
             "status": STATUS_FAILED,
             "failure_class": "timeout",
             "message": f"worker exceeded the {timeout_s:g} s timeout and was killed\n{_tail(stderr, 10)}".rstrip(),
         }
-        return ProcessOutcome(result, None, time.perf_counter() - t0)
-    finally:
-        for p in (spec_path,):
-            try:
-                os.unlink(p)
-            except FileNotFoundError:
-                pass
-    wall = time.perf_counter() - t0
+        return ProcessOutcome(result, None, time.perf_counter() - self.t0)
+
+    def finish(self, timeout_s: float, wait_s: float | None = None) -> ProcessOutcome:
+        """Wait at most ``wait_s`` (default: what is left of ``timeout_s`` since the start) for the result."""
+        wait = timeout_s - (time.perf_counter() - self.t0) if wait_s is None else wait_s
+        try:
+            self.proc.wait(timeout=max(wait, 0.0))
+        except subprocess.TimeoutExpired:
+            return self.timed_out(timeout_s)
+        wall = time.perf_counter() - self.t0
+        try:
+            result = json.loads(Path(self.out_path).read_text())
+        except (OSError, json.JSONDecodeError):
+            failure_class, message = _classify_death(self.proc.returncode, self._stderr())
+            result = {"status": STATUS_FAILED, "failure_class": failure_class, "message": message}
+        self._cleanup(self.spec_path, self.out_path, self.log_path)
+        return ProcessOutcome(result, self.proc.returncode, wall)
+
+
+def start_worker(cfg: dict[str, Any], threads: int, work_dir: Path, env_extra: dict[str, str] | None = None,
+                 cwd: Path | None = None, pass_fds: Sequence[int] = ()) -> WorkerHandle:
+    """Start one worker on ``cfg``. Its output goes to a file (a pipe could fill up and stall a worker
+    that the orchestrator is not reading, in lockstep). ``cwd``: the worker's folder (``--against`` runs
+    the base ref's workers inside its checkout)."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    fd, spec_path = tempfile.mkstemp(prefix="case-", suffix=".json", dir=work_dir)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(cfg, fh)
+    out_path = spec_path[:-5] + ".out.json"
+    log_path = spec_path[:-5] + ".log"
+    cmd = [sys.executable, "-m", "perfgate.worker", "--case", spec_path, "--out", out_path]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=worker_env(threads, env_extra), preexec_fn=functools.partial(_die_with_parent, os.getpid()),
+            cwd=cwd, pass_fds=tuple(pass_fds),
+        )
+    return WorkerHandle(proc, spec_path, out_path, log_path, time.perf_counter())
+
+
+def run_worker(cfg: dict[str, Any], timeout_s: float, threads: int, work_dir: Path,
+               env_extra: dict[str, str] | None = None, cwd: Path | None = None) -> ProcessOutcome:
+    """Run one worker on ``cfg`` to its end; never raises for anything the worker does."""
+    return start_worker(cfg, threads, work_dir, env_extra, cwd).finish(timeout_s)
+
+
+@dataclass
+class LockstepJob:
+    """One side of a lockstep pair: its worker config, environment, folder and scratch folder."""
+
+    cfg: dict[str, Any]
+    work_dir: Path
+    env_extra: dict[str, str] | None = None
+    cwd: Path | None = None
+
+
+def shared_cpus(threads: int, rotate: int = 0) -> list[int] | None:
+    """``threads`` CPUs of those this process may use, starting at the ``rotate``-th; None where there is
+    nothing to choose (all of them needed, or no CPU affinity on this platform)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    if threads >= len(allowed):
+        return None
+    k = rotate % len(allowed)
+    return (allowed[k:] + allowed[:k])[:threads]
+
+
+def run_lockstep(jobs: Sequence[LockstepJob], settings: Settings, rotate: int = 0) -> list[ProcessOutcome]:
+    """Run worker processes side by side, sampling in turns (perfgate.lockstep): they start, compile and warm
+    up together, then sample the same moments of the machine, **on the same CPUs** (a virtual CPU's speed
+    changes over seconds on its own, with what else runs on its host core: two processes on two vCPUs
+    see two different machines). ``rotate`` picks which CPUs, so successive pairs visit all of them.
+    The pair gets the per-process timeout once for start-up and once more for sampling in turns, as two
+    processes one after the other would."""
+    from perfgate import lockstep
+
+    handles, channels = [], []
+    cpus = shared_cpus(settings.threads, rotate)
+    for job in jobs:
+        to_worker_r, to_worker_w = os.pipe()
+        from_worker_r, from_worker_w = os.pipe()
+        cfg = {**job.cfg, "lockstep": {"read_fd": to_worker_r, "write_fd": from_worker_w}, "cpus": cpus}
+        try:
+            handles.append(start_worker(cfg, settings.threads, job.work_dir, job.env_extra, job.cwd,
+                                        pass_fds=(to_worker_r, from_worker_w)))
+        finally:
+            os.close(to_worker_r)
+            os.close(from_worker_w)
+        channels.append(lockstep.Channel(from_worker_r, to_worker_w))
+    timeout_s = settings.timeout_s * len(jobs)
+    deadline = time.perf_counter() + timeout_s
+    t = settings.timing
     try:
-        result = json.loads(Path(out_path).read_text())
-        os.unlink(out_path)
-    except (OSError, json.JSONDecodeError):
-        failure_class, message = _classify_death(proc.returncode, stderr)
-        result = {"status": STATUS_FAILED, "failure_class": failure_class, "message": message}
-    return ProcessOutcome(result, proc.returncode, wall)
+        sides = lockstep.drive(channels, samples=t.samples, min_time_s=t.min_time_s, max_time_s=t.max_time_s,
+                               deadline=deadline)
+        finish_by = time.perf_counter() + settings.timeout_s
+        return [h.timed_out(timeout_s) if side.timed_out else h.finish(timeout_s, finish_by - time.perf_counter())
+                for h, side in zip(handles, sides, strict=True)]
+    finally:
+        for c in channels:
+            c.close()
+        for h in handles:
+            if h.proc.poll() is None:  # only when something above raised
+                h.kill()
 
 
 def case_config(spec: CaseSpec, workload_file: str, settings: Settings, process_index: int,

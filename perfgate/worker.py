@@ -165,8 +165,20 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     timer = timer_for(spec.device)
     sync = _sync_for(spec.device)
     timed_unit, timed_context = prepared.timed()
+    lockstep = None
+    if cfg.get("lockstep"):  # sampled in turns with a paired process, as the orchestrator says (--against)
+        from perfgate import lockstep as lockstep_mod
+
+        channel = lockstep_mod.Channel(int(cfg["lockstep"]["read_fd"]), int(cfg["lockstep"]["write_fd"]))
+
+        def lockstep(sample_ns, take, rewarm):
+            if cfg.get("cpus") and hasattr(os, "sched_setaffinity"):
+                # warm-up ran wherever the OS put it; the pair samples on the same CPUs (perfgate.lockstep)
+                os.sched_setaffinity(0, cfg["cpus"])
+            return lockstep_mod.serve(channel, sample_ns, take, rewarm)
+
     with timed_context():
-        m = measure(timed_unit, timer, sync=sync, **timing)
+        m = measure(timed_unit, timer, sync=sync, lockstep=lockstep, **timing)
     result["process"] = {
         "samples_ns": m.samples_ns,
         "loops": m.loops,
@@ -175,6 +187,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "warmup_units": m.warmup_units,
         "timer": m.timer,
         "process_index": int(cfg.get("process_index", 0)),
+        "bursts": m.bursts,
     }
     result["metrics"].update(workload.metrics(prepared.built))
     result["metadata"] = {

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import random
+import statistics
 
 import pytest
 
 from perfgate.compare import (
     GateSettings,
+    TimeChange,
     compare_runs,
     confirm_regressions,
     judge_case,
     judge_metric,
+    judge_time,
+    pair_log_ratio,
     parse_gate,
     time_change,
 )
@@ -214,3 +219,48 @@ def test_many_raw_samples_do_not_overflow_the_rank_test_check():
     change = time_change([[1e-3 * (1 + rnd.random() * 0.01) for _ in range(600)]],
                          [[1e-3 * (1 + rnd.random() * 0.01) for _ in range(600)]], resamples=200)
     assert change is not None and not change.process_level
+
+
+def _change(ratio: float, low: float, high: float) -> TimeChange:
+    return TimeChange(ratio=ratio, low=low, high=high, p_value=0.01, significant=low > 1 or high < 1, paired=True,
+                      n_base=6, n_head=6, test="Wilcoxon")
+
+
+@pytest.mark.parametrize("ratio, low, high, kind", [
+    (1.049, 1.046, 1.052, "regression"),  # a change of the threshold's size fails every time, not half
+    (1.08, 1.06, 1.10, "regression"),
+    (1.03, 1.01, 1.06, "regression"),  # past half the threshold, 5% inside the CI
+    (1.047, 1.045, 1.049, "unchanged"),  # shown smaller than the threshold
+    (1.02, 1.005, 1.06, "inconclusive"),  # small by its estimate, but 5% not ruled out
+    (1.003, 0.99, 1.01, "unchanged"),
+    (1.01, 0.96, 1.07, "inconclusive"),
+    (1 / 1.049, 1 / 1.052, 1 / 1.046, "win"),
+    (1 / 1.02, 1 / 1.06, 1 / 1.005, "inconclusive"),
+    (1 / 1.047, 1 / 1.049, 1 / 1.045, "unchanged"),
+])
+def test_the_line_is_drawn_below_the_threshold(ratio, low, high, kind):
+    assert judge_time(_change(ratio, low, high), 0.05, "global threshold")[0] == kind
+
+
+def test_lockstep_bursts_cancel_a_change_of_machine_speed_within_a_pair():
+    """Base and head sampled in turns, and the machine slows by 30% halfway through each pair, between the
+    two bursts of one round, so head has one slow burst more than base. Burst by burst the ratio is 1.05
+    throughout; the ratio of the two processes' medians lands on opposite sides of the change."""
+    rnd = random.Random(8)
+    base_g, head_g, bursts = [], [], []
+    for _ in range(6):
+        b, h = [], []
+        for k in range(20):
+            b += [1e-3 * (1.3 if k >= 10 else 1.0) * (1 + rnd.gauss(0, 0.003)) for _ in range(10)]
+            h += [1.05e-3 * (1.3 if k >= 9 else 1.0) * (1 + rnd.gauss(0, 0.003)) for _ in range(10)]
+        base_g.append(b)
+        head_g.append(h)
+        bursts.append([10] * 20)
+    change = time_change(base_g, head_g, paired=True, resamples=1000, base_bursts=bursts, head_bursts=bursts)
+    assert change.ratio == pytest.approx(1.05, abs=0.003) and change.low > 1.04 and change.high < 1.06
+    assert judge_time(change, 0.05, "global")[0] == "regression"
+    plain = time_change(base_g, head_g, paired=True, resamples=1000)
+    assert plain.ratio > 1.1  # what the medians alone would have said
+    # burst sizes that do not match the samples: the plain ratio of medians, never a crash
+    assert pair_log_ratio(base_g[0], head_g[0], [10] * 19, [10] * 20) == pytest.approx(
+        math.log(statistics.median(head_g[0]) / statistics.median(base_g[0])))
