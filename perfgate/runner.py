@@ -6,6 +6,7 @@ the orchestrator or the other cases with it.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -125,7 +126,7 @@ def _classify_death(returncode: int, stderr: str) -> tuple[str, str]:
 class WorkerHandle:
     """A started worker process; ``finish`` waits for it (killing its process group past the timeout)."""
 
-    proc: subprocess.Popen
+    proc: Any  # subprocess.Popen, or zygote.ForkedProcess (the same poll / wait / pid / returncode)
     spec_path: str
     out_path: str
     log_path: str
@@ -180,23 +181,67 @@ class WorkerHandle:
         return ProcessOutcome(result, self.proc.returncode, wall)
 
 
+WORKER_START_ENV = "PERFGATE_WORKER_START"  # "spawn": a fresh interpreter per worker; "fork" (default on Linux)
+_zygotes: dict[tuple[Any, ...], Any] = {}  # (threads, PYTHONPATH, cwd, work_dir) -> Zygote, or None: spawn
+
+
+def _zygote_for(threads: int, env_extra: dict[str, str] | None, cwd: Path | None, work_dir: Path) -> Any:
+    """The fork server (perfgate.zygote) for workers of this kind, started on first use; None: spawn."""
+    if os.environ.get(WORKER_START_ENV, "fork") == "spawn" or not sys.platform.startswith("linux"):
+        return None
+    from perfgate import zygote
+
+    python_path = (env_extra or {}).get("PYTHONPATH")
+    key = (threads, python_path, str(cwd) if cwd else None, str(work_dir))
+    z = _zygotes.get(key, False)
+    if z is False or (z is not None and not z.alive()):
+        env = worker_env(threads, {"PYTHONPATH": python_path} if python_path else None)
+        try:
+            z = zygote.Zygote(env, cwd, work_dir, preexec_fn=functools.partial(_die_with_parent, os.getpid()))
+        except zygote.ZygoteUnavailable as exc:
+            print(f"perfgate: {exc}; spawning each worker instead", file=sys.stderr)
+            z = None
+        if not _zygotes:
+            atexit.register(close_zygotes)
+        _zygotes[key] = z
+    return z
+
+
+def close_zygotes() -> None:
+    """Stop every fork server (their children have exited, or die with them)."""
+    for z in _zygotes.values():
+        if z is not None:
+            z.close()
+    _zygotes.clear()
+
+
 def start_worker(cfg: dict[str, Any], threads: int, work_dir: Path, env_extra: dict[str, str] | None = None,
                  cwd: Path | None = None, pass_fds: Sequence[int] = ()) -> WorkerHandle:
-    """Start one worker on ``cfg``. Its output goes to a file (a pipe could fill up and stall a worker
-    that the orchestrator is not reading, in lockstep). ``cwd``: the worker's folder (``--against`` runs
-    the base ref's workers inside its checkout)."""
+    """Start one worker on ``cfg``: forked from a zygote that has torch imported already, or spawned
+    (``PERFGATE_WORKER_START=spawn``, or no fork server here). Its output goes to a file (a pipe could fill
+    up and stall a worker that the orchestrator is not reading, in lockstep). ``cwd``: the worker's folder
+    (``--against`` runs the base ref's workers inside its checkout)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     fd, spec_path = tempfile.mkstemp(prefix="case-", suffix=".json", dir=work_dir)
     with os.fdopen(fd, "w") as fh:
         json.dump(cfg, fh)
     out_path = spec_path[:-5] + ".out.json"
     log_path = spec_path[:-5] + ".log"
+    env = worker_env(threads, env_extra)
+    z = _zygote_for(threads, env_extra, cwd, work_dir)
+    if z is not None:
+        from perfgate.zygote import ZygoteUnavailable
+
+        try:
+            proc: Any = z.spawn(spec_path, out_path, log_path, env, cwd, tuple(pass_fds))
+            return WorkerHandle(proc, spec_path, out_path, log_path, time.perf_counter())
+        except ZygoteUnavailable as exc:
+            print(f"perfgate: {exc}; spawning this worker instead", file=sys.stderr)
     cmd = [sys.executable, "-m", "perfgate.worker", "--case", spec_path, "--out", out_path]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=worker_env(threads, env_extra), preexec_fn=functools.partial(_die_with_parent, os.getpid()),
-            cwd=cwd, pass_fds=tuple(pass_fds),
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+            preexec_fn=functools.partial(_die_with_parent, os.getpid()), cwd=cwd, pass_fds=tuple(pass_fds),
         )
     return WorkerHandle(proc, spec_path, out_path, log_path, time.perf_counter())
 

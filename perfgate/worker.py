@@ -133,6 +133,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     from perfgate.measure import measure, timer_for
     from perfgate.model import CaseSpec
     from perfgate.workload import load_file
+    from perfgate.zygote import FORKED_ENV  # set when a fork server started this process
 
     spec = CaseSpec.from_json(cfg["spec"])
     timing = cfg.get("timing", {})
@@ -168,8 +169,12 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     lockstep = None
     if cfg.get("lockstep"):  # sampled in turns with a paired process, as the orchestrator says (--against)
         from perfgate import lockstep as lockstep_mod
+        from perfgate.zygote import LOCKSTEP_FDS_ENV
 
-        channel = lockstep_mod.Channel(int(cfg["lockstep"]["read_fd"]), int(cfg["lockstep"]["write_fd"]))
+        # forked by a zygote, the pipe's fds were passed along and renumbered: the environment says which
+        fds = os.environ.get(LOCKSTEP_FDS_ENV) or f"{cfg['lockstep']['read_fd']},{cfg['lockstep']['write_fd']}"
+        read_fd, write_fd = (int(x) for x in fds.split(","))
+        channel = lockstep_mod.Channel(read_fd, write_fd)
 
         def lockstep(sample_ns, take, rewarm):
             if cfg.get("cpus") and hasattr(os, "sched_setaffinity"):
@@ -196,6 +201,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "threads": int(cfg.get("threads", 1)),
         "seed": int(cfg.get("seed", 0)),
         "variants": sorted(variants),
+        "worker_start": "fork" if os.environ.get(FORKED_ENV) else "spawn",
     }
     if compiled:
         from perfgate import profiling
@@ -255,7 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads-dir", action="append", default=[])
     parser.add_argument("--case")
     parser.add_argument("--out")
+    parser.add_argument("--zygote", type=int, metavar="FD", help="serve as a fork server on this socket")
+    parser.add_argument("--tag", help="ignored: names the run's folder on the fork server's command line")
     args = parser.parse_args(argv)
+    if args.zygote is not None:
+        from perfgate import zygote
+
+        return zygote.serve(args.zygote)
     if args.probe:
         data = probe(args.workloads_dir)
         data["environment"]["python_executable"] = sys.executable

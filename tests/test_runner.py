@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import REPO, TEST_WORKLOADS, cli_env
 
 from perfgate.model import load_results
@@ -90,3 +91,28 @@ def test_worker_env_pins_threads():
     env = worker_env(3)
     assert env["OMP_NUM_THREADS"] == "3" and env["MKL_NUM_THREADS"] == "3"
     assert str(REPO) in env["PYTHONPATH"].split(os.pathsep)
+
+
+def _tiny_run(tmp_path: Path, **env: str) -> dict:
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "--workloads-dir", str(TEST_WORKLOADS), "-w",
+                           "tiny", "-w", "fault_abort", "-t", "eager", "--processes", "2", "--samples", "3",
+                           "--out", str(out)], cwd=REPO, env=cli_env(**env), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = load_results(out / "results.json")
+    assert not list((out / ".work").glob("zygote-*.log"))  # the fork server cleaned up after itself
+    return {c.spec.workload: c for c in run.cases}
+
+
+def test_workers_are_forked_from_a_zygote_by_default_and_spawned_on_request(tmp_path):
+    """Fork server or not, each worker is a process of its own: the same results, the same fault classes."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the fork server is Linux only")
+    forked = _tiny_run(tmp_path / "fork")
+    spawned = _tiny_run(tmp_path / "spawn", PERFGATE_WORKER_START="spawn")
+    for cases, how in ((forked, "fork"), (spawned, "spawn")):
+        tiny = cases["tiny"]
+        assert tiny.status == "ok" and len(tiny.processes) == 2
+        assert tiny.metadata["worker_start"] == how
+        assert cases["fault_abort"].failure_class == "crash" and "SIGABRT" in cases["fault_abort"].message

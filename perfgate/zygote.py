@@ -1,0 +1,287 @@
+"""A fork server for worker processes: ``import torch`` once, fork a fresh process per worker.
+
+Every worker process used to pay Python's start-up and ``import torch`` (about 2.4 s of the 3.7 s a
+worker cost on the 2-core runner, docs/benchmarks.md) before measuring anything. A zygote is one
+``python -m perfgate.worker --zygote FD`` process that imports torch and perfgate's worker, then forks a
+child per worker request. The child is a new OS process like a spawned worker: its own process group,
+PR_SET_PDEATHSIG (it dies with the zygote, which dies with the orchestrator), its own output file,
+environment and working folder, its own memory (copy-on-write) and a crash, hang or out-of-memory of its
+own; it runs exactly the worker's ``--case`` code path.
+
+The zygote never runs a torch op, so no thread pool and no CUDA context exist when it forks (forking
+after CUDA is initialised is unsafe; after import it is not). Where importing left more than one thread
+in the zygote (a BLAS pool started by numpy with more threads than one), it says so and the runner spawns
+workers the plain way instead. Linux only; elsewhere workers are spawned.
+
+Protocol: one stream socket (a socketpair; the zygote's end passed as FD), one JSON object per line.
+zygote -> orchestrator ``{"ready": true, "threads": n}``; orchestrator -> zygote
+``{"id": i, "case": ..., "out": ..., "log": ..., "env": {...}, "cwd": ...}`` with any file descriptors the
+worker needs attached (SCM_RIGHTS); zygote -> orchestrator ``{"id": i, "pid": p}`` and, when the child
+exits, ``{"id": i, "exit": code}`` (a negative code: killed by that signal, as subprocess reports it).
+The orchestrator side below imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+LOCKSTEP_FDS_ENV = "PERFGATE_LOCKSTEP_FDS"  # "read,write": the lockstep pipe's fds as the child sees them
+FORKED_ENV = "PERFGATE_FORKED"  # set in a forked worker's environment: its results say how it started
+START_TIMEOUT_S = 300
+
+
+class ZygoteUnavailable(RuntimeError):
+    """The zygote could not start, or cannot fork safely: spawn workers instead."""
+
+
+def _send(sock: socket.socket, obj: dict[str, Any], fds: list[int] | None = None) -> None:
+    data = (json.dumps(obj) + "\n").encode()
+    if fds:
+        socket.send_fds(sock, [data], fds)
+    else:
+        sock.sendall(data)
+
+
+# ---------------------------------------------------------------- the orchestrator's side
+
+class ForkedProcess:
+    """A worker forked by a zygote, with the parts of subprocess.Popen the runner uses."""
+
+    def __init__(self, zygote: Zygote, request_id: int, pid: int) -> None:
+        self.zygote, self.id, self.pid = zygote, request_id, pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.zygote.pump(0.0)
+            self.returncode = self.zygote.exits.get(self.id)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.perf_counter()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
+            self.zygote.pump(left)
+        assert self.returncode is not None
+        return self.returncode
+
+
+class Zygote:
+    """One fork server: started with ``env`` in ``cwd``; ``work_dir`` (the run's scratch folder) holds its
+    log and goes on its command line, which its children share, so they can be found by it."""
+
+    def __init__(self, env: dict[str, str], cwd: Path | None, work_dir: Path, preexec_fn: Any = None) -> None:
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._buf = b""
+        self._next = 0
+        self.exits: dict[int, int] = {}
+        self._pids: dict[int, int] = {}
+        work_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = work_dir / f"zygote-{os.getpid()}-{id(self):x}.log"
+        cmd = [sys.executable, "-m", "perfgate.worker", "--zygote", str(theirs.fileno()), "--tag", str(work_dir)]
+        try:
+            with open(self.log_path, "wb") as log:
+                self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                             env=env, cwd=cwd, pass_fds=(theirs.fileno(),), preexec_fn=preexec_fn)
+        finally:
+            theirs.close()
+        try:
+            hello = self._recv(time.perf_counter() + START_TIMEOUT_S)
+        except (EOFError, TimeoutError) as exc:
+            err = self._stop()
+            raise ZygoteUnavailable(f"the worker fork server did not start: {err[-300:]}") from exc
+        if hello.get("threads", 1) != 1:
+            self._stop()
+            raise ZygoteUnavailable(f"importing torch left {hello.get('threads')} threads in the fork server")
+
+    def _recv(self, deadline: float | None) -> dict[str, Any]:
+        while b"\n" not in self._buf:
+            left = None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+            if not select.select([self.sock], [], [], left)[0]:
+                raise TimeoutError
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise EOFError
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def pump(self, timeout: float | None) -> None:
+        """Take in the zygote's messages for up to ``timeout`` seconds (at least one when there is one)."""
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        try:
+            while True:
+                msg = self._recv(deadline)
+                if "exit" in msg:
+                    self.exits[msg["id"]] = int(msg["exit"])
+                    self._pids.pop(msg["id"], None)
+                deadline = time.perf_counter()  # then only what is already there
+        except TimeoutError:
+            return
+        except EOFError:  # the zygote died: its children died with it (PR_SET_PDEATHSIG)
+            for rid in list(self._pids):
+                self.exits[rid] = -signal.SIGKILL
+            self._pids.clear()
+
+    def spawn(self, case: str, out: str, log: str, env: dict[str, str], cwd: Path | None,
+              fds: tuple[int, ...] = ()) -> ForkedProcess:
+        rid, self._next = self._next, self._next + 1
+        env = dict(env)
+        if fds:
+            env[LOCKSTEP_FDS_ENV] = ""  # filled in by the zygote with the numbers the child sees
+        _send(self.sock, {"id": rid, "case": case, "out": out, "log": log, "env": env,
+                          "cwd": str(cwd) if cwd else None}, list(fds))
+        while True:  # one request in flight: the fds attached to it are unambiguous
+            try:
+                msg = self._recv(time.perf_counter() + 60)
+            except (EOFError, TimeoutError) as exc:
+                raise ZygoteUnavailable("the worker fork server stopped answering") from exc
+            if "exit" in msg:
+                self.exits[msg["id"]] = int(msg["exit"])
+                self._pids.pop(msg["id"], None)
+            elif msg.get("id") == rid:
+                if "error" in msg:
+                    raise ZygoteUnavailable(f"the worker fork server could not fork: {msg['error']}")
+                self._pids[rid] = int(msg["pid"])
+                return ForkedProcess(self, rid, int(msg["pid"]))
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _stop(self) -> str:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        try:
+            text = self.log_path.read_text(errors="replace")
+            self.log_path.unlink()
+        except OSError:
+            text = ""
+        return text
+
+    def close(self) -> None:
+        self._stop()
+
+
+# ---------------------------------------------------------------- the zygote's side
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _child(req: dict[str, Any], fds: list[int], sock: socket.socket, zygote_pid: int) -> None:
+    """In the forked child: become a worker process of its own, run the case, exit. Never returns."""
+    code = 1
+    try:
+        os.setsid()
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+        if os.getppid() != zygote_pid:
+            os._exit(1)
+        sock.close()
+        log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(null)
+        env = dict(req["env"])
+        env[FORKED_ENV] = "1"
+        if LOCKSTEP_FDS_ENV in env:
+            env[LOCKSTEP_FDS_ENV] = ",".join(str(fd) for fd in fds)
+        os.environ.clear()
+        os.environ.update(env)
+        if req.get("cwd"):
+            os.chdir(req["cwd"])
+        from perfgate import worker
+
+        code = worker.main(["--case", req["case"], "--out", req["out"]])
+    except BaseException:  # noqa: BLE001 - a child must never return into the zygote's loop
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve(fd: int) -> int:
+    """The zygote's loop: preload, say ready, then fork a child per request and report its exit."""
+    import torch  # noqa: F401 - the point of the zygote: paid once
+
+    from perfgate import worker  # noqa: F401 - the children's code path, imported once too
+
+    sock = socket.socket(fileno=fd)
+    _send(sock, {"ready": True, "threads": _threads(), "pid": os.getpid()})
+    children: dict[int, int] = {}  # pid -> request id
+    pidfds: dict[int, int] = {}  # pid -> a pidfd that turns readable when the child exits (Linux >= 5.3)
+    buf, fds = b"", []
+    me = os.getpid()
+    while True:
+        # wake on a request or a child's exit; poll every 20 ms only where pidfds are not available
+        polling = any(pid not in pidfds for pid in children)
+        readable = select.select([sock, *pidfds.values()], [], [], 0.02 if polling else None)[0]
+        if sock in readable:
+            data, new_fds, _, _ = socket.recv_fds(sock, 65536, 16)
+            if not data:
+                return 0  # the orchestrator is gone; the children die with this process
+            buf += data
+            fds += new_fds
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                req = json.loads(line)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                try:
+                    pid = os.fork()
+                except OSError as exc:
+                    _send(sock, {"id": req["id"], "error": str(exc)})
+                    pid = -1
+                if pid == 0:
+                    _child(req, fds, sock, me)
+                for f in fds:
+                    os.close(f)
+                fds = []
+                if pid > 0:
+                    children[pid] = req["id"]
+                    try:
+                        pidfds[pid] = os.pidfd_open(pid)
+                    except (AttributeError, OSError):
+                        pass
+                    _send(sock, {"id": req["id"], "pid": pid})
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            if pid in pidfds:
+                os.close(pidfds.pop(pid))
+            if pid in children:
+                _send(sock, {"id": children.pop(pid), "exit": os.waitstatus_to_exitcode(status)})
