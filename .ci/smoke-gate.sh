@@ -9,6 +9,7 @@
 #   PERFGATE_SUITE    suite to run                               (default: smoke)
 #   PERFGATE_OUT      run folder                                 (default: reports/ci-smoke)
 #   PERFGATE_AGAINST  git ref to compare against in the same job (default: none: compare with baselines/)
+#   PERFGATE_COMPILE_CACHE  compiler caches kept between runs    (default: none: every case compiles cold)
 # Exit code: perfgate's own (0 pass, 1 gate failed, 2 usage, 3 infrastructure), or 3 when the run
 # left no results.json or summary.md behind.
 set -uo pipefail
@@ -20,6 +21,9 @@ out="${PERFGATE_OUT:-reports/ci-smoke}"
 args=(run --suite "$suite" --gate --out "$out")
 if [[ -n "${PERFGATE_AGAINST:-}" ]]; then
   args+=(--against "$PERFGATE_AGAINST")
+fi
+if [[ -n "${PERFGATE_COMPILE_CACHE:-}" ]]; then
+  args+=(--compile-cache "$PERFGATE_COMPILE_CACHE")
 fi
 
 "$python" -m perfgate "${args[@]}" "$@"

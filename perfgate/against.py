@@ -23,7 +23,7 @@ from typing import Any
 
 from perfgate import runner
 from perfgate.config import ConfigError, Settings
-from perfgate.model import STATUS_FAILED, STATUS_OK, CaseResult, CaseSpec, ProcessSamples
+from perfgate.model import STATUS_OK, CaseResult, CaseSpec
 from perfgate.plan import Catalog
 
 
@@ -124,36 +124,15 @@ def base_has(base: BaseCheckout, spec: CaseSpec) -> str | None:
     return None
 
 
-def _case_from(spec: CaseSpec, results: list[dict[str, Any]], processes: int, t0: float) -> CaseResult:
-    """Assemble one side's CaseResult from its process results (the first carries metrics and profile)."""
-    bad = next((r for r in results if r.get("status") != STATUS_OK), None)
-    samples = [ProcessSamples.from_json(r["process"]) for r in results if r.get("status") == STATUS_OK]
-    if bad is not None:
-        return CaseResult(spec=spec, status=bad.get("status", STATUS_FAILED), failure_class=bad.get("failure_class"),
-                          message=bad.get("message"), processes=samples, duration_s=time.perf_counter() - t0)
-    first = results[0]
-    metadata = dict(first.get("metadata", {}))
-    metadata["processes"] = processes
-    metrics = dict(first.get("metrics", {}))
-    # as runner.run_case: process 0 compiles into the side's empty cache, process 1 finds it warm
-    compile_s = [float(r["compile"]["compile_s"]) for r in results if "compile" in r]
-    for name, value in zip(("compile_cold_s", "compile_warm_s"), compile_s, strict=False):
-        metrics[name] = value
-    return CaseResult(spec=spec, status=STATUS_OK, processes=samples, metrics=metrics,
-                      profile=first.get("profile", {}), accuracy=first.get("accuracy", {}),
-                      duration_s=time.perf_counter() - t0, metadata=metadata)
-
-
 def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Settings, run_dir: Path,
              base_dir: Path) -> tuple[CaseResult, CaseResult | None]:
     """Run one case on head and base, processes alternating A B B A ...; base None when REF lacks the case."""
     missing = base_has(base, spec)
     base_file = base.catalog.workloads[spec.workload]["file"] if missing is None and base.catalog else None
-    head_env = runner.compile_cache_env(run_dir, spec)
-    base_env = {**runner.compile_cache_env(base_dir, spec), "PYTHONPATH": base.python_path}
-    for env in (head_env, base_env):  # cold means cold on both sides
-        for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
-            shutil.rmtree(env[key], ignore_errors=True)
+    # each side's own fresh cache (cold means cold on both sides), or the persistent one, shared
+    head_env, head_cache = runner.compile_cache_env(run_dir, spec, settings.compile_cache)
+    base_env, base_cache = runner.compile_cache_env(base_dir, spec, settings.compile_cache)
+    base_env["PYTHONPATH"] = base.python_path
     head_results: list[dict[str, Any]] = []
     base_results: list[dict[str, Any]] = []
     t_head = t_base = 0.0
@@ -177,11 +156,12 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
             t_base += by_side["base"].wall_s
         if any(r.get("status") != STATUS_OK for r in head_results + base_results):
             break  # a skip or failure on either side ends the case for both
-    head = _case_from(spec, head_results, settings.processes, time.perf_counter() - t_head)
+    head = runner.case_from_results(spec, head_results, settings.processes, time.perf_counter() - t_head, head_cache)
     head.duration_s = t_head
     if base_file is None:
         head.metadata["against"] = missing
         return head, None
-    base_case = _case_from(spec, base_results, settings.processes, time.perf_counter() - t_base)
+    base_case = runner.case_from_results(spec, base_results, settings.processes, time.perf_counter() - t_base,
+                                         base_cache)
     base_case.duration_s = t_base
     return head, base_case

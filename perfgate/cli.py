@@ -112,6 +112,8 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
               help="Address-space limit per worker (MB); an allocation past it fails the case as oom.")
 @click.option("--workloads-dir", "workloads_dirs", multiple=True, type=click.Path(file_okay=False),
               help="Also discover workloads in this folder, for this run.")
+@click.option("--compile-cache", "compile_cache", type=click.Path(file_okay=False), default=None,
+              help="Keep compiler caches in this folder between runs (default: every case compiles cold).")
 @click.option("--shard", "shard", default=None, metavar="I/N",
               help="Run only part I of N of the cases (numbered from 1), balanced by expected cost; "
                    "`perfgate merge` joins the parts.")
@@ -128,7 +130,7 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
 def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], toggles: tuple[str, ...],
             size: str | None, device: str | None, out: str | None, processes: int | None, threads: int | None,
             timeout_s: float | None, samples: int | None, max_memory_mb: int | None,
-            workloads_dirs: tuple[str, ...], shard: str | None = None, shard_costs: str | None = None,
+            workloads_dirs: tuple[str, ...], compile_cache: str | None = None, shard: str | None = None, shard_costs: str | None = None,
             gate: bool = False, baseline_file: str | None = None, against_ref: str | None = None,
             strict_env: bool = False) -> None:
     """Run a suite (or a selection) and write results.json with a table of step times per toggle."""
@@ -149,12 +151,16 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
         processes=processes, threads=threads, timeout_s=timeout_s, max_memory_mb=max_memory_mb,
         workloads_dirs=(*settings.workloads_dirs, *(Path(d).resolve() for d in workloads_dirs)) if workloads_dirs else None,
         timing=replace(settings.timing, samples=samples) if samples else None,
+        compile_cache=Path(compile_cache).resolve() if compile_cache else None,
     )
     suite_obj = settings.suite(suite or settings.default_suite)
     run_id = runner.new_run_id(suite_obj.name)
     run_dir = Path(out).resolve() if out else runner.unique_run_dir(settings.reports_dir, run_id)
     created = not run_dir.exists()
     problem = check_writable_dir(run_dir)  # before the probe and any case: fail fast
+    if problem is None and settings.compile_cache:
+        problem = check_writable_dir(settings.compile_cache)
+        problem = problem and problem.replace("output directory", "compile cache", 1)
     if problem:
         raise ConfigError(problem)
 

@@ -66,6 +66,9 @@ class Settings:
     # address-space limit per worker process (MB); None = no limit. Past it an allocation fails in the
     # worker (MemoryError / allocator error -> failure class `oom`) instead of the machine thrashing.
     max_memory_mb: int | None = None
+    # a compiler-cache folder kept between runs (inductor and triton caches per case); None: every case
+    # compiles into an empty cache of its own, so process 0's compile time is a cold one
+    compile_cache: Path | None = None
     default_suite: str = "smoke"
     suites: dict[str, Suite] = field(default_factory=dict)
     timing: TimingSettings = TimingSettings()
@@ -89,6 +92,7 @@ class Settings:
             "timeout_s": self.timeout_s,
             "seed": self.seed,
             "max_memory_mb": self.max_memory_mb,
+            "compile_cache": str(self.compile_cache) if self.compile_cache else None,
             "timing": self.timing.__dict__.copy(),
         }
 
@@ -101,7 +105,7 @@ DEFAULT_SUITES = {
 
 _KNOWN_KEYS = {
     "workloads_dirs", "baselines_dir", "reports_dir", "threads", "processes", "timeout_s", "seed",
-    "max_memory_mb", "default_suite", "suites", "timing", "gate",
+    "max_memory_mb", "compile_cache", "default_suite", "suites", "timing", "gate",
 }
 
 
@@ -219,6 +223,7 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
         timeout_s=_positive(raw.get("timeout_s", 600), where, "timeout_s", float),
         seed=_expect(raw.get("seed", 0), int, where, "seed"),
         max_memory_mb=_positive(raw["max_memory_mb"], where, "max_memory_mb") if "max_memory_mb" in raw else None,
+        compile_cache=root / _expect(raw["compile_cache"], str, where, "compile_cache") if "compile_cache" in raw else None,
         default_suite=default_suite,
         suites=suites,
         timing=timing,

@@ -328,11 +328,52 @@ def case_config(spec: CaseSpec, workload_file: str, settings: Settings, process_
     }
 
 
-def compile_cache_env(run_dir: Path, spec: CaseSpec) -> dict[str, str]:
-    """A compile cache of the case's own under the run folder, empty when its first process starts."""
+COMPILE_CACHE_FRESH, COMPILE_CACHE_COLD, COMPILE_CACHE_WARM = "fresh", "persistent-cold", "persistent-warm"
+
+
+def compile_cache_env(run_dir: Path, spec: CaseSpec, persistent: Path | None = None) -> tuple[dict[str, str], str]:
+    """The case's compiler caches (as worker environment) and how they start.
+
+    Without ``persistent`` (the ``compile_cache`` setting): a cache of the case's own under the run folder,
+    emptied now, so process 0 compiles cold ("fresh"), even when a case is measured again in this run.
+    With it: the case's part of that folder, kept between runs: "persistent-warm" when it holds earlier
+    compiles, else "persistent-cold"."""
     slug = spec.key.replace("/", "__").replace("+", "_")
-    base = run_dir / ".work" / "compile-cache" / slug
-    return {"TORCHINDUCTOR_CACHE_DIR": str(base / "inductor"), "TRITON_CACHE_DIR": str(base / "triton")}
+    if persistent is None:
+        base = run_dir / ".work" / "compile-cache" / slug
+        shutil.rmtree(base, ignore_errors=True)
+        state = COMPILE_CACHE_FRESH
+    else:
+        base = persistent / slug
+        state = COMPILE_CACHE_WARM if base.is_dir() and any(base.iterdir()) else COMPILE_CACHE_COLD
+    return {"TORCHINDUCTOR_CACHE_DIR": str(base / "inductor"), "TRITON_CACHE_DIR": str(base / "triton")}, state
+
+
+def case_from_results(spec: CaseSpec, results: Sequence[dict[str, Any]], processes: int, t0: float,
+                      cache_state: str) -> CaseResult:
+    """One case's CaseResult from its worker processes' results, in process order: the first that did not
+    end ok ends the case (skipped or failed); the first carries metrics, profile and accuracy."""
+    samples = [ProcessSamples.from_json(r["process"]) for r in results if r.get("status") == STATUS_OK]
+    bad = next((i for i, r in enumerate(results) if r.get("status") != STATUS_OK), None)
+    if bad is not None:
+        res = results[bad]
+        status = res.get("status", STATUS_FAILED)
+        return CaseResult(spec=spec, status=status, failure_class=res.get("failure_class"), message=res.get("message"),
+                          processes=samples[:bad], duration_s=time.perf_counter() - t0,
+                          metadata={"failed_process": bad} if status == STATUS_FAILED else {})
+    first = results[0]
+    metadata = dict(first.get("metadata", {}))
+    metadata["processes"] = processes
+    metrics = dict(first.get("metrics", {}))
+    compile_s = [float(r["compile"]["compile_s"]) for r in results if "compile" in r]
+    if compile_s:
+        metadata["compile_cache"] = cache_state
+        # process 0 compiles cold only into an empty cache; process 1 always finds it warm
+        names = ("compile_warm_s",) if cache_state == COMPILE_CACHE_WARM else ("compile_cold_s", "compile_warm_s")
+        metrics.update(zip(names, compile_s, strict=False))
+    return CaseResult(spec=spec, status=STATUS_OK, processes=samples, metrics=metrics,
+                      profile=first.get("profile", {}), accuracy=first.get("accuracy", {}),
+                      duration_s=time.perf_counter() - t0, metadata=metadata)
 
 
 def run_case(spec: CaseSpec, workload_file: str, settings: Settings, run_dir: Path,
@@ -340,51 +381,17 @@ def run_case(spec: CaseSpec, workload_file: str, settings: Settings, run_dir: Pa
              configure: Callable[[dict[str, Any]], None] | None = None) -> CaseResult:
     """All worker processes of one case, back to back. A skip or failure in any process ends the case."""
     t0 = time.perf_counter()
-    processes: list[ProcessSamples] = []
-    first: dict[str, Any] | None = None
-    compile_s: list[float] = []
-    cache_env = compile_cache_env(run_dir, spec)
-    for path in cache_env.values():  # cold means cold, even when a case is measured again in this run
-        shutil.rmtree(path, ignore_errors=True)
+    cache_env, cache_state = compile_cache_env(run_dir, spec, settings.compile_cache)
     env_extra = {**cache_env, **(env_extra or {})}
+    results: list[dict[str, Any]] = []
     for i in range(settings.processes):
         cfg = case_config(spec, workload_file, settings, i, run_dir, profile=(i == 0))
         if configure:
             configure(cfg)
-        outcome = run_worker(cfg, settings.timeout_s, settings.threads, run_dir / ".work", env_extra)
-        res = outcome.result
-        if res.get("status") != STATUS_OK:
-            return CaseResult(
-                spec=spec,
-                status=res.get("status", STATUS_FAILED),
-                failure_class=res.get("failure_class"),
-                message=res.get("message"),
-                processes=processes,
-                duration_s=time.perf_counter() - t0,
-                metadata={"failed_process": i} if res.get("status") == STATUS_FAILED else {},
-            )
-        processes.append(ProcessSamples.from_json(res["process"]))
-        if "compile" in res:
-            compile_s.append(float(res["compile"]["compile_s"]))
-        if first is None:
-            first = res
-    assert first is not None
-    metadata = dict(first.get("metadata", {}))
-    metadata["processes"] = settings.processes
-    metrics = dict(first.get("metrics", {}))
-    # the case's own inductor cache: process 0 compiles into an empty one, process 1 finds it warm
-    for name, value in zip(("compile_cold_s", "compile_warm_s"), compile_s, strict=False):
-        metrics[name] = value
-    return CaseResult(
-        spec=spec,
-        status=STATUS_OK,
-        processes=processes,
-        metrics=metrics,
-        profile=first.get("profile", {}),
-        accuracy=first.get("accuracy", {}),
-        duration_s=time.perf_counter() - t0,
-        metadata=metadata,
-    )
+        results.append(run_worker(cfg, settings.timeout_s, settings.threads, run_dir / ".work", env_extra).result)
+        if results[-1].get("status") != STATUS_OK:
+            break
+    return case_from_results(spec, results, settings.processes, t0, cache_state)
 
 
 Progress = Callable[[str, int, int, CaseSpec, CaseResult | None, float], None]

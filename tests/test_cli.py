@@ -106,6 +106,10 @@ def test_an_unwritable_out_is_reported_before_any_case_runs(tmp_path):
     proc = run_cli("run", *TINY_RUN, "-w", "tiny", "-t", "eager", "--out", str(blocker / "run"))
     assert_one_line_usage_error(proc, "output directory", "not writable")
     assert "[1/" not in proc.stdout
+    proc = run_cli("run", *TINY_RUN, "-w", "tiny", "-t", "eager", "--out", str(tmp_path / "run"),
+                   "--compile-cache", str(blocker / "cache"))
+    assert_one_line_usage_error(proc, "compile cache", "not writable")
+    assert "[1/" not in proc.stdout
 
 
 def test_bad_config_is_one_line(tmp_path):

@@ -22,6 +22,7 @@ processes = 3
 timeout_s = 90
 seed = 7
 max_memory_mb = 4096
+compile_cache = ".cache/compile"
 default_suite = "quick"
 
 [tool.perfgate.timing]
@@ -65,6 +66,7 @@ def test_every_key_is_read_and_paths_are_relative_to_the_file(tmp_path):
     q = s.suite("quick")
     assert (q.workloads, q.sizes, q.toggles, q.device) == (("rollout*",), ("smoke",), ("eager", "compile+amp-bf16"), "cpu")
     assert s.to_json()["max_memory_mb"] == 4096
+    assert s.compile_cache == root / ".cache/compile"
 
 
 def test_config_override_wins_over_the_nearest_file(tmp_path):
@@ -109,6 +111,7 @@ BAD = [
     ("timeout_s = 0", "timeout_s must be positive"),
     ("max_memory_mb = 0", "max_memory_mb must be positive"),
     ("seed = 1.5", "seed must be int"),
+    ("compile_cache = 1", "compile_cache must be str"),
     ("workloads_dirs = [1]", "workloads_dirs must be a list of strings"),
     ("reports_dir = 3", "reports_dir must be str"),
     ("threadz = 1", "unknown [tool.perfgate] key(s) threadz; valid:"),

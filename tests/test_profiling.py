@@ -94,9 +94,10 @@ def test_compile_graph_breaks_kernels_and_cold_warm_compile(tmp_path):
     reason = skip_reason(("compile",), "cpu", {})
     if reason:
         pytest.skip(reason)
-    out = tmp_path / "run"
-    data = _profiled_run(out, "-w", "graph_break", "-t", "compile", "--processes", "2")
+    out, cache = tmp_path / "run", tmp_path / "compile-cache"
+    data = _profiled_run(out, "-w", "graph_break", "-t", "compile", "--processes", "2", "--compile-cache", str(cache))
     case = _case(data, "graph_break/smoke/compile/cpu")
+    assert case["metadata"]["compile_cache"] == "persistent-cold"  # an empty persistent cache: a cold compile
     m, prof = case["metrics"], case["profile"]
     assert m["graph_breaks"] >= 1
     assert any("item()" in r for r in prof["graph_break_reasons"])
@@ -109,6 +110,12 @@ def test_compile_graph_breaks_kernels_and_cold_warm_compile(tmp_path):
     assert m["kernels_per_step"] == kinds["kernel"] / steps > 0
     assert m["aten_ops_per_step"] == kinds["aten"] / steps
     assert case["accuracy"]["verdict"] == "ok"
+    # a second run finds the persistent cache warm: no cold compile to report, the same graphs
+    again = _case(_profiled_run(tmp_path / "again", "-w", "graph_break", "-t", "compile", "--processes", "1",
+                                "--compile-cache", str(cache)), "graph_break/smoke/compile/cpu")
+    assert again["metadata"]["compile_cache"] == "persistent-warm"
+    assert "compile_cold_s" not in again["metrics"] and again["metrics"]["compile_warm_s"] > 0
+    assert again["metrics"]["unique_graphs"] == m["unique_graphs"]
 
 
 def test_cuda_peaks_are_absent_on_cpu_and_measured_on_cuda():

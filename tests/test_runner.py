@@ -116,3 +116,36 @@ def test_workers_are_forked_from_a_zygote_by_default_and_spawned_on_request(tmp_
         assert tiny.status == "ok" and len(tiny.processes) == 2
         assert tiny.metadata["worker_start"] == how
         assert cases["fault_abort"].failure_class == "crash" and "SIGABRT" in cases["fault_abort"].message
+
+
+def test_compile_cache_is_fresh_per_case_unless_a_persistent_one_is_named(tmp_path):
+    from perfgate.model import CaseSpec
+    from perfgate.runner import case_from_results, compile_cache_env
+
+    spec = CaseSpec("w", "smoke", ("compile",), "cpu")
+    env, state = compile_cache_env(tmp_path / "run", spec)
+    stale = Path(env["TORCHINDUCTOR_CACHE_DIR"]) / "old"
+    stale.mkdir(parents=True)
+    env, state = compile_cache_env(tmp_path / "run", spec)  # fresh: emptied every time
+    assert state == "fresh" and not stale.exists()
+    assert Path(env["TORCHINDUCTOR_CACHE_DIR"]).is_relative_to(tmp_path / "run" / ".work")
+
+    keep = tmp_path / "keep"
+    env, state = compile_cache_env(tmp_path / "run", spec, keep)
+    assert state == "persistent-cold" and Path(env["TORCHINDUCTOR_CACHE_DIR"]).is_relative_to(keep)
+    Path(env["TORCHINDUCTOR_CACHE_DIR"]).mkdir(parents=True)
+    (Path(env["TORCHINDUCTOR_CACHE_DIR"]) / "fxgraph").write_text("x")
+    assert compile_cache_env(tmp_path / "run", spec, keep)[1] == "persistent-warm"
+    assert (Path(env["TORCHINDUCTOR_CACHE_DIR"]) / "fxgraph").exists()  # kept between runs
+
+    proc = {"process": {"samples_ns": [1000, 1000], "loops": 1}}
+    results = [{"status": "ok", **proc, "compile": {"compile_s": 9.0}, "metadata": {}},
+               {"status": "ok", **proc, "compile": {"compile_s": 1.5}}]
+    cold = case_from_results(spec, results, 2, 0.0, "fresh")
+    assert cold.metrics == {"compile_cold_s": 9.0, "compile_warm_s": 1.5} and cold.metadata["compile_cache"] == "fresh"
+    warm = case_from_results(spec, results, 2, 0.0, "persistent-warm")
+    assert warm.metrics == {"compile_warm_s": 9.0}  # process 0 found the cache warm: no cold figure
+    failed = case_from_results(spec, [results[0], {"status": "failed", "failure_class": "oom", "message": "m"}],
+                               2, 0.0, "fresh")
+    assert (failed.status, failed.failure_class, len(failed.processes)) == ("failed", "oom", 1)
+    assert failed.metadata == {"failed_process": 1}

@@ -176,8 +176,10 @@ def test_cpu_job_runs_the_repository_script_with_caches(workflows):
     runs = [s.get("run", "") for s in _steps(job)]
     assert ".ci/smoke-gate.sh" in runs
     cached = [s["with"]["path"] for s in _steps(job) if s.get("uses", "").startswith("actions/cache")]
-    assert "~/.cache/pip" in cached and ".cache/inductor" in cached
-    assert job["env"]["TORCHINDUCTOR_CACHE_DIR"].endswith(".cache/inductor")
+    assert "~/.cache/pip" in cached and ".cache/perfgate-compile" in cached
+    assert job["env"]["PERFGATE_COMPILE_CACHE"].endswith(".cache/perfgate-compile")
+    script = (REPO / ".ci" / "smoke-gate.sh").read_text()
+    assert '--compile-cache "$PERFGATE_COMPILE_CACHE"' in script
 
 
 def test_baselines_workflow_opens_a_pull_request_and_never_pushes_main(workflows):
@@ -205,7 +207,7 @@ def smoke_run(tmp_path_factory):
     summary = tmp / "step-summary.md"
     summary.write_text("earlier step\n")
     env = cli_env(PERFGATE_PYTHON=sys.executable, PERFGATE_OUT=str(tmp / "out"), GITHUB_STEP_SUMMARY=str(summary),
-                  PERFGATE_AGAINST=head.stdout.strip())
+                  PERFGATE_AGAINST=head.stdout.strip(), PERFGATE_COMPILE_CACHE=str(tmp / "compile-cache"))
     proc = subprocess.run(["bash", str(SMOKE_SCRIPT), "-w", "operator_rollout", "-t", "eager",
                            "--samples", "2", "--processes", "1"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -223,6 +225,7 @@ def test_smoke_script_runs_the_gate_and_leaves_its_outputs(smoke_run):
     assert (out / "base" / "results.json").is_file()  # the base ref ran next to the head
     assert json.loads((out / "comparison.json").read_text())["mode"] == "against"
     assert "smoke-gate: perfgate exited" in proc.stdout
+    assert (out.parent / "compile-cache").is_dir()  # PERFGATE_COMPILE_CACHE reached perfgate run
 
 
 @pytest.mark.slow

@@ -198,6 +198,13 @@ def test_every_smoke_case_runs_within_tolerance_or_is_skipped_with_a_reason(smok
     assert skipped == expected
 
 
+def test_compiled_smoke_cases_compile_cold_into_a_fresh_cache_of_their_own(smoke_run):
+    compiled = [c for c in smoke_run["cases"] if c["key"].split("/")[2] == "compile" and c["status"] == "ok"]
+    assert len(compiled) == len(NAMES)
+    for case in compiled:
+        assert case["metadata"]["compile_cache"] == "fresh" and case["metrics"]["compile_cold_s"] > 0, case["key"]
+
+
 def test_simulator_construction_compiles_once_then_hits_the_cache(smoke_run):
     (case,) = [c for c in smoke_run["cases"] if c["key"] == "simulator_construction/smoke/compile/cpu"]
     metrics = case["metrics"]
