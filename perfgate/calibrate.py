@@ -110,7 +110,8 @@ def analyse(key: str, rounds: list[CaseResult], gate: GateSettings, threshold: f
     verdicts = []
     for a, b in zip(ok, ok[1:], strict=False):
         change = time_change([p.step_times_s for p in a.processes], [p.step_times_s for p in b.processes],
-                             confidence=gate.confidence, resamples=gate.bootstrap_resamples, seed=gate.seed)
+                             confidence=gate.confidence, resamples=gate.bootstrap_resamples, seed=gate.seed,
+                             run_to_run=gate.run_to_run)
         if change is not None:
             verdicts.append(judge_time(change, threshold, "threshold")[0])
     return CaseNoise(key=key, rounds=ok, within_cv=within, between_sd=sd,

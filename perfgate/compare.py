@@ -57,6 +57,9 @@ class GateSettings:
 
     threshold: float = 0.05  # relative step-time change that counts as large
     confidence: float = 0.95  # of the ratio's CI; alpha of the rank test is 1 - confidence
+    # relative sd of the step-time ratio between repeated runs of the same change, which one run's samples
+    # cannot see (the machine's state drifts between runs); added to the ratio's CI (docs/gate.md)
+    run_to_run: float = 0.01
     deterministic_tolerance: float = 0.0  # relative; ops, kernels, FLOPs, graph breaks: exact by default
     memory_tolerance: float = 0.10  # relative change of a memory metric that counts
     memory_floor_bytes: float = 1024 * 1024  # ... and never less than this many bytes
@@ -91,8 +94,8 @@ class GateSettings:
         return dict(self.__dict__)
 
 
-_FLOAT_KEYS = ("threshold", "confidence", "deterministic_tolerance", "memory_tolerance", "memory_floor_bytes",
-               "compile_time_tolerance", "compile_time_floor_s")
+_FLOAT_KEYS = ("threshold", "confidence", "run_to_run", "deterministic_tolerance", "memory_tolerance",
+               "memory_floor_bytes", "compile_time_tolerance", "compile_time_floor_s")
 _TABLE_KEYS = ("workloads", "toggles", "metrics")
 _VALID_KEYS = (*_FLOAT_KEYS, "remeasure", "bootstrap_resamples", "seed", *_TABLE_KEYS)
 
@@ -119,7 +122,7 @@ def parse_gate(raw: Any) -> GateSettings:
     kw: dict[str, Any] = {}
     for k in _FLOAT_KEYS:
         if k in raw:
-            kw[k] = _number(raw[k], k, 0.0, 0.999 if k == "confidence" else None)
+            kw[k] = _number(raw[k], k, 0.0, {"confidence": 0.999, "run_to_run": 0.5}.get(k))
     if "confidence" in kw and kw["confidence"] < 0.5:
         raise ConfigError(f"[tool.perfgate.gate] confidence must be between 0.5 and 0.999, got {kw['confidence']!r}")
     if "remeasure" in raw:
@@ -223,11 +226,13 @@ def pair_log_ratio(base: Sequence[float], head: Sequence[float], base_bursts: Se
 def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Sequence[float]], *,
                 paired: bool = False, confidence: float = 0.95, resamples: int = 4000,
                 seed: int = 0, base_bursts: Sequence[Sequence[int] | None] | None = None,
-                head_bursts: Sequence[Sequence[int] | None] | None = None) -> TimeChange | None:
+                head_bursts: Sequence[Sequence[int] | None] | None = None,
+                run_to_run: float = 0.0) -> TimeChange | None:
     """Compare step-time samples grouped by worker process (seconds per step) of base and head.
 
     ``paired``: group i of base ran with group i of head (``--against``); ``base_bursts`` /
     ``head_bursts``: per process, its samples per lockstep burst (None where not sampled in lockstep).
+    ``run_to_run``: relative sd of the ratio between repeated runs, added to the CI in quadrature.
     Returns None when either side has no samples.
     """
     import numpy as np
@@ -292,6 +297,12 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
         reachable = _rank_test_can_reach(alpha, len(head), len(base))
         test = ("Mann-Whitney U on per-process medians" if process_level
                 else "Mann-Whitney U on raw samples (one process on a side)")
+    if run_to_run > 0:
+        # One run's interval is about this run's minutes only; the same change measured again lands
+        # elsewhere by about run_to_run (docs/gate.md). Add that spread in quadrature, in log space.
+        extra = statistics.NormalDist().inv_cdf(1 - alpha / 2) * math.log1p(run_to_run)
+        low, high = estimate - math.hypot(estimate - low, extra), estimate + math.hypot(high - estimate, extra)
+        test += f", CI + {run_to_run * 100:g}% run-to-run"
     excludes_one = low > 0 or high < 0
     significant = excludes_one and (p < alpha or not reachable)
     return TimeChange(
@@ -445,7 +456,7 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
     change = time_change([p.step_times_s for p in base.processes], [p.step_times_s for p in cur.processes],
                          paired=paired, confidence=gate.confidence, resamples=gate.bootstrap_resamples,
                          seed=gate.seed, base_bursts=[p.bursts for p in base.processes],
-                         head_bursts=[p.bursts for p in cur.processes])
+                         head_bursts=[p.bursts for p in cur.processes], run_to_run=gate.run_to_run)
     bst, cst = base.step_time(), cur.step_time()
     if change is None:
         out.append(Verdict(key, STEP_TIME, "missing", rule="no step-time samples on one side"))
