@@ -4,7 +4,7 @@ A throwaway project holds one workload, ``gate_knob``: a chain of small matmuls 
 grows by a known fraction (``EXTRA``) without changing the case's identity, as a code change would.
 
 - stored-baseline mode: per round, a fresh baseline run (``perfgate run`` + ``baseline update``), then
-  one gated run per condition (A/A, +5%, +10%; the knob comes from the environment);
+  one gated run per condition (A/A, +3%, +5%, +10%; the knob comes from the environment);
 - ``--against`` mode: a temporary git repository per condition whose head commit sets ``EXTRA`` (A/A: a
   comment-only commit); each trial is ``perfgate run --against HEAD~1 --gate``.
 
@@ -132,7 +132,8 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=20, help="trials per mode and condition")
     ap.add_argument("--processes", type=int, default=6, help="worker processes per side")
     ap.add_argument("--threshold", type=float, default=0.05)
-    ap.add_argument("--extras", default="0,0.05,0.10", help="work added per condition (0 = A/A)")
+    ap.add_argument("--extras", default="0,0.03,0.05,0.10",
+                    help="work added per condition (0 = A/A; +3%% shows what the half-threshold line costs)")
     ap.add_argument("--modes", default="stored,against")
     ap.add_argument("--out", type=Path, default=None, help="write every trial as JSON here")
     args = ap.parse_args()

@@ -124,14 +124,22 @@ def base_has(base: BaseCheckout, spec: CaseSpec) -> str | None:
     return None
 
 
+def side_compile_caches(spec: CaseSpec, run_dir: Path, base_dir: Path, persistent: Path | None
+                        ) -> tuple[tuple[dict[str, str], str], tuple[dict[str, str], str]]:
+    """runner.compile_cache_env for head and base: each side's own cache, fresh (cold means cold on both
+    sides) or persistent (base in ``persistent/against-base``), never shared, so that neither side's first
+    compile finds the other's graphs."""
+    return (runner.compile_cache_env(run_dir, spec, persistent),
+            runner.compile_cache_env(base_dir, spec, persistent / "against-base" if persistent else None))
+
+
 def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Settings, run_dir: Path,
              base_dir: Path) -> tuple[CaseResult, CaseResult | None]:
     """Run one case on head and base, processes alternating A B B A ...; base None when REF lacks the case."""
     missing = base_has(base, spec)
     base_file = base.catalog.workloads[spec.workload]["file"] if missing is None and base.catalog else None
-    # each side's own fresh cache (cold means cold on both sides), or the persistent one, shared
-    head_env, head_cache = runner.compile_cache_env(run_dir, spec, settings.compile_cache)
-    base_env, base_cache = runner.compile_cache_env(base_dir, spec, settings.compile_cache)
+    (head_env, head_cache), (base_env, base_cache) = side_compile_caches(spec, run_dir, base_dir,
+                                                                         settings.compile_cache)
     base_env["PYTHONPATH"] = base.python_path
     head_results: list[dict[str, Any]] = []
     base_results: list[dict[str, Any]] = []

@@ -46,22 +46,25 @@ def between_process_sd(medians: list[float]) -> float:
     return 1.4826 * statistics.median(abs(x - c) for x in logs)
 
 
-def smallest_detectable(sd_between: float, processes: int, confidence: float) -> float:
+def smallest_detectable(sd_between: float, processes: int, confidence: float, run_to_run: float = 0.0) -> float:
     """Smallest relative step-time change detected with 80% power comparing ``processes`` per side.
 
-    Normal approximation on log per-process medians: (z_{1-alpha/2} + z_{0.8}) * sd * sqrt(2 / n).
+    Normal approximation on log per-process medians, with the gate's run-to-run spread (which more
+    processes cannot shrink) added in quadrature: (z_{1-alpha/2} + z_{0.8}) * sqrt(2 sd^2 / n + rr^2).
     """
     if processes < 1:
         return math.inf
-    return math.exp((_z(1 - (1 - confidence) / 2) + Z_POWER) * sd_between * math.sqrt(2 / processes)) - 1
+    spread = math.hypot(sd_between * math.sqrt(2 / processes), math.log1p(run_to_run))
+    return math.exp((_z(1 - (1 - confidence) / 2) + Z_POWER) * spread) - 1
 
 
-def processes_needed(sd_between: float, threshold: float, confidence: float) -> int:
-    """Processes per side for the smallest detectable change to reach ``threshold``."""
-    if sd_between == 0:
-        return 2
-    n = 2 * ((_z(1 - (1 - confidence) / 2) + Z_POWER) * sd_between / math.log1p(threshold)) ** 2
-    return max(2, math.ceil(n))
+def processes_needed(sd_between: float, threshold: float, confidence: float, run_to_run: float = 0.0) -> int | None:
+    """Processes per side for the smallest detectable change to reach ``threshold``; None when the
+    run-to-run spread alone keeps it above the threshold (no number of processes is enough)."""
+    room = (math.log1p(threshold) / (_z(1 - (1 - confidence) / 2) + Z_POWER)) ** 2 - math.log1p(run_to_run) ** 2
+    if room <= 0:
+        return None
+    return max(2, math.ceil(2 * sd_between ** 2 / room))
 
 
 @dataclass
@@ -74,7 +77,7 @@ class CaseNoise:
     processes: int
     threshold: float
     aa_verdicts: list[str]
-    needed_processes: int
+    needed_processes: int | None
 
     @property
     def too_noisy(self) -> bool:
@@ -115,9 +118,9 @@ def analyse(key: str, rounds: list[CaseResult], gate: GateSettings, threshold: f
         if change is not None:
             verdicts.append(judge_time(change, threshold, "threshold")[0])
     return CaseNoise(key=key, rounds=ok, within_cv=within, between_sd=sd,
-                     smallest_change=smallest_detectable(sd, processes, gate.confidence), processes=processes,
-                     threshold=threshold, aa_verdicts=verdicts,
-                     needed_processes=processes_needed(sd, threshold, gate.confidence))
+                     smallest_change=smallest_detectable(sd, processes, gate.confidence, gate.run_to_run),
+                     processes=processes, threshold=threshold, aa_verdicts=verdicts,
+                     needed_processes=processes_needed(sd, threshold, gate.confidence, gate.run_to_run))
 
 
 def report_lines(noise: CaseNoise) -> list[str]:
@@ -130,7 +133,9 @@ def report_lines(noise: CaseNoise) -> list[str]:
     ]
     if noise.too_noisy:
         lines.append(
-            f"    TOO NOISY for a {noise.threshold * 100:g}% threshold on this runner: use --processes "
-            f"{noise.needed_processes} (or more), `perfgate run --against REF`, or accept a threshold of "
+            f"    TOO NOISY for a {noise.threshold * 100:g}% threshold on this runner: use "
+            + (f"--processes {noise.needed_processes} (or more), " if noise.needed_processes else
+               "a larger threshold (the gate's run-to-run spread alone is too large for it), ")
+            + f"`perfgate run --against REF`, or accept a threshold of "
             f"{noise.calibrated_threshold() * 100:.1f}% (--write stores it)")
     return lines

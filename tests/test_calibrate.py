@@ -29,6 +29,17 @@ def test_smallest_detectable_change_shrinks_with_processes():
     assert processes_needed(0.0, 0.05, 0.95) == 2
 
 
+def test_the_run_to_run_spread_sets_a_floor_no_process_count_removes():
+    # the gate's 1% run-to-run spread alone: (1.96 + 0.84) * log(1.01) -> about 2.8%, however many processes
+    assert 0.027 < smallest_detectable(0.0, 1000, 0.95, 0.01) < 0.029
+    assert smallest_detectable(0.02, 2, 0.95, 0.01) > smallest_detectable(0.02, 2, 0.95)
+    assert processes_needed(0.02, 0.05, 0.95, 0.01) == 4  # one more than without it
+    assert processes_needed(0.02, 0.02, 0.95, 0.01) is None  # a 2% threshold is out of reach
+    noise = analyse("k", rounds(random.Random(1), 3, 4, 0.01), GateSettings(bootstrap_resamples=500), 0.02, 4)
+    assert noise.too_noisy and noise.needed_processes is None
+    assert "a larger threshold" in "\n".join(report_lines(noise))
+
+
 def test_a_quiet_runner_keeps_the_threshold_and_a_noisy_one_says_so():
     rnd = random.Random(0)
     gate = GateSettings(bootstrap_resamples=500)

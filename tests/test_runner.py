@@ -138,6 +138,18 @@ def test_compile_cache_is_fresh_per_case_unless_a_persistent_one_is_named(tmp_pa
     assert compile_cache_env(tmp_path / "run", spec, keep)[1] == "persistent-warm"
     assert (Path(env["TORCHINDUCTOR_CACHE_DIR"]) / "fxgraph").exists()  # kept between runs
 
+    from perfgate.against import side_compile_caches
+
+    # --against: base and head never share a cache, so neither side's first compile finds the other's
+    for persistent in (None, keep):
+        (head, head_state), (base, base_state) = side_compile_caches(spec, tmp_path / "run", tmp_path / "run" / "base",
+                                                                     persistent)
+        dirs = {Path(head["TORCHINDUCTOR_CACHE_DIR"]), Path(base["TORCHINDUCTOR_CACHE_DIR"])}
+        assert len(dirs) == 2 and not any(a.is_relative_to(b) for a in dirs for b in dirs if a != b)
+        if persistent:
+            assert all(d.is_relative_to(keep) for d in dirs)
+            assert (head_state, base_state) == ("persistent-warm", "persistent-cold")
+
     proc = {"process": {"samples_ns": [1000, 1000], "loops": 1}}
     results = [{"status": "ok", **proc, "compile": {"compile_s": 9.0}, "metadata": {}},
                {"status": "ok", **proc, "compile": {"compile_s": 1.5}}]
