@@ -81,7 +81,8 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
             click.echo(f"      {size}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
         for v, desc in info.get("variants", {}).items():
             click.echo(f"      variant {v}: {desc}")
-    for err in probe.get("workload_errors", []):
+    errors = probe.get("workload_errors", [])
+    for err in errors:
         click.echo(f"  ERROR {err['error']}")
     click.echo("\nToggles (requirements; can it run here?):")
     for t in probe["toggles"]:
@@ -93,6 +94,8 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
         click.echo(f"  {s.name}: {s.description}")
         click.echo(f"      workloads {', '.join(s.workloads)}; sizes {', '.join(s.sizes)}; device {s.device}")
         click.echo(f"      toggles {', '.join(s.toggles)}")
+    if errors:  # listed above with the rest; a broken workload file is still a configuration error
+        fail(f"{len(errors)} workload file(s) failed to load: {', '.join(e['file'] for e in errors)}")
 
 
 @main.command("run")

@@ -98,6 +98,11 @@ def test_a_workload_file_that_fails_to_import_names_the_file(tmp_path):
     bad.write_text("import torch\nraise RuntimeError('this workload is broken')\n")
     proc = run_cli("run", "--workloads-dir", str(tmp_path), "-t", "eager", "--out", str(tmp_path / "r"))
     assert_one_line_usage_error(proc, str(bad), "RuntimeError: this workload is broken")
+    # `list` still lists what did load, shows the error, and exits 2 naming the file
+    listed = run_cli("list", "--workloads-dir", str(tmp_path))
+    assert listed.returncode == 2, listed.stdout + listed.stderr
+    assert "operator_rollout:" in listed.stdout and "RuntimeError: this workload is broken" in listed.stdout
+    assert listed.stderr.strip() == f"perfgate: error: 1 workload file(s) failed to load: {bad}"
 
 
 def test_an_unwritable_out_is_reported_before_any_case_runs(tmp_path):
