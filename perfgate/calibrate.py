@@ -2,7 +2,7 @@
 
 Each case runs ``rounds`` times with the configured number of worker processes (A/A: the same code).
 From every process's samples it reports the noise *within* a process (robust CV of its samples) and
-*between* processes (robust spread of the per-process medians, across all rounds), the A/A verdicts the
+*between* processes (robust spread of the per-process step times the gate compares, across all rounds), the A/A verdicts the
 gate gives between consecutive rounds (a false alarm shows here), and the smallest step-time change the
 gate can detect with the configured sample budget. No torch.
 """
@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from perfgate.compare import GateSettings, judge_time, time_change
+from perfgate.compare import GateSettings, judge_time, process_time, time_change
 from perfgate.model import STATUS_OK, CaseResult
 from perfgate.stats import quantile
 
@@ -35,11 +35,11 @@ def robust_cv(values: list[float]) -> float:
     return (quantile(xs, 0.75) - quantile(xs, 0.25)) / 1.349 / med if med > 0 else 0.0
 
 
-def between_process_sd(medians: list[float]) -> float:
-    """Robust sd of log per-process medians (MAD x 1.4826, or the plain sd for fewer than 5 processes)."""
-    if len(medians) < 2:
+def between_process_sd(times: list[float]) -> float:
+    """Robust sd of log per-process step times (MAD x 1.4826, or the plain sd for fewer than 5 processes)."""
+    if len(times) < 2:
         return 0.0
-    logs = [math.log(m) for m in medians]
+    logs = [math.log(m) for m in times]
     if len(logs) < 5:
         return statistics.stdev(logs)
     c = statistics.median(logs)
@@ -49,7 +49,7 @@ def between_process_sd(medians: list[float]) -> float:
 def smallest_detectable(sd_between: float, processes: int, confidence: float, run_to_run: float = 0.0) -> float:
     """Smallest relative step-time change detected with 80% power comparing ``processes`` per side.
 
-    Normal approximation on log per-process medians, with the gate's run-to-run spread (which more
+    Normal approximation on log per-process step times, with the gate's run-to-run spread (which more
     processes cannot shrink) added in quadrature: (z_{1-alpha/2} + z_{0.8}) * sqrt(2 sd^2 / n + rr^2).
     """
     if processes < 1:
@@ -108,13 +108,12 @@ def analyse(key: str, rounds: list[CaseResult], gate: GateSettings, threshold: f
         return None
     procs = [p for r in ok for p in r.processes if p.samples_ns]
     within = statistics.median(robust_cv(p.step_times_s) for p in procs)
-    medians = [statistics.median(p.step_times_s) for p in procs]
-    sd = between_process_sd(medians)
+    sd = between_process_sd([process_time(p.step_times_s, gate.process_quantile) for p in procs])
     verdicts = []
     for a, b in zip(ok, ok[1:], strict=False):
         change = time_change([p.step_times_s for p in a.processes], [p.step_times_s for p in b.processes],
                              confidence=gate.confidence, resamples=gate.bootstrap_resamples, seed=gate.seed,
-                             run_to_run=gate.run_to_run)
+                             run_to_run=gate.run_to_run, quantile=gate.process_quantile)
         if change is not None:
             verdicts.append(judge_time(change, threshold, "threshold")[0])
     return CaseNoise(key=key, rounds=ok, within_cv=within, between_sd=sd,
@@ -126,7 +125,7 @@ def analyse(key: str, rounds: list[CaseResult], gate: GateSettings, threshold: f
 def report_lines(noise: CaseNoise) -> list[str]:
     lines = [
         f"{noise.key}: within a process {noise.within_cv * 100:.1f}% (robust CV), between processes "
-        f"{noise.between_sd * 100:.1f}% (sd of per-process medians, {sum(len(r.processes) for r in noise.rounds)} processes)",
+        f"{noise.between_sd * 100:.1f}% (sd of per-process step times, {sum(len(r.processes) for r in noise.rounds)} processes)",
         f"    smallest detectable change with {noise.processes} process(es) per side: "
         f"{noise.smallest_change * 100:.1f}% (threshold {noise.threshold * 100:g}%); "
         f"A/A verdicts between rounds: {', '.join(noise.aa_verdicts) or '-'}",

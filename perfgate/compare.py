@@ -4,9 +4,11 @@
 Time (``step_time``) is judged from the raw samples, but never as if every sample were independent:
 samples inside one worker process are correlated (same memory layout, same neighbours on the machine),
 and the spread *between* processes is often larger than inside one. The unit of evidence is therefore
-the **median of each worker process**:
+the **step time of each worker process**: a low quantile of its samples (``process_quantile``, 10th
+percentile by default), since interference from the rest of the machine only ever adds time:
 
-- stored baseline (unpaired): per-process medians of head vs base, Mann-Whitney U rank test
+- stored baseline (unpaired): per-process step times of head vs base, those slowed by the machine
+  throughout set aside (``set_aside_slowed``), Mann-Whitney U rank test
   (scipy.stats.mannwhitneyu) and a bootstrap CI (scipy.stats.bootstrap) of the difference of their
   medians in log space, i.e. of the ratio of medians, widened to a Welch t interval
   (scipy.stats.ttest_ind) where that is wider;
@@ -39,6 +41,7 @@ from perfgate.model import (
     RunResult,
     Verdict,
 )
+from perfgate.stats import quantile as stats_quantile
 
 STEP_TIME = "step_time"
 ACCURACY = "accuracy"
@@ -60,6 +63,9 @@ class GateSettings:
     # relative sd of the step-time ratio between repeated runs of the same change, which one run's samples
     # cannot see (the machine's state drifts between runs); added to the ratio's CI (docs/gate.md)
     run_to_run: float = 0.01
+    # each worker process's step time is this quantile of its samples: interference from the rest of the
+    # machine only ever adds time, so a low quantile is what the code costs (0.5: the median; docs/gate.md)
+    process_quantile: float = 0.1
     deterministic_tolerance: float = 0.0  # relative; ops, kernels, FLOPs, graph breaks: exact by default
     memory_tolerance: float = 0.10  # relative change of a memory metric that counts
     memory_floor_bytes: float = 1024 * 1024  # ... and never less than this many bytes
@@ -94,7 +100,7 @@ class GateSettings:
         return dict(self.__dict__)
 
 
-_FLOAT_KEYS = ("threshold", "confidence", "run_to_run", "deterministic_tolerance", "memory_tolerance",
+_FLOAT_KEYS = ("threshold", "confidence", "run_to_run", "process_quantile", "deterministic_tolerance", "memory_tolerance",
                "memory_floor_bytes", "compile_time_tolerance", "compile_time_floor_s")
 _TABLE_KEYS = ("workloads", "toggles", "metrics")
 _VALID_KEYS = (*_FLOAT_KEYS, "remeasure", "bootstrap_resamples", "seed", *_TABLE_KEYS)
@@ -122,7 +128,7 @@ def parse_gate(raw: Any) -> GateSettings:
     kw: dict[str, Any] = {}
     for k in _FLOAT_KEYS:
         if k in raw:
-            kw[k] = _number(raw[k], k, 0.0, {"confidence": 0.999, "run_to_run": 0.5}.get(k))
+            kw[k] = _number(raw[k], k, 0.0, {"confidence": 0.999, "run_to_run": 0.5, "process_quantile": 0.5}.get(k))
     if "confidence" in kw and kw["confidence"] < 0.5:
         raise ConfigError(f"[tool.perfgate.gate] confidence must be between 0.5 and 0.999, got {kw['confidence']!r}")
     if "remeasure" in raw:
@@ -175,11 +181,36 @@ class TimeChange:
     n_head: int
     test: str
     process_level: bool = True  # False: too few processes, fell back to raw samples (between-process noise unseen)
+    set_aside: tuple[int, int] = (0, 0)  # (base, head) processes set aside as slowed by the machine
+    base_s: float | None = None  # each side's step time as judged: median of its (kept) per-process times
+    head_s: float | None = None
 
 
-def process_medians(case: CaseResult) -> list[float]:
-    """The median step time of each worker process of ``case``: the gate's unit of evidence."""
-    return [statistics.median(p.step_times_s) for p in case.processes if p.samples_ns]
+# A process is "slowed by the machine" when its step time lies this far above the typical time of its
+# side's faster half, in robust sds and never less than SLOWED_MIN_GAP. Interference only ever adds time,
+# and on a shared runner whole processes land in slow stretches of their vCPU (1.3-1.6x, lasting seconds;
+# docs/gate.md), at times most of a side's processes: the fast ones are the ones that measured the code.
+SLOWED_MADS = 3.0
+SLOWED_MIN_GAP = 0.02
+
+
+def set_aside_slowed(logs: Sequence[float]) -> list[float]:
+    """The log per-process step times of one side without those slowed by the machine: above the median
+    of the side's faster half by more than max(SLOWED_MADS robust sds of that half, SLOWED_MIN_GAP). The
+    two fastest always stay. Fewer than 4 processes: all kept, too few to tell a slowed one from spread."""
+    if len(logs) < 4:
+        return list(logs)
+    ordered = sorted(logs)
+    faster = ordered[:(len(ordered) + 1) // 2]
+    center = statistics.median(faster)
+    spread = 1.4826 * statistics.median(abs(x - center) for x in faster)
+    fence = center + max(SLOWED_MADS * spread, math.log1p(SLOWED_MIN_GAP))
+    return [x for x in logs if x <= fence or x <= ordered[1]]
+
+
+def process_time(samples: Sequence[float], quantile: float = 0.5) -> float:
+    """One worker process's step time: the ``quantile`` of its samples (0.5: the median)."""
+    return stats_quantile(sorted(samples), quantile)
 
 
 def _rank_test_can_reach(alpha: float, n1: int, n2: int | None = None) -> bool:
@@ -191,7 +222,7 @@ def _rank_test_can_reach(alpha: float, n1: int, n2: int | None = None) -> bool:
 
 def _widen(low: float, high: float, t_result: Any, confidence: float) -> tuple[float, float]:
     """The union of the bootstrap interval and a t interval (log space). A percentile bootstrap over two or
-    three per-process medians claims far more certainty than it has; the t interval widens it honestly
+    three per-process step times claims far more certainty than it has; the t interval widens it honestly
     there, and with many processes the two agree. NaN (no spread on a side) leaves the bootstrap's."""
     try:
         ci = t_result.confidence_interval(confidence_level=confidence)
@@ -212,27 +243,29 @@ def _chunks(samples: Sequence[float], sizes: Sequence[int]) -> list[Sequence[flo
 
 
 def pair_log_ratio(base: Sequence[float], head: Sequence[float], base_bursts: Sequence[int] | None = None,
-                   head_bursts: Sequence[int] | None = None) -> float:
+                   head_bursts: Sequence[int] | None = None, quantile: float = 0.5) -> float:
     """log(head / base) of one pair of processes. Sampled in lockstep (the same number of bursts, taken in
     turns), it is the median over bursts of the log ratio of the two bursts' medians, so the machine's
-    speed changing during the pair cancels burst by burst; otherwise the log ratio of the two medians."""
+    speed changing during the pair cancels burst by burst; otherwise the log ratio of the two processes'
+    step times (``process_time`` at ``quantile``)."""
     if (base_bursts and head_bursts and len(base_bursts) == len(head_bursts)
             and sum(base_bursts) == len(base) and sum(head_bursts) == len(head)):
         return statistics.median(math.log(statistics.median(h) / statistics.median(b))
                                  for b, h in zip(_chunks(base, base_bursts), _chunks(head, head_bursts), strict=True))
-    return math.log(statistics.median(head) / statistics.median(base))
+    return math.log(process_time(head, quantile) / process_time(base, quantile))
 
 
 def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Sequence[float]], *,
                 paired: bool = False, confidence: float = 0.95, resamples: int = 4000,
                 seed: int = 0, base_bursts: Sequence[Sequence[int] | None] | None = None,
                 head_bursts: Sequence[Sequence[int] | None] | None = None,
-                run_to_run: float = 0.0) -> TimeChange | None:
+                run_to_run: float = 0.0, quantile: float = 0.5) -> TimeChange | None:
     """Compare step-time samples grouped by worker process (seconds per step) of base and head.
 
     ``paired``: group i of base ran with group i of head (``--against``); ``base_bursts`` /
     ``head_bursts``: per process, its samples per lockstep burst (None where not sampled in lockstep).
     ``run_to_run``: relative sd of the ratio between repeated runs, added to the CI in quadrature.
+    ``quantile``: each process's step time is this quantile of its samples (``process_time``).
     Returns None when either side has no samples.
     """
     import numpy as np
@@ -252,16 +285,21 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
     alpha = 1.0 - confidence
     rng = np.random.default_rng(seed)
     process_level = len(base_groups) >= 2 and len(head_groups) >= 2
+    set_aside = (0, 0)
     if process_level:
-        base = np.log([statistics.median(g) for g in base_groups])
-        head = np.log([statistics.median(g) for g in head_groups])
+        base = np.log([process_time(g, quantile) for g in base_groups])
+        head = np.log([process_time(g, quantile) for g in head_groups])
+        if not paired:
+            kept_base, kept_head = set_aside_slowed(base), set_aside_slowed(head)
+            set_aside = (len(base) - len(kept_base), len(head) - len(kept_head))
+            base, head = np.array(kept_base), np.array(kept_head)
     else:
         # one process on a side: only the raw samples are left, and they hide between-process noise
         base = np.log([x for g in base_groups for x in g])
         head = np.log([x for g in head_groups for x in g])
         paired = False
     if paired:
-        diffs = np.array([pair_log_ratio(b, h, bb, hb) for b, h, bb, hb
+        diffs = np.array([pair_log_ratio(b, h, bb, hb, quantile) for b, h, bb, hb
                           in zip(base_groups, head_groups, base_bursts, head_bursts, strict=True)])
         estimate = float(np.median(diffs))
         if np.all(diffs == diffs[0]):
@@ -295,8 +333,12 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
             p = float(sps.mannwhitneyu(head, base, alternative="two-sided").pvalue)
             low, high = _widen(low, high, sps.ttest_ind(head, base, equal_var=False), confidence)
         reachable = _rank_test_can_reach(alpha, len(head), len(base))
-        test = ("Mann-Whitney U on per-process medians" if process_level
+        per_process = "medians" if quantile == 0.5 else f"{quantile * 100:g}th percentiles"
+        test = (f"Mann-Whitney U on per-process {per_process}" if process_level
                 else "Mann-Whitney U on raw samples (one process on a side)")
+        if any(set_aside):
+            test += (f" ({set_aside[0]} base and {set_aside[1]} head process(es) set aside as slowed by the "
+                     "machine)")
     if run_to_run > 0:
         # One run's interval is about this run's minutes only; the same change measured again lands
         # elsewhere by about run_to_run (docs/gate.md). Add that spread in quadrature, in log space.
@@ -308,6 +350,7 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
     return TimeChange(
         ratio=math.exp(estimate), low=math.exp(low), high=math.exp(high), p_value=p, significant=significant,
         paired=paired, n_base=len(base_groups), n_head=len(head_groups), test=test, process_level=process_level,
+        set_aside=set_aside, base_s=math.exp(float(np.median(base))), head_s=math.exp(float(np.median(head))),
     )
 
 
@@ -320,7 +363,7 @@ def judge_time(change: TimeChange, threshold: float, threshold_source: str) -> t
     up, down = 1.0 + threshold, 1.0 / (1.0 + threshold)
     pct = f"{threshold * 100:g}%"
     ci = f"[{change.low:.3f}, {change.high:.3f}]"
-    mode = "paired base/head processes" if change.paired else "per-process medians"
+    mode = "paired base/head processes" if change.paired else "per-process step times"
     basis = f"{change.test}, {change.n_base} vs {change.n_head} processes ({mode}); {threshold_source} {pct}"
     if not change.significant:
         if change.high > up or change.low < down:
@@ -456,16 +499,15 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
     change = time_change([p.step_times_s for p in base.processes], [p.step_times_s for p in cur.processes],
                          paired=paired, confidence=gate.confidence, resamples=gate.bootstrap_resamples,
                          seed=gate.seed, base_bursts=[p.bursts for p in base.processes],
-                         head_bursts=[p.bursts for p in cur.processes], run_to_run=gate.run_to_run)
-    bst, cst = base.step_time(), cur.step_time()
+                         head_bursts=[p.bursts for p in cur.processes], run_to_run=gate.run_to_run,
+                         quantile=gate.process_quantile)
     if change is None:
         out.append(Verdict(key, STEP_TIME, "missing", rule="no step-time samples on one side"))
     else:
         kind, rule, advice = judge_time(change, threshold, source)
         out.append(Verdict(
             case_key=key, metric=STEP_TIME, kind=kind,
-            baseline=statistics.median(process_medians(base)) if bst else None,
-            current=statistics.median(process_medians(cur)) if cst else None,
+            baseline=change.base_s, current=change.head_s,
             ratio=change.ratio, ratio_low=change.low, ratio_high=change.high, p_value=change.p_value,
             threshold=threshold, rule=rule, advice=advice,
         ))

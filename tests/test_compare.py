@@ -18,6 +18,8 @@ from perfgate.compare import (
     judge_time,
     pair_log_ratio,
     parse_gate,
+    process_time,
+    set_aside_slowed,
     time_change,
 )
 from perfgate.config import ConfigError
@@ -51,8 +53,8 @@ def run(*cases: CaseResult, env=None) -> RunResult:
                      cases=list(cases))
 
 
-def time_kind(base_gs, head_gs, threshold=0.05, paired=False, run_to_run=0.01) -> str:
-    g = GateSettings(threshold=threshold, bootstrap_resamples=1000, run_to_run=run_to_run)
+def time_kind(base_gs, head_gs, threshold=0.05, paired=False, run_to_run=0.01, quantile=0.1) -> str:
+    g = GateSettings(threshold=threshold, bootstrap_resamples=1000, run_to_run=run_to_run, process_quantile=quantile)
     (v,) = [x for x in judge_case("k", case("eager", base_gs), case("eager", head_gs), g, paired=paired)
             if x.metric == "step_time"]
     return v.kind
@@ -117,6 +119,55 @@ def test_the_run_to_run_spread_widens_what_one_run_claims():
     same = groups(rnd, 6, 1e-3, 0.001, 0.001)
     assert time_kind(base, same) == time_kind(base, same, run_to_run=0.0) == "unchanged"
     assert time_kind(base, groups(rnd, 6, 1.015e-3, 0.001, 0.001)) == "unchanged"
+
+
+def slowed(rnd: random.Random, processes: int, step_s: float, slow_fraction: float, factor: float = 1.4,
+           samples: int = 200) -> list[list[float]]:
+    """Per-process samples on a shared runner: the code's own cost with 0.3% jitter, and stretches where
+    the machine runs the process ``factor`` slower (interference only ever adds time)."""
+    out = []
+    for _ in range(processes):
+        level = step_s * (1 + rnd.gauss(0, 0.002))
+        start = rnd.randrange(samples)
+        slow = {(start + i) % samples for i in range(round(samples * slow_fraction))}
+        out.append([level * (factor if i in slow else 1.0) * (1 + abs(rnd.gauss(0, 0.003))) for i in range(samples)])
+    return out
+
+
+def test_the_gate_compares_what_the_code_costs_not_how_busy_the_machine_was():
+    """Each process of identical code slowed by the machine for a different share of its samples: at 30%
+    the median still sees the code, at 60% it sees the machine. The gate's per-process statistic (the 10th
+    percentile by default) sees the code in both; the median calls it a 40% regression."""
+    assert process_time([5.0, 1.0, 3.0, 2.0, 4.0]) == 3.0  # the median unless told otherwise
+    assert process_time([float(x) for x in range(11, 0, -1)], 0.1) == 2.0
+    rnd = random.Random(12)
+    base = [g for _ in range(6) for g in slowed(rnd, 1, 1e-3, rnd.uniform(0.0, 0.3))]
+    head = [g for _ in range(6) for g in slowed(rnd, 1, 1e-3, rnd.uniform(0.6, 0.8))]
+    assert time_kind(base, head) == "unchanged"
+    assert time_kind(base, head, quantile=0.5) == "regression"
+    # and a real +10% under the same interference is still caught
+    slower = [g for _ in range(6) for g in slowed(rnd, 1, 1.1e-3, rnd.uniform(0.6, 0.8))]
+    assert time_kind(base, slower) == "regression"
+
+
+def test_processes_slowed_by_the_machine_throughout_are_set_aside():
+    """Whole processes in a slow stretch of their vCPU (1.5x): kept, they stretch their side's t interval
+    over tens of percent, and with most of a side slowed its median measures the machine, not the code."""
+    rnd = random.Random(13)
+    same, plus10 = slowed(rnd, 6, 1e-3, 0.0), slowed(rnd, 6, 1.1e-3, 0.0)
+    for n_slow in (1, 2, 3, 4):
+        base = slowed(rnd, 6 - n_slow, 1e-3, 0.0) + slowed(rnd, n_slow, 1e-3, 1.0, factor=1.5)
+        change = time_change(base, plus10, resamples=1000, quantile=0.1)
+        assert change.set_aside == (n_slow, 0), n_slow
+        assert f"{n_slow} base and 0 head process(es) set aside" in change.test
+        assert time_kind(base, same) == "unchanged", n_slow
+        assert time_kind(base, plus10) == "regression", n_slow
+    # the two fastest always stay; a side of three is too small to tell slowed from spread
+    assert len(set_aside_slowed([0.0, 0.5, 0.5, 0.5, 0.5, 0.5])) == 6
+    assert len(set_aside_slowed([0.0, 0.01, 0.5, 0.5, 0.5, 0.5])) == 2
+    assert len(set_aside_slowed([0.0, 0.0, 1.0])) == 3
+    # a process 1% slower than the rest is spread, not interference (SLOWED_MIN_GAP is 2%)
+    assert len(set_aside_slowed([0.0, 0.001, 0.002, 0.001, 0.0, 0.01])) == 6
 
 
 def test_one_process_per_side_never_fails_the_gate():
@@ -195,6 +246,7 @@ def test_thresholds_per_workload_toggle_and_calibration():
     ({"threshold": -1}, "at least 0"),
     ({"confidence": 1.5}, "confidence must be between"),
     ({"run_to_run": 0.8}, "run_to_run must be between 0 and 0.5"),
+    ({"process_quantile": 0.9}, "process_quantile must be between 0 and 0.5"),
     ({"metrics": {"kernels": 0.1}}, "unknown metric 'kernels'"),
     ({"remeasure": "yes"}, "remeasure must be true or false"),
 ])
