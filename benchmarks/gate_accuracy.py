@@ -181,6 +181,14 @@ def main() -> int:
                   f"{count['inconclusive']:>12} {count['unchanged']:>9} {walls[len(walls) // 2]:>13.1f}")
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
+    print("\ntargets (issue 4, 20 trials):")
+    for mode in modes:
+        def tally(extra: float, kinds: tuple[str, ...], mode: str = mode) -> str:
+            rows = [r for r in results if r["mode"] == mode and r["extra"] == extra]
+            return f"{sum(r['kind'] in kinds for r in rows)}/{len(rows)}" if rows else "-"
+        print(f"  {mode:<8} false alarms on A/A {tally(0.0, ('regression', 'win'))} (target <= 1/20); "
+              f"+10% caught {tally(0.10, ('regression',))} (>= 19/20); +5% caught {tally(0.05, ('regression',))}"
+              + (" (>= 18/20)" if mode == "against" else "") + f"; +3% flagged {tally(0.03, ('regression',))}")
     return 0
 
 
