@@ -95,7 +95,8 @@ def plan_cases(
     """The cases of ``suite``, narrowed or overridden by command-line choices. Order: workload, size, toggles.
 
     A toggle set naming a variant that some selected workload lacks is an error only when no selected
-    workload has it; otherwise it applies to the workloads that define it.
+    workload has it; otherwise it applies to the workloads that define it. Sizes likewise: ``extreme``
+    in a suite of every workload runs where a workload defines it.
     """
     names = select_workloads(workloads or suite.workloads, catalog)
     sizes = (size,) if size else suite.sizes
@@ -112,13 +113,17 @@ def plan_cases(
                 errors.append(exc)
         else:
             raise errors[0] if errors else ConfigError(f"no workload selected for toggle set {text!r}")
+    for sz in sizes:
+        if not any(sz in catalog.workloads[name]["sizes"] for name in names):
+            name = names[0]
+            raise ConfigError(f"unknown size {sz!r} for workload {name!r}; valid: "
+                              f"{', '.join(catalog.workloads[name]['sizes'])}"
+                              + (" (and no other selected workload has it)" if len(names) > 1 else ""))
     for name in names:
         info = catalog.workloads[name]
         for sz in sizes:
             if sz not in info["sizes"]:
-                raise ConfigError(
-                    f"unknown size {sz!r} for workload {name!r}; valid: {', '.join(info['sizes'])}"
-                )
+                continue  # a size of another workload
             params = tuple(sorted(info["sizes"][sz].items()))
             seen: set[tuple[str, ...]] = set()
             for text in toggle_texts:

@@ -92,6 +92,16 @@ def test_unknown_workload_size_suite_device_list_valid_names(catalog):
         resolve_device("tpu", catalog)
 
 
+def test_a_size_applies_to_the_workloads_that_define_it(catalog):
+    suite = Suite("s", workloads=("*",), sizes=("smoke", "huge"), toggles=("eager",), device="cpu")
+    keys = [c.key for c in plan_cases(suite, catalog)]
+    assert keys == ["md/smoke/eager/cpu", "md/huge/eager/cpu", "rollout/smoke/eager/cpu", "rollout_big/smoke/eager/cpu"]
+    assert [c.key for c in plan_cases(suite, catalog, size="huge")] == ["md/huge/eager/cpu"]
+    with pytest.raises(ConfigError, match="unknown size 'vast' for workload 'md'; valid: smoke, pr, full, huge "
+                                          r"\(and no other selected workload has it\)"):
+        plan_cases(suite, catalog, size="vast")
+
+
 def test_variants_apply_only_to_the_workloads_that_define_them(catalog):
     suite = Suite("s", workloads=("rollout*",), sizes=("smoke",), toggles=("eager", "groupnorm", "compile+groupnorm"),
                   device="cpu")

@@ -48,6 +48,23 @@ def test_the_standard_workloads_are_all_found():
         assert cls.tolerance.rel_l2 is not None
 
 
+def test_the_projects_suites_plan_every_workload_and_the_extra_sizes_where_defined():
+    from perfgate import config
+    from perfgate.plan import Catalog, plan_cases
+
+    settings = config.load(str(REPO / "pyproject.toml"))
+    catalog = Catalog(workloads={n: WORKLOADS.workloads[n][0].describe() for n in NAMES},
+                      toggles=toggles.catalog(), cuda_available=True)
+    for suite in ("smoke", "pr", "full"):
+        cases = plan_cases(settings.suite(suite), catalog)
+        assert {c.workload for c in cases} == set(NAMES), suite
+    full = {(c.workload, c.size) for c in plan_cases(settings.suite("full"), catalog)}
+    assert {s for w, s in full if w == "operator_rollout"} == {"full", "full-batch3"}
+    assert {s for w, s in full if w == "wave_field"} == {"full", "extreme"}
+    assert {s for w, s in full if w == "detector_sim"} == {"full", "pr-512"}
+    assert {s for w, s in full if w == "condensate"} == {"full"}
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_builds_steps_and_is_deterministic_for_a_fixed_seed(name):
     _, first = run_smoke(name)
