@@ -508,6 +508,10 @@ def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: st
     else:
         run_path = Path(run_dir)
     tb_dir = run_path / "tb"
+    import signal
+
+    # a SIGTERM (CI, a supervisor), also one while TensorBoard starts, stops TensorBoard too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         tb = tbserver.start(tb_dir, host=host, port=port or tbserver.free_port(host))
     except RuntimeError as exc:
@@ -517,10 +521,6 @@ def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: st
         click.echo(tbserver.PROFILER_PLUGIN_HELP.format(tb_dir=tb_dir))
     else:
         click.echo(f"Traces: the PYTORCH_PROFILER tab; or open a .pt.trace.json from {tb_dir} in https://ui.perfetto.dev")
-    import signal
-
-    # a SIGTERM (CI, a supervisor) stops TensorBoard too, through the finally below
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         tb.process.wait()
     except KeyboardInterrupt:

@@ -70,15 +70,19 @@ def start(logdir: Path, host: str = "127.0.0.1", port: int = 6006, wait_s: float
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://{host}:{port}/"
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            log.seek(0)
-            out = log.read()
-            raise RuntimeError(f"tensorboard exited with code {proc.returncode}: {out.strip()[-800:]}")
-        try:
-            fetch_json(url + "data/plugins_listing", timeout_s=2.0)
-            return TensorBoardProcess(proc, url, logdir)
-        except (urllib.error.URLError, ConnectionError, OSError, json.JSONDecodeError):
-            time.sleep(0.3)
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                log.seek(0)
+                out = log.read()
+                raise RuntimeError(f"tensorboard exited with code {proc.returncode}: {out.strip()[-800:]}")
+            try:
+                fetch_json(url + "data/plugins_listing", timeout_s=2.0)
+                return TensorBoardProcess(proc, url, logdir)
+            except (urllib.error.URLError, ConnectionError, OSError, json.JSONDecodeError):
+                time.sleep(0.3)
+    except BaseException:  # Ctrl-C or a SIGTERM while it starts: leave no TensorBoard behind
+        TensorBoardProcess(proc, url, logdir).stop()
+        raise
     TensorBoardProcess(proc, url, logdir).stop()
     raise RuntimeError(f"tensorboard did not answer on {url} within {wait_s:g} s")

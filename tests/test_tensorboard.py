@@ -50,12 +50,15 @@ def test_tensorboard_command_serves_the_run_and_stops(profiled_run, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "perfgate", "tensorboard", str(run_dir), "--port", str(port)],
                             stdout=log, stderr=subprocess.STDOUT, env=cli_env(), cwd=REPO)
     try:
+        # ready as a user sees it: the URL printed (TensorBoard can answer a moment before that)
         deadline, plugins = time.monotonic() + 90, None
-        while time.monotonic() < deadline and plugins is None and proc.poll() is None:
+        while time.monotonic() < deadline and proc.poll() is None and (
+                plugins is None or url not in (tmp_path / "out.txt").read_text()):
             try:
                 plugins = tbserver.fetch_json(url + "data/plugins_listing", timeout_s=2)
             except OSError:
-                time.sleep(0.5)
+                pass
+            time.sleep(0.5)
         assert plugins is not None, (tmp_path / "out.txt").read_text()
         assert "scalars" in plugins
         assert "tight_conv/smoke/eager" in tbserver.fetch_json(url + "data/runs")
