@@ -81,8 +81,7 @@ def start(logdir: Path, host: str = "127.0.0.1", port: int = 6006, wait_s: float
                 return TensorBoardProcess(proc, url, logdir)
             except (urllib.error.URLError, ConnectionError, OSError, json.JSONDecodeError):
                 time.sleep(0.3)
-    except BaseException:  # Ctrl-C or a SIGTERM while it starts: leave no TensorBoard behind
+        raise RuntimeError(f"tensorboard did not answer on {url} within {wait_s:g} s")
+    except BaseException:  # no answer in time, Ctrl-C or a SIGTERM while it starts: leave no TensorBoard
         TensorBoardProcess(proc, url, logdir).stop()
         raise
-    TensorBoardProcess(proc, url, logdir).stop()
-    raise RuntimeError(f"tensorboard did not answer on {url} within {wait_s:g} s")
