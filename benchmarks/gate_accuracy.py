@@ -60,19 +60,41 @@ class GateKnob(Workload):
         return state + 0.0 * y
 '''
 
+ROLLOUT = '''
+import sys
+sys.path.insert(0, {workloads_dir!r})
+import os
+from operator_rollout import OperatorRollout, _size
+
+EXTRA = {extra}  # the fraction of work a "code change" adds: more rollout steps in every unit
+
+
+class RolloutKnob(OperatorRollout):
+    name = "gate_knob"
+    description = "conv/normalization rollout (7 blocks, 64x64, batch 2) with a knob adding steps"
+    sizes = {{s: _size(T=40, grid=64, batch=2, channels=8, stochastic=True, blocks=7)
+             for s in ("smoke", "pr", "full")}}
+
+    def run_unit(self, model, built, params):
+        extra = EXTRA + float(os.environ.get("GATE_KNOB_EXTRA", "0"))
+        # steps_per_unit stays T: the step time grows by `extra`, the case's identity does not change
+        return super().run_unit(model, built, {{**params, "T": round(params["T"] * (1 + extra))}})
+
+    def steps_per_unit(self, params):
+        return 40
+'''
+
+FAMILIES = {"matmul": WORKLOAD, "rollout": ROLLOUT}
+
 PYPROJECT = """
 [tool.perfgate]
 workloads_dirs = ["workloads"]
-processes = {processes}
-
+{processes}
 [tool.perfgate.suites.smoke]
 workloads = ["gate_knob"]
 toggles = ["eager"]
 device = "cpu"
-
-[tool.perfgate.gate]
-threshold = {threshold}
-"""
+{gate}"""
 
 
 def perfgate(args: list[str], cwd: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -89,10 +111,18 @@ def step_verdict(run_dir: Path) -> dict:
     return v
 
 
-def make_project(root: Path, extra: float, processes: int, threshold: float) -> Path:
+def workload_text(family: str, extra: float) -> str:
+    return FAMILIES[family].format(extra=extra, workloads_dir=str(REPO / "workloads"))
+
+
+def make_project(root: Path, extra: float, processes: int | None, threshold: float | None, family: str) -> Path:
+    """A project with the gate_knob workload and nothing set that a new user would not set: the defaults,
+    unless --processes / --threshold are given."""
     (root / "workloads").mkdir(parents=True)
-    (root / "pyproject.toml").write_text(PYPROJECT.format(processes=processes, threshold=threshold))
-    (root / "workloads" / "gate_knob.py").write_text(WORKLOAD.format(extra=extra))
+    (root / "pyproject.toml").write_text(PYPROJECT.format(
+        processes=f"processes = {processes}" if processes else "",
+        gate=f"[tool.perfgate.gate]\nthreshold = {threshold}\n" if threshold else ""))
+    (root / "workloads" / "gate_knob.py").write_text(workload_text(family, extra))
     return root
 
 
@@ -101,94 +131,121 @@ def git(cwd: Path, *args: str) -> None:
                    check=True, capture_output=True)
 
 
-def make_repo(root: Path, extra: float, processes: int, threshold: float) -> Path:
+def make_repo(root: Path, extra: float, processes: int | None, threshold: float | None, family: str) -> Path:
     """A git repository whose HEAD~1 is the base and HEAD adds ``extra`` of the work (A/A: a comment)."""
-    make_project(root, 0.0, processes, threshold)
+    make_project(root, 0.0, processes, threshold, family)
     git(root, "init", "-q")
     git(root, "add", ".")
     git(root, "commit", "-qm", "base")
     path = root / "workloads" / "gate_knob.py"
-    text = WORKLOAD.format(extra=extra)
+    text = workload_text(family, extra)
     path.write_text(text if extra else text + "# an A/A head commit: no change in work\n")
     git(root, "commit", "-qam", f"head: +{extra:.0%} work")
     return root
 
 
 def record(results: list[dict], mode: str, extra: float, proc: subprocess.CompletedProcess, run_dir: Path,
-           wall: float) -> None:
+           wall: float, family: str) -> None:
     try:
         v = step_verdict(run_dir)
     except (OSError, ValueError, json.JSONDecodeError):
         print(proc.stdout[-2000:], proc.stderr[-2000:])
         raise
-    results.append({"mode": mode, "extra": extra, "kind": v["kind"], "ratio": v["ratio"], "low": v["ratio_low"],
-                    "high": v["ratio_high"], "p": v["p_value"], "exit": proc.returncode, "wall_s": wall})
-    print(f"  {mode:<8} +{extra:4.0%}  {v['kind']:<12} ratio {v['ratio']:.3f} [{v['ratio_low']:.3f}, "
-          f"{v['ratio_high']:.3f}]  p={v['p_value']:.3g}  exit {proc.returncode}  {wall:.1f} s", flush=True)
+    case = json.loads((run_dir / "results.json").read_text())["cases"][0]
+    sampling = case.get("metadata", {}).get("sampling", {})
+    results.append({"family": family, "mode": mode, "extra": extra, "kind": v["kind"], "ratio": v["ratio"],
+                    "low": v["ratio_low"], "high": v["ratio_high"], "p": v["p_value"], "exit": proc.returncode,
+                    "wall_s": wall, "processes": sampling.get("processes"), "stopped": sampling.get("stopped")})
+    print(f"  {family:<7} {mode:<8} +{extra:4.0%}  {v['kind']:<12} ratio {v['ratio']:.3f} [{v['ratio_low']:.3f}, "
+          f"{v['ratio_high']:.3f}]  exit {proc.returncode}  {wall:.1f} s  {sampling.get('processes')} proc: "
+          f"{str(sampling.get('stopped'))[:90]}", flush=True)
+
+
+def summarize(results: list[dict]) -> None:
+    """Per family, mode and condition: verdict counts, CI coverage of the cross-trial median, wall time."""
+    print(f"{'family':<8} {'mode':<8} {'work':>5} {'trials':>6} {'regr':>5} {'win':>4} {'inconcl':>7} "
+          f"{'unch':>5} {'CI covers median':>16} {'ratio min-med-max':>20} {'wall s med (max)':>17} {'processes':>10}")
+    for family in sorted({r["family"] for r in results}):
+        for mode in ("stored", "against"):
+            for extra in sorted({r["extra"] for r in results}):
+                rows = [r for r in results if (r["family"], r["mode"], r["extra"]) == (family, mode, extra)]
+                if not rows:
+                    continue
+                count = {k: sum(r["kind"] == k for r in rows) for k in ("regression", "win", "inconclusive", "unchanged")}
+                ratios = sorted(r["ratio"] for r in rows)
+                med = ratios[len(ratios) // 2]
+                covered = sum(r["low"] <= med <= r["high"] for r in rows)
+                walls = sorted(r["wall_s"] for r in rows)
+                procs = sorted(r["processes"] or 0 for r in rows)
+                label = "A/A" if extra == 0 else f"+{extra:.0%}"
+                print(f"{family:<8} {mode:<8} {label:>5} {len(rows):>6} {count['regression']:>5} {count['win']:>4} "
+                      f"{count['inconclusive']:>7} {count['unchanged']:>5} {f'{covered}/{len(rows)}':>16} "
+                      f"{f'{ratios[0]:.3f}-{med:.3f}-{ratios[-1]:.3f}':>20} "
+                      f"{f'{walls[len(walls) // 2]:.0f} ({walls[-1]:.0f})':>17} {f'{procs[0]}-{procs[-1]}':>10}")
+    print("\ntargets (issue 14, 20 trials, defaults): A/A false alarms <= 1/20; +10% caught >= 19/20; +5% caught "
+          ">= 18/20; no wrong-direction verdict; A/A CIs cover the cross-trial median >= 18/20; median wall <= 60 s")
+    for family in sorted({r["family"] for r in results}):
+        for mode in ("stored", "against"):
+            def tally(extra: float, kinds: tuple[str, ...], family: str = family, mode: str = mode) -> str:
+                rows = [r for r in results if (r["family"], r["mode"], r["extra"]) == (family, mode, extra)]
+                return f"{sum(r['kind'] in kinds for r in rows)}/{len(rows)}" if rows else "-"
+            wrong = sum((r["extra"] > 0 and r["kind"] == "win") for r in results
+                        if (r["family"], r["mode"]) == (family, mode))
+            print(f"  {family:<8} {mode:<8} A/A false alarms {tally(0.0, ('regression', 'win'))}; +10% caught "
+                  f"{tally(0.10, ('regression',))}; +5% caught {tally(0.05, ('regression',))}; "
+                  f"wrong-direction {wrong}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=20, help="trials per mode and condition")
-    ap.add_argument("--processes", type=int, default=6, help="worker processes per side")
-    ap.add_argument("--threshold", type=float, default=0.05)
-    ap.add_argument("--extras", default="0,0.03,0.05,0.10",
-                    help="work added per condition (0 = A/A; +3%% shows what the half-threshold line costs)")
+    ap.add_argument("--trials", type=int, default=20, help="trials per family, mode and condition")
+    ap.add_argument("--processes", type=int, default=None, help="set `processes` in the project (default: unset)")
+    ap.add_argument("--threshold", type=float, default=None, help="set the gate's threshold (default: unset, 5%%)")
+    ap.add_argument("--extras", default="0,0.05,0.10",
+                    help="work added per condition (0 = A/A; 0.03 shows what the half-threshold line costs)")
     ap.add_argument("--modes", default="stored,against")
-    ap.add_argument("--out", type=Path, default=None, help="write every trial as JSON here")
+    ap.add_argument("--families", default="matmul,rollout", help="matmul (small matmul chain), rollout (conv)")
+    ap.add_argument("--out", type=Path, default=None, help="write every trial as JSON here (rewritten per trial)")
     args = ap.parse_args()
     extras = [float(x) for x in args.extras.split(",")]
     modes = args.modes.split(",")
     results: list[dict] = []
-    print(f"load before: {os.getloadavg()}  trials {args.trials}, processes {args.processes}, "
-          f"threshold {args.threshold:.0%}", flush=True)
+    print(f"load before: {os.getloadavg()}  trials {args.trials}, processes {args.processes or 'default'}, "
+          f"threshold {args.threshold or 'default'}", flush=True)
+
+    def save() -> None:
+        if args.out:
+            args.out.write_text(json.dumps(results, indent=1) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="gate-accuracy-") as tmp:
         tmpdir = Path(tmp)
-        if "stored" in modes:
-            proj = make_project(tmpdir / "stored", 0.0, args.processes, args.threshold)
-            for trial in range(args.trials):
-                base = perfgate(["run", "--out", str(proj / "runs" / f"base-{trial}")], proj)
-                if base.returncode != 0:
-                    print(base.stdout[-2000:], base.stderr[-2000:])
-                    return 3
-                perfgate(["baseline", "update", str(proj / "runs" / f"base-{trial}")], proj)
-                for extra in extras:
-                    out = proj / "runs" / f"t{trial}-{extra}"
-                    t0 = time.perf_counter()
-                    proc = perfgate(["run", "--gate", "--out", str(out)], proj, {"GATE_KNOB_EXTRA": str(extra)})
-                    record(results, "stored", extra, proc, out, time.perf_counter() - t0)
-        if "against" in modes:
-            repos = {extra: make_repo(tmpdir / f"repo-{extra}", extra, args.processes, args.threshold)
-                     for extra in extras}
-            for trial in range(args.trials):
-                for extra, repo in repos.items():
-                    out = tmpdir / "ab" / f"t{trial}-{extra}"
-                    t0 = time.perf_counter()
-                    proc = perfgate(["run", "--against", "HEAD~1", "--gate", "--out", str(out)], repo)
-                    record(results, "against", extra, proc, out, time.perf_counter() - t0)
+        for family in args.families.split(","):
+            if "stored" in modes:
+                proj = make_project(tmpdir / family / "stored", 0.0, args.processes, args.threshold, family)
+                for trial in range(args.trials):
+                    base = perfgate(["run", "--out", str(proj / "runs" / f"base-{trial}")], proj)
+                    if base.returncode != 0:
+                        print(base.stdout[-2000:], base.stderr[-2000:])
+                        return 3
+                    perfgate(["baseline", "update", str(proj / "runs" / f"base-{trial}")], proj)
+                    for extra in extras:
+                        out = proj / "runs" / f"t{trial}-{extra}"
+                        t0 = time.perf_counter()
+                        proc = perfgate(["run", "--gate", "--out", str(out)], proj, {"GATE_KNOB_EXTRA": str(extra)})
+                        record(results, "stored", extra, proc, out, time.perf_counter() - t0, family)
+                        save()
+            if "against" in modes:
+                repos = {extra: make_repo(tmpdir / family / f"repo-{extra}", extra, args.processes, args.threshold,
+                                          family) for extra in extras}
+                for trial in range(args.trials):
+                    for extra, repo in repos.items():
+                        out = tmpdir / family / "ab" / f"t{trial}-{extra}"
+                        t0 = time.perf_counter()
+                        proc = perfgate(["run", "--against", "HEAD~1", "--gate", "--out", str(out)], repo)
+                        record(results, "against", extra, proc, out, time.perf_counter() - t0, family)
+                        save()
     print(f"\nload after: {os.getloadavg()}")
-    print(f"{'mode':<8} {'work':>5} {'trials':>6} {'regression':>10} {'win':>4} {'inconclusive':>12} "
-          f"{'unchanged':>9} {'median wall s':>13}")
-    for mode in modes:
-        for extra in extras:
-            rows = [r for r in results if r["mode"] == mode and r["extra"] == extra]
-            if not rows:
-                continue
-            count = {k: sum(r["kind"] == k for r in rows) for k in ("regression", "win", "inconclusive", "unchanged")}
-            walls = sorted(r["wall_s"] for r in rows)
-            label = "A/A" if extra == 0 else f"+{extra:.0%}"
-            print(f"{mode:<8} {label:>5} {len(rows):>6} {count['regression']:>10} {count['win']:>4} "
-                  f"{count['inconclusive']:>12} {count['unchanged']:>9} {walls[len(walls) // 2]:>13.1f}")
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
-    print("\ntargets (issue 4, 20 trials):")
-    for mode in modes:
-        def tally(extra: float, kinds: tuple[str, ...], mode: str = mode) -> str:
-            rows = [r for r in results if r["mode"] == mode and r["extra"] == extra]
-            return f"{sum(r['kind'] in kinds for r in rows)}/{len(rows)}" if rows else "-"
-        print(f"  {mode:<8} false alarms on A/A {tally(0.0, ('regression', 'win'))} (target <= 1/20); "
-              f"+10% caught {tally(0.10, ('regression',))} (>= 19/20); +5% caught {tally(0.05, ('regression',))}"
-              + (" (>= 18/20)" if mode == "against" else "") + f"; +3% flagged {tally(0.03, ('regression',))}")
+    summarize(results)
     return 0
 
 

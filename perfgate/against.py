@@ -134,8 +134,12 @@ def side_compile_caches(spec: CaseSpec, run_dir: Path, base_dir: Path, persisten
 
 
 def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Settings, run_dir: Path,
-             base_dir: Path) -> tuple[CaseResult, CaseResult | None]:
-    """Run one case on head and base, processes alternating A B B A ...; base None when REF lacks the case."""
+             base_dir: Path, sampler: Any = None) -> tuple[CaseResult, CaseResult | None]:
+    """Run one case on head and base, processes alternating A B B A ...; base None when REF lacks the case.
+
+    Without ``sampler``: ``settings.processes`` pairs. With one (perfgate.sequential.Sampler): pairs are
+    added look by look until it is settled or its budget is spent (``metadata["sampling"]`` says which)."""
+    t0 = time.perf_counter()
     missing = base_has(base, spec)
     base_file = base.catalog.workloads[spec.workload]["file"] if missing is None and base.catalog else None
     (head_env, head_cache), (base_env, base_cache) = side_compile_caches(spec, run_dir, base_dir,
@@ -144,32 +148,46 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
     head_results: list[dict[str, Any]] = []
     base_results: list[dict[str, Any]] = []
     t_head = t_base = 0.0
-    for i in range(settings.processes):
-        head_job = runner.LockstepJob(runner.case_config(spec, head_file, settings, i, run_dir, profile=(i == 0)),
-                                      run_dir / ".work", head_env)
-        if base_file is None:  # REF lacks the case: head alone, as a plain run would measure it
-            out = runner.run_worker(head_job.cfg, settings.timeout_s, settings.threads, head_job.work_dir, head_env)
-            head_results.append(out.result)
-            t_head += out.wall_s
+    target: int | None = sampler.first if sampler is not None else settings.processes
+    while target is not None:
+        while len(head_results) < target:
+            i = len(head_results)
+            head_job = runner.LockstepJob(runner.case_config(spec, head_file, settings, i, run_dir, profile=(i == 0)),
+                                          run_dir / ".work", head_env)
+            if base_file is None:  # REF lacks the case: head alone, as a plain run would measure it
+                out = runner.run_worker(head_job.cfg, settings.timeout_s, settings.threads, head_job.work_dir,
+                                        head_env)
+                head_results.append(out.result)
+                t_head += out.wall_s
+            else:
+                base_job = runner.LockstepJob(runner.case_config(spec, base_file, settings, i, base_dir,
+                                                                 profile=(i == 0)),
+                                              base_dir / ".work", base_env, base.path)
+                # base and head side by side, sampling in turns: the same moments of the machine for both
+                jobs = [base_job, head_job] if i % 2 == 0 else [head_job, base_job]
+                outs = runner.run_lockstep(jobs, settings, rotate=i)
+                by_side = dict(zip(("base", "head") if i % 2 == 0 else ("head", "base"), outs, strict=True))
+                head_results.append(by_side["head"].result)
+                base_results.append(by_side["base"].result)
+                t_head += by_side["head"].wall_s
+                t_base += by_side["base"].wall_s
+            if any(r.get("status") != STATUS_OK for r in head_results + base_results):
+                break  # a skip or failure on either side ends the case for both
+        head = runner.case_from_results(spec, head_results, len(head_results), t0, head_cache)
+        base_case = (runner.case_from_results(spec, base_results, len(base_results), t0, base_cache)
+                     if base_file is not None else None)
+        ended = head.status != STATUS_OK or (base_case is not None and base_case.status != STATUS_OK)
+        if sampler is None or ended:
+            if sampler is not None and ended:
+                sampler.end("a process skipped or failed")
+            target = None
         else:
-            base_job = runner.LockstepJob(runner.case_config(spec, base_file, settings, i, base_dir, profile=(i == 0)),
-                                          base_dir / ".work", base_env, base.path)
-            # base and head side by side, sampling in turns: the same moments of the machine for both
-            jobs = [base_job, head_job] if i % 2 == 0 else [head_job, base_job]
-            outs = runner.run_lockstep(jobs, settings, rotate=i)
-            by_side = dict(zip(("base", "head") if i % 2 == 0 else ("head", "base"), outs, strict=True))
-            head_results.append(by_side["head"].result)
-            base_results.append(by_side["base"].result)
-            t_head += by_side["head"].wall_s
-            t_base += by_side["base"].wall_s
-        if any(r.get("status") != STATUS_OK for r in head_results + base_results):
-            break  # a skip or failure on either side ends the case for both
-    head = runner.case_from_results(spec, head_results, settings.processes, time.perf_counter() - t_head, head_cache)
+            target = sampler.next_target(len(head_results), time.perf_counter() - t0, head, base_case)
+    if sampler is not None:
+        head.metadata["sampling"] = sampler.record(len(head.processes), time.perf_counter() - t0)
     head.duration_s = t_head
-    if base_file is None:
+    if base_case is None:
         head.metadata["against"] = missing
         return head, None
-    base_case = runner.case_from_results(spec, base_results, settings.processes, time.perf_counter() - t_base,
-                                         base_cache)
     base_case.duration_s = t_base
     return head, base_case

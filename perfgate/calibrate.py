@@ -78,6 +78,12 @@ class CaseNoise:
     threshold: float
     aa_verdicts: list[str]
     needed_processes: int | None
+    seconds_per_process: float = 0.0  # wall seconds one worker process of this case takes here
+
+    @property
+    def needed_seconds(self) -> float | None:
+        """About how long the processes needed for the threshold take, per side."""
+        return None if self.needed_processes is None else self.needed_processes * self.seconds_per_process
 
     @property
     def too_noisy(self) -> bool:
@@ -95,6 +101,8 @@ class CaseNoise:
             "between_process_sd": round(self.between_sd, 5),
             "smallest_detectable_change": round(self.smallest_change, 5),
             "processes": self.processes,
+            "needed_processes": self.needed_processes,
+            "seconds_per_process": round(self.seconds_per_process, 3),
             "rounds": len(self.rounds),
             "aa_verdicts": self.aa_verdicts,
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -116,25 +124,33 @@ def analyse(key: str, rounds: list[CaseResult], gate: GateSettings, threshold: f
                              run_to_run=gate.run_to_run, quantile=gate.process_quantile)
         if change is not None:
             verdicts.append(judge_time(change, threshold, "threshold")[0])
+    seconds = sum(r.duration_s for r in ok) / max(1, sum(len(r.processes) for r in ok))
     return CaseNoise(key=key, rounds=ok, within_cv=within, between_sd=sd,
                      smallest_change=smallest_detectable(sd, processes, gate.confidence, gate.run_to_run),
                      processes=processes, threshold=threshold, aa_verdicts=verdicts,
-                     needed_processes=processes_needed(sd, threshold, gate.confidence, gate.run_to_run))
+                     needed_processes=processes_needed(sd, threshold, gate.confidence, gate.run_to_run),
+                     seconds_per_process=seconds)
 
 
 def report_lines(noise: CaseNoise) -> list[str]:
+    taken = ", ".join(str(len(r.processes)) for r in noise.rounds)
     lines = [
         f"{noise.key}: within a process {noise.within_cv * 100:.1f}% (robust CV), between processes "
-        f"{noise.between_sd * 100:.1f}% (sd of per-process step times, {sum(len(r.processes) for r in noise.rounds)} processes)",
+        f"{noise.between_sd * 100:.1f}% (sd of per-process step times, {sum(len(r.processes) for r in noise.rounds)} "
+        f"processes; per round {taken}, {noise.seconds_per_process:.1f} s each)",
         f"    smallest detectable change with {noise.processes} process(es) per side: "
         f"{noise.smallest_change * 100:.1f}% (threshold {noise.threshold * 100:g}%); "
         f"A/A verdicts between rounds: {', '.join(noise.aa_verdicts) or '-'}",
     ]
+    if noise.needed_processes is not None:
+        lines.append(f"    a {noise.threshold * 100:g}% threshold needs about {noise.needed_processes} processes a side "
+                     f"here (~{noise.needed_seconds:.0f} s of measuring per side, twice that with --against)")
     if noise.too_noisy:
         lines.append(
-            f"    TOO NOISY for a {noise.threshold * 100:g}% threshold on this runner: use "
-            + (f"--processes {noise.needed_processes} (or more), " if noise.needed_processes else
-               "a larger threshold (the gate's run-to-run spread alone is too large for it), ")
-            + f"`perfgate run --against REF`, or accept a threshold of "
+            f"    TOO NOISY for a {noise.threshold * 100:g}% threshold on this runner with {noise.processes} "
+            "process(es) a side: raise [tool.perfgate.gate] max_processes"
+            + (f" to {noise.needed_processes} (or more) and max_case_s to match, " if noise.needed_processes else
+               " (no number of processes is enough: the gate's run-to-run spread alone is too large), ")
+            + f"use `perfgate run --against REF`, or accept a threshold of "
             f"{noise.calibrated_threshold() * 100:.1f}% (--write stores it)")
     return lines

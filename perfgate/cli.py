@@ -107,7 +107,12 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
 @click.option("--device", type=click.Choice(config_mod.DEVICES), default=None, help="Device (default: the suite's).")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
               help="Run folder (default: <reports_dir>/<run-id>).")
-@click.option("--processes", type=click.IntRange(min=1), default=None, help="Worker processes per case.")
+@click.option("--processes", type=click.IntRange(min=1), default=None,
+              help="Exactly this many worker processes per case (turns adaptive sampling off).")
+@click.option("--max-processes", type=click.IntRange(min=1), default=None,
+              help="Adaptive sampling: at most this many worker processes per case and side (default 16).")
+@click.option("--max-case-s", "max_case_s", type=click.FloatRange(min=1), default=None,
+              help="Adaptive sampling: about this many seconds of measuring per case at most (default 60).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads per worker (default 1).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=None, help="Seconds per worker process.")
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="Timed samples per process.")
@@ -135,7 +140,7 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
             timeout_s: float | None, samples: int | None, max_memory_mb: int | None,
             workloads_dirs: tuple[str, ...], compile_cache: str | None = None, shard: str | None = None, shard_costs: str | None = None,
             gate: bool = False, baseline_file: str | None = None, against_ref: str | None = None,
-            strict_env: bool = False) -> None:
+            strict_env: bool = False, max_processes: int | None = None, max_case_s: float | None = None) -> None:
     """Run a suite (or a selection) and write results.json with a table of step times per toggle."""
     from dataclasses import replace
 
@@ -156,6 +161,7 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
         timing=replace(settings.timing, samples=samples) if samples else None,
         compile_cache=Path(compile_cache).resolve() if compile_cache else None,
     )
+    settings = with_sampling(settings, max_processes, max_case_s, fixed=processes is not None)
     suite_obj = settings.suite(suite or settings.default_suite)
     run_id = runner.new_run_id(suite_obj.name)
     run_dir = Path(out).resolve() if out else runner.unique_run_dir(settings.reports_dir, run_id)
@@ -182,8 +188,18 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     files = {name: info["file"] for name, info in catalog.workloads.items()}
     env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
     env["machine_key"] = environment.machine_key(env, cases[0].device)
+    env["address_layout"] = runner.address_layout()  # fixed: every worker the same layout (docs/gate.md)
     run = RunResult(run_id=run_dir.name, suite=suite_obj.name, environment=env,
                     started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settings=settings.to_json())
+    from perfgate import gate as gate_mod
+
+    try:  # the stored baseline before any case runs: a missing or broken one fails fast
+        stored = gate_mod.load_stored(settings, run, Path(baseline_file) if baseline_file else None) \
+            if (gate or baseline_file) and not against_ref else None
+    except BaseException:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     if shard_obj:
         from perfgate.merge import select_shard
 
@@ -210,14 +226,14 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     write_reports = _run_reports_writer(run_dir)
     write_reports(run)
     if against_ref:  # the gate's same-job A/B mode: perfgate/gate.py
-        from perfgate import gate as gate_mod
-
         code = gate_mod.execute_against(against_ref, cases, files, settings, run, run_dir, progress, click.echo,
                                         gate=gate)
         if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
             publish_summary(run_dir)
         sys.exit(code)
-    run = runner.execute(cases, files, settings, run, run_dir, progress, after_case=write_reports)
+    sampler_for = gate_mod.sampler_factory(settings, "stored" if stored else "plain", stored[1] if stored else None)
+    run = runner.execute(cases, files, settings, run, run_dir, progress, after_case=write_reports,
+                         sampler_for=sampler_for)
     run = replace(run, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     runner.write_results(run, run_dir / "results.json")
     write_tensorboard_scalars(run, run_dir)
@@ -227,14 +243,25 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     click.echo(f"\n{runner.summary_status(run)}; results: {run_dir / 'results.json'}")
     if not any(c.status == STATUS_OK for c in run.cases):
         fail("no case could run (see the failures and skip reasons above)", EXIT_INFRA)
-    if gate or baseline_file:  # compare with the stored baseline: perfgate/gate.py
-        from perfgate import gate as gate_mod
-
-        code = gate_mod.gate_run(run, run_dir, settings, Path(baseline_file) if baseline_file else None,
+    if stored:  # compare with the stored baseline: perfgate/gate.py
+        code = gate_mod.gate_run(run, run_dir, settings, stored,
                                  strict_env=strict_env, gate=gate, cases=cases, workload_files=files, echo=click.echo)
         if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
             publish_summary(run_dir)
         sys.exit(code)
+
+
+def with_sampling(settings: Any, max_processes: int | None, max_case_s: float | None, fixed: bool) -> Any:
+    """Settings with the command line's sampling budget in ``[tool.perfgate.gate]`` (validated there)."""
+    from dataclasses import replace
+
+    overrides = {k: v for k, v in (("max_processes", max_processes), ("max_case_s", max_case_s)) if v is not None}
+    if fixed:
+        overrides["adaptive"] = False
+    if not overrides:
+        return settings
+    gate = {**(settings.extra.get("gate") or {}), **overrides}
+    return replace(settings, extra={**settings.extra, "gate": gate})
 
 
 # ---------------------------------------------------------------- compare, baseline, calibrate (issue 4: the gate)
@@ -313,7 +340,8 @@ def baseline_show_cmd(config: str | None, path: str | None) -> None:
 @click.option("-w", "--workload", "workloads", multiple=True, help="Only these workloads.")
 @click.option("-t", "--toggles", "toggles", multiple=True, help="Only these toggle sets.")
 @click.option("--rounds", type=click.IntRange(min=2), default=3, show_default=True, help="A/A runs per case.")
-@click.option("--processes", type=click.IntRange(min=1), default=None, help="Worker processes per round.")
+@click.option("--processes", type=click.IntRange(min=1), default=None,
+              help="Exactly this many worker processes per round (default: adaptive, as `perfgate run`).")
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="Timed samples per process.")
 @click.option("--write", is_flag=True, help="Store per-case thresholds in the baseline's metadata.")
 @click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None,
@@ -326,12 +354,14 @@ def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, .
     from dataclasses import replace
 
     from perfgate import baselines, calibrate, environment, runner
+    from perfgate import gate as gate_mod
     from perfgate.compare import gate_settings
     from perfgate.plan import Catalog, plan_cases
 
     settings = load_settings(config)
     settings = settings.with_overrides(processes=processes,
                                        timing=replace(settings.timing, samples=samples) if samples else None)
+    settings = with_sampling(settings, None, None, fixed=processes is not None)
     gs = gate_settings(settings)
     suite_obj = settings.suite(suite or settings.default_suite)
     probe = runner.run_probe(settings.workloads_dirs, settings.threads)
@@ -344,13 +374,17 @@ def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, .
         settings.baselines_dir, environment.machine_key(env, cases[0].device), suite_obj.name)
     base = baselines.load_baseline(path) if write else None  # fail early, before minutes of measuring
     work = Path(settings.reports_dir) / ".calibrate"
-    click.echo(f"perfgate calibrate: {len(cases)} case(s) x {rounds} A/A rounds x {settings.processes} process(es)")
+    per_side = gs.max_processes if gs.adaptive else settings.processes
+    click.echo(f"perfgate calibrate: {len(cases)} case(s) x {rounds} A/A rounds, "
+               + (f"processes added until each round's step time is within +/-{gs.plain_precision() * 100:g}% "
+                  f"(at most {gs.max_processes})" if gs.adaptive else f"{settings.processes} process(es) each"))
+    sampler_for = gate_mod.sampler_factory(settings, "plain")
     results = {}
     for spec in cases:
         file = catalog.workloads[spec.workload]["file"]
-        rounds_done = [runner.run_case(spec, file, settings, work) for _ in range(rounds)]
+        rounds_done = [runner.run_case(spec, file, settings, work, sampler=sampler_for(spec)) for _ in range(rounds)]
         threshold, _ = gs.threshold_for(rounds_done[0], spec.key)
-        noise = calibrate.analyse(spec.key, rounds_done, gs, threshold, settings.processes)
+        noise = calibrate.analyse(spec.key, rounds_done, gs, threshold, per_side)
         if noise is None:
             click.echo(f"{spec.key}: {rounds_done[0].status}, nothing to calibrate")
             continue

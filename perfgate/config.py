@@ -39,7 +39,10 @@ class Suite:
 class TimingSettings:
     """The sample budget of one worker process. Stored in each run's settings for later readers."""
 
-    samples: int = 25  # timed samples per process
+    # timed samples per process, at least. 10, not more: the gate adds worker processes until a case is settled
+    # (perfgate.sequential), and processes, not samples, are its unit of evidence; with a 50 ms unit, 25
+    # samples cost 1.25 s a process for a per-process step time that 10 samples give almost as well
+    samples: int = 10
     # A sample repeats the unit until it lasts at least this long. Kept short on purpose: on a shared
     # CPU a long sample nearly always straddles a scheduler preemption, and the median cannot drop those;
     # 5 ms samples read the smoke rollout 2x slow at load 4 on 2 cores (docs/benchmarks.md).

@@ -28,7 +28,10 @@ def step_time_text(case: CaseResult) -> str:
 
 def outcome_text(case: CaseResult) -> str:
     if case.status == STATUS_OK:
-        return step_time_text(case)
+        from perfgate.sequential import sampling_text
+
+        how = sampling_text(case)
+        return step_time_text(case) + (f"; {how}" if how else "")
     first_line = (case.message or "").strip().splitlines()
     detail = first_line[-1] if first_line else ""
     if case.failure_class:

@@ -10,10 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from perfgate import baselines, console, runner
+from perfgate import baselines, console, runner, sequential
 from perfgate.compare import GateSettings, compare_runs, confirm_regressions, gate_settings
 from perfgate.config import Settings
-from perfgate.model import CaseResult, CaseSpec, Comparison, RunResult
+from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, RunResult
 from perfgate.storage import atomic_write_json
 
 EXIT_OK, EXIT_GATE = 0, 1
@@ -47,25 +47,53 @@ def conclude(comparison: Comparison, gate: bool, echo: Echo) -> int:
     return EXIT_GATE if gate and comparison.gate_failed else EXIT_OK
 
 
-def gate_run(run: RunResult, run_dir: Path, settings: Settings, baseline_file: Path | None, *,
+def load_stored(settings: Settings, run: RunResult, baseline_file: Path | None) -> tuple[Path, baselines.Baseline]:
+    """The stored baseline a gated run compares with, read before any case runs (a missing or broken one
+    fails fast, and the cases' sampling needs it)."""
+    path = baseline_file or default_baseline_path(settings, run)
+    return path, baselines.load_baseline(path)
+
+
+def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline | None = None
+                    ) -> Callable[[CaseSpec], sequential.Sampler]:
+    """How many processes each case gets (perfgate.sequential): ``mode`` "plain" measures to a precision,
+    "stored" until the comparison with ``baseline`` settles, "against" until the paired comparison does."""
+    gs = gate_settings(settings)
+    calibration = baseline.calibration if baseline else {}
+
+    def make(spec: CaseSpec) -> sequential.Sampler:
+        base_case = baseline.run.case(spec.key) if baseline else None
+        rule: sequential.Rule
+        if mode == "plain" or (mode == "stored" and (base_case is None or base_case.status != STATUS_OK)):
+            rule = sequential.PrecisionRule(gs.plain_precision(), gs.process_quantile, gs.confidence)
+        else:
+            threshold, source = gs.threshold_for(CaseResult(spec=spec, status=STATUS_OK), spec.key, calibration)
+            rule = sequential.ComparisonRule(gs, threshold, source, paired=(mode == "against"), base=base_case)
+        return sequential.make_sampler(gs, settings.processes, rule)
+
+    return make
+
+
+def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Path, baselines.Baseline], *,
              strict_env: bool, gate: bool, cases: list[CaseSpec], workload_files: dict[str, str],
              echo: Echo) -> int:
     """After `perfgate run`: compare with the stored baseline, re-measure time regressions, exit code."""
     gs = gate_settings(settings)
-    path = baseline_file or default_baseline_path(settings, run)
-    base = baselines.load_baseline(path)
+    path, base = stored
     baselines.check_covers(base, run)
     comparison = compare_runs(run, base.run, gs, baseline_source=str(path), calibration=base.calibration,
                               strict_env=strict_env)
     if gs.remeasure and any(v.metric == "step_time" and v.kind == "regression" for v in comparison.verdicts):
         specs = {s.key: s for s in cases}
+        sampler_for = sampler_factory(settings, "stored", base)
 
         def remeasure(key: str) -> tuple[CaseResult, CaseResult | None] | None:
             spec = specs.get(key)
             if spec is None:
                 return None
             echo(f"re-measuring {key}: its step time regressed; it must regress again to fail the gate")
-            return runner.run_case(spec, workload_files[spec.workload], settings, run_dir / "remeasure"), None
+            return runner.run_case(spec, workload_files[spec.workload], settings, run_dir / "remeasure",
+                                   sampler=sampler_for(spec)), None
 
         comparison, again = confirm_regressions(comparison, run, gs, remeasure, calibration=base.calibration)
         record_remeasures(run, run_dir, again)
@@ -95,9 +123,11 @@ def execute_against(ref: str, cases: list[CaseSpec], workload_files: dict[str, s
         run = replace(run, settings={**run.settings, "against": ref})
         runner.write_results(run, run_dir / "results.json")
         t0 = time.perf_counter()
+        sampler_for = sampler_factory(settings, "against")
         for k, spec in enumerate(cases, start=1):
             progress("start", k, len(cases), spec, None, time.perf_counter() - t0)
-            head, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings, run_dir, base_dir)
+            head, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings, run_dir, base_dir,
+                                               sampler=sampler_for(spec))
             run = run.with_case(head)
             if base_case is not None:
                 base_run = base_run.with_case(base_case)
@@ -116,7 +146,7 @@ def execute_against(ref: str, cases: list[CaseSpec], workload_files: dict[str, s
                 spec = specs[key]
                 echo(f"re-measuring {key} against {ref}: it must regress again to fail the gate")
                 return against.run_pair(spec, workload_files[spec.workload], base, settings,
-                                        run_dir / "remeasure", base_dir / "remeasure")
+                                        run_dir / "remeasure", base_dir / "remeasure", sampler=sampler_for(spec))
 
             comparison, again = confirm_regressions(comparison, run, gs, remeasure)
             record_remeasures(run, run_dir, again)

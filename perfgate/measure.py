@@ -83,7 +83,7 @@ def measure(
     unit: Callable[[], Any],
     timer: Timer,
     *,
-    samples: int = 25,
+    samples: int = 10,
     min_sample_s: float = 0.0005,
     max_warmup: int = 30,
     warmup_tolerance: float = 0.05,

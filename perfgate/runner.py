@@ -53,13 +53,35 @@ def worker_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, s
         env[var] = str(threads)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent(), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    if fixed_layout_wanted():
+        env.setdefault("PYTHONHASHSEED", "0")  # with ASLR off, the rest of the layout: the same in every worker
     env.update(extra or {})
     return env
 
 
+LAYOUT_ENV = "PERFGATE_LAYOUT"  # "fixed" (default): no address-space randomization in workers; "random"
+ADDR_NO_RANDOMIZE = 0x0040000  # linux/personality.h
+_PERSONALITY_QUERY = 0xFFFFFFFF
+
+
+def fixed_layout_wanted() -> bool:
+    return os.environ.get(LAYOUT_ENV, "fixed") != "random" and sys.platform.startswith("linux")
+
+
+def _no_address_randomization(libc: Any) -> None:
+    """Turn off ASLR for the program about to be exec'd (personality(2)). Why: an interpreter's address-space
+    layout decides, once at start, whether a workload runs fast or slow (on the conv rollout here about one
+    interpreter in three ran 24% slow, at random; docs/gate.md). Refused (a container's seccomp filter):
+    the layout stays random, and ``address_layout()`` says so."""
+    current = libc.personality(_PERSONALITY_QUERY)
+    if current != -1:
+        libc.personality(current | ADDR_NO_RANDOMIZE)
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """In the child before exec: its own process group (so a timeout kills everything it started) and,
-    on Linux, SIGKILL when the orchestrator dies, so a killed `perfgate run` leaves no worker behind."""
+    on Linux, SIGKILL when the orchestrator dies, so a killed `perfgate run` leaves no worker behind; and
+    the same address-space layout in every worker (``fixed_layout_wanted``)."""
     os.setsid()
     if sys.platform.startswith("linux"):
         try:
@@ -67,11 +89,27 @@ def _die_with_parent(parent_pid: int) -> None:
 
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
             libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            if fixed_layout_wanted():
+                _no_address_randomization(libc)
         except OSError:
             pass
         # the orchestrator may have died before prctl took effect: then no signal would ever come
         if os.getppid() != parent_pid:
             os._exit(1)
+
+
+@functools.lru_cache(maxsize=1)
+def address_layout() -> str:
+    """"fixed" when workers start without address-space randomization, else "random" (asked for with
+    PERFGATE_LAYOUT=random, not Linux, or refused here); recorded in every run's environment."""
+    if not fixed_layout_wanted():
+        return "random"
+    try:
+        out = subprocess.run(["cat", "/proc/self/personality"], capture_output=True, text=True, timeout=30,
+                             preexec_fn=functools.partial(_die_with_parent, os.getpid()))
+        return "fixed" if int(out.stdout.strip() or "0", 16) & ADDR_NO_RANDOMIZE else "random"
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return "random"
 
 
 def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
@@ -378,20 +416,35 @@ def case_from_results(spec: CaseSpec, results: Sequence[dict[str, Any]], process
 
 def run_case(spec: CaseSpec, workload_file: str, settings: Settings, run_dir: Path,
              env_extra: dict[str, str] | None = None,
-             configure: Callable[[dict[str, Any]], None] | None = None) -> CaseResult:
-    """All worker processes of one case, back to back. A skip or failure in any process ends the case."""
+             configure: Callable[[dict[str, Any]], None] | None = None, sampler: Any = None) -> CaseResult:
+    """The worker processes of one case, back to back. A skip or failure in any process ends the case.
+
+    Without ``sampler``: ``settings.processes`` of them. With one (perfgate.sequential.Sampler): its first
+    look's count, then as many more as it asks for after each look; what it decided goes into the case's
+    ``metadata["sampling"]``."""
     t0 = time.perf_counter()
     cache_env, cache_state = compile_cache_env(run_dir, spec, settings.compile_cache)
     env_extra = {**cache_env, **(env_extra or {})}
     results: list[dict[str, Any]] = []
-    for i in range(settings.processes):
-        cfg = case_config(spec, workload_file, settings, i, run_dir, profile=(i == 0))
-        if configure:
-            configure(cfg)
-        results.append(run_worker(cfg, settings.timeout_s, settings.threads, run_dir / ".work", env_extra).result)
-        if results[-1].get("status") != STATUS_OK:
-            break
-    return case_from_results(spec, results, settings.processes, t0, cache_state)
+    target: int | None = sampler.first if sampler is not None else settings.processes
+    while target is not None:
+        while len(results) < target:
+            cfg = case_config(spec, workload_file, settings, len(results), run_dir, profile=not results)
+            if configure:
+                configure(cfg)
+            results.append(run_worker(cfg, settings.timeout_s, settings.threads, run_dir / ".work", env_extra).result)
+            if results[-1].get("status") != STATUS_OK:
+                break
+        case = case_from_results(spec, results, len(results), t0, cache_state)
+        if sampler is None or case.status != STATUS_OK:
+            if sampler is not None:
+                sampler.end(f"a process ended {case.status}")
+            target = None
+        else:
+            target = sampler.next_target(len(results), time.perf_counter() - t0, case)
+    if sampler is not None:
+        case.metadata["sampling"] = sampler.record(len(case.processes), time.perf_counter() - t0)
+    return case
 
 
 Progress = Callable[[str, int, int, CaseSpec, CaseResult | None, float], None]
@@ -403,15 +456,18 @@ def write_results(run: RunResult, path: Path) -> None:
 
 def execute(cases: Sequence[CaseSpec], workload_files: dict[str, str], settings: Settings, run: RunResult,
             run_dir: Path, progress: Progress | None = None,
-            after_case: Callable[[RunResult], None] | None = None) -> RunResult:
-    """Run every case, rewriting results.json atomically after each one. Returns the completed run."""
+            after_case: Callable[[RunResult], None] | None = None,
+            sampler_for: Callable[[CaseSpec], Any] | None = None) -> RunResult:
+    """Run every case, rewriting results.json atomically after each one. Returns the completed run.
+    ``sampler_for(spec)``: each case's perfgate.sequential.Sampler (how many processes it gets)."""
     results_path = run_dir / "results.json"
     write_results(run, results_path)
     t0 = time.perf_counter()
     for k, spec in enumerate(cases, start=1):
         if progress:
             progress("start", k, len(cases), spec, None, time.perf_counter() - t0)
-        result = run_case(spec, workload_files[spec.workload], settings, run_dir)
+        result = run_case(spec, workload_files[spec.workload], settings, run_dir,
+                          sampler=sampler_for(spec) if sampler_for else None)
         run = run.with_case(result)
         write_results(run, results_path)
         if after_case:

@@ -37,7 +37,7 @@ def test_the_run_to_run_spread_sets_a_floor_no_process_count_removes():
     assert processes_needed(0.02, 0.02, 0.95, 0.01) is None  # a 2% threshold is out of reach
     noise = analyse("k", rounds(random.Random(1), 3, 4, 0.01), GateSettings(bootstrap_resamples=500), 0.02, 4)
     assert noise.too_noisy and noise.needed_processes is None
-    assert "a larger threshold" in "\n".join(report_lines(noise))
+    assert "no number of processes is enough" in "\n".join(report_lines(noise))
 
 
 def test_a_quiet_runner_keeps_the_threshold_and_a_noisy_one_says_so():
@@ -49,6 +49,10 @@ def test_a_quiet_runner_keeps_the_threshold_and_a_noisy_one_says_so():
     noisy = analyse("k", rounds(rnd, 3, 2, 0.10), gate, 0.05, 2)
     assert noisy.too_noisy and noisy.calibrated_threshold() > 0.05
     text = "\n".join(report_lines(noisy))
-    assert "TOO NOISY" in text and f"--processes {noisy.needed_processes}" in text
+    assert "TOO NOISY" in text and f"max_processes to {noisy.needed_processes}" in text
+    # what this runner needs for the threshold, in processes and seconds at this case's pace
+    assert f"needs about {noisy.needed_processes} processes a side" in text
+    assert noisy.needed_seconds == noisy.needed_processes * noisy.seconds_per_process
     stored = noisy.to_json()
     assert stored["threshold"] == noisy.calibrated_threshold() and stored["rounds"] == 3
+    assert stored["needed_processes"] == noisy.needed_processes

@@ -197,6 +197,13 @@ class CaseRow:
         return f"{format_seconds(st.median)} ± {st.ci_half_width_rel * 100:.1f}%"
 
     @property
+    def sampling_text(self) -> str:
+        """How many worker processes the case took and why it stopped (perfgate.sequential)."""
+        from perfgate.sequential import sampling_text
+
+        return sampling_text(self.case)
+
+    @property
     def speedup_text(self) -> str:
         sp = self.speedup
         if sp and self.spec.toggles == ("eager",):

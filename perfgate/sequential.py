@@ -1,0 +1,222 @@
+"""How much to measure: worker processes are added to a case until its step time is settled, or its
+budget is spent. No torch. docs/gate.md ("How much the gate measures") explains every rule below.
+
+The unit of evidence is a worker process (perfgate.compare); on a shared runner processes of identical
+code differ by several percent, so a fixed small number of them leaves most verdicts ``inconclusive``,
+and a fixed large number wastes minutes on quiet cases. So the orchestrator measures in **looks**: a
+first batch of processes, then more, on a schedule growing by about 1.5x (2, 3, 5, 8, 12, 16), and after
+each look asks a **rule** whether the case is settled:
+
+- ``ComparisonRule`` (``run --gate``, ``--against``, the re-measure): the step-time verdict against the
+  baseline is ``regression``, ``win`` or ``unchanged``, judged at the *look's* confidence;
+- ``PrecisionRule`` (a plain run, which will become somebody's baseline): the case's own step-time CI is
+  within +/- ``precision``.
+
+Looking at the data again and again and stopping when it looks decided inflates the false-alarm rate of a
+fixed-level test. The comparison rule therefore spends the error rate over its looks (Lan-DeMets alpha
+spending, Pocock-type function ``alpha * ln(1 + (e - 1) * t)``, ``t`` the share of the process budget
+used) and gives each look only its increment, so the chance of any false significant result over all
+looks is at most ``alpha`` (Bonferroni over the increments: conservative, since it ignores that
+successive looks share data). A look that no further look can follow (the process or time budget would
+be exceeded) spends all that is left.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfgate.compare import GateSettings, judge_time, process_time, set_aside_slowed, time_change
+from perfgate.model import STATUS_OK, CaseResult
+
+GROWTH = 1.5  # each look has about this many times the processes of the one before
+
+
+def look_schedule(first: int, most: int) -> list[int]:
+    """Process counts (per side) after which a case is judged: ``first``, then about 1.5x each time,
+    ending at ``most``. ``first >= most``: one look."""
+    first = max(1, first)
+    if first >= most:
+        return [first]
+    out = [first]
+    while out[-1] < most:
+        out.append(min(most, max(out[-1] + 1, math.ceil(out[-1] * GROWTH))))
+    return out
+
+
+def spent_alpha(alpha: float, fraction: float) -> float:
+    """Error rate spent once ``fraction`` of the budget is used: Lan-DeMets' Pocock-type function."""
+    return alpha * math.log(1.0 + (math.e - 1.0) * min(1.0, max(0.0, fraction)))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A case's sampling budget: the first look, at most ``max_processes`` per side, about ``max_seconds``."""
+
+    first: int = 2
+    max_processes: int = 16
+    max_seconds: float = 60.0
+    adaptive: bool = True
+
+    @property
+    def schedule(self) -> list[int]:
+        return look_schedule(self.first, self.max_processes) if self.adaptive else [self.first]
+
+
+@dataclass
+class Decision:
+    settled: bool
+    why: str
+    verdict: str | None = None  # the step-time verdict at this look (comparison rules)
+
+
+class PrecisionRule:
+    """Settled when the case's own step time is known to within +/- ``precision`` (95% t interval of the
+    mean log per-process step time, slowed processes set aside as the gate does)."""
+
+    kind = "precision"
+
+    def __init__(self, precision: float, quantile: float = 0.1, confidence: float = 0.95) -> None:
+        self.precision, self.quantile, self.confidence = precision, quantile, confidence
+
+    def half_width(self, head: CaseResult) -> float | None:
+        """The relative half-width of the case's step-time CI, or None with fewer than 2 processes."""
+        from scipy import stats as sps
+
+        logs = [math.log(process_time(p.step_times_s, self.quantile)) for p in head.processes if p.samples_ns]
+        logs = set_aside_slowed(logs)
+        if len(logs) < 2:
+            return None
+        sd = statistics.stdev(logs)
+        t = float(sps.t.ppf(1 - (1 - self.confidence) / 2, len(logs) - 1))
+        return math.expm1(t * sd / math.sqrt(len(logs)))
+
+    def decide(self, head: CaseResult, base: CaseResult | None, confidence: float) -> Decision:
+        h = self.half_width(head)
+        if h is None:
+            return Decision(False, "one process gives no spread")
+        if h <= self.precision:
+            return Decision(True, f"step time within +/-{h * 100:.1f}% (target +/-{self.precision * 100:g}%)")
+        return Decision(False, f"step time within +/-{h * 100:.1f}%, target +/-{self.precision * 100:g}%")
+
+
+class ComparisonRule:
+    """Settled when the step-time verdict against ``base`` (a stored baseline's case, or the base side
+    measured alongside) is regression, win or unchanged at the look's confidence."""
+
+    kind = "comparison"
+
+    def __init__(self, gate: GateSettings, threshold: float, threshold_source: str, paired: bool,
+                 base: CaseResult | None = None) -> None:
+        self.gate, self.threshold, self.source, self.paired, self.base = gate, threshold, threshold_source, paired, base
+
+    def decide(self, head: CaseResult, base: CaseResult | None, confidence: float) -> Decision:
+        base = base if base is not None else self.base
+        if base is None or base.status != STATUS_OK:
+            return Decision(True, "no baseline to compare with")
+        g = self.gate
+        change = time_change([p.step_times_s for p in base.processes], [p.step_times_s for p in head.processes],
+                             paired=self.paired, confidence=confidence, resamples=g.bootstrap_resamples, seed=g.seed,
+                             base_bursts=[p.bursts for p in base.processes],
+                             head_bursts=[p.bursts for p in head.processes], run_to_run=g.run_to_run,
+                             quantile=g.process_quantile)
+        if change is None:
+            return Decision(True, "no step-time samples on one side")
+        kind = judge_time(change, self.threshold, self.source)[0]
+        ci = f"{change.ratio:.3f}x [{change.low:.3f}, {change.high:.3f}]"
+        return Decision(kind in ("regression", "win", "unchanged"), f"{kind} at {ci}", kind)
+
+
+Rule = PrecisionRule | ComparisonRule
+
+
+@dataclass
+class Sampler:
+    """Drives one case's looks: ``next_target`` says how many processes (per side) to have before the next
+    look, or None to stop; ``record()`` is what goes into the case's metadata (``sampling``)."""
+
+    budget: Budget
+    rule: Rule | None
+    alpha: float = 0.05
+    looks: list[dict[str, Any]] = field(default_factory=list)
+    stopped: str = ""
+    confidence: float | None = None  # the confidence of the look that settled (or ended) the case
+    _spent: float = 0.0
+
+    @property
+    def first(self) -> int:
+        return self.budget.schedule[0]
+
+    def next_target(self, done: int, elapsed_s: float, head: CaseResult, base: CaseResult | None = None) -> int | None:
+        """After ``done`` processes (per side) in ``elapsed_s``: the next count to reach, or None to stop."""
+        schedule = self.budget.schedule
+        nxt = next((n for n in schedule if n > done), None)
+        per_process = elapsed_s / max(done, 1)
+        fits = nxt is not None and elapsed_s + per_process * (nxt - done) <= self.budget.max_seconds
+        final = not fits
+        if self.rule is None or head.status != STATUS_OK:
+            self.stopped = "fixed number of processes" if head.status == STATUS_OK else f"case {head.status}"
+            return None
+        confidence = self._look_confidence(done, final)
+        decision = self.rule.decide(head, base, confidence)
+        self.looks.append({"processes": done, "seconds": round(elapsed_s, 2), "confidence": round(confidence, 5),
+                           "result": decision.why})
+        if decision.settled:
+            self.stopped, self.confidence = f"settled: {decision.why}", confidence
+            return None
+        if final:
+            why = (f"budget: {self.budget.max_processes} processes" if nxt is None
+                   else f"budget: {self.budget.max_seconds:g} s (another look would take about "
+                        f"{elapsed_s + per_process * (nxt - done):.0f} s)")
+            self.stopped, self.confidence = f"{why}; {decision.why}", confidence
+            return None
+        return nxt
+
+    def _look_confidence(self, done: int, final: bool) -> float:
+        """1 - this look's share of alpha (comparison rules); the plain confidence for a precision rule."""
+        if not isinstance(self.rule, ComparisonRule):
+            return 1.0 - self.alpha
+        total = spent_alpha(self.alpha, done / self.budget.max_processes) if not final else self.alpha
+        share = max(total - self._spent, 1e-6)
+        self._spent = max(total, self._spent)
+        return 1.0 - share
+
+    def end(self, why: str) -> None:
+        """The case ended without a look's say (a process skipped or failed)."""
+        self.stopped = why
+
+    def record(self, processes: int, seconds: float) -> dict[str, Any]:
+        out: dict[str, Any] = {"rule": self.rule.kind if self.rule else "fixed", "processes": processes,
+                               "seconds": round(seconds, 2), "stopped": self.stopped or "fixed number of processes",
+                               "looks": self.looks,
+                               "budget": {"first": self.first, "max_processes": self.budget.max_processes,
+                                          "max_seconds": self.budget.max_seconds}}
+        if isinstance(self.rule, ComparisonRule) and self.confidence is not None:
+            # the step-time verdict of this case is judged at this confidence, never the nominal one
+            out["confidence"] = self.confidence
+        return out
+
+
+def sampling_text(case: CaseResult) -> str:
+    """'5 processes (settled: ...)': how many processes a case took and why it stopped; '' for a case
+    measured before adaptive sampling (no ``sampling`` metadata)."""
+    info = case.metadata.get("sampling")
+    if not isinstance(info, dict) or not isinstance(info.get("processes"), int):
+        return ""
+    n = info["processes"]
+    return f"{n} process{'es' if n != 1 else ''} ({str(info.get('stopped', ''))[:160]})"
+
+
+def make_sampler(gate: GateSettings, processes: int, rule: Rule | None) -> Sampler:
+    """A case's Sampler under ``[tool.perfgate.gate]``: looks from ``processes`` (3 at least when comparing:
+    two a side cannot settle a comparison and would only spend its error rate) up to the budget."""
+    first = max(processes, 3) if isinstance(rule, ComparisonRule) and gate.adaptive else processes
+    budget = Budget(first=first, max_processes=max(first, gate.max_processes), max_seconds=gate.max_case_s,
+                    adaptive=gate.adaptive)
+    return Sampler(budget, rule if gate.adaptive else None, alpha=1.0 - gate.confidence)
+
+
+SamplerFactory = Callable[[Any], "Sampler | None"]  # CaseSpec -> a Sampler for it (None: fixed processes)
