@@ -594,7 +594,8 @@ def test_merge_job_reads_shard_artifacts_as_data_only(gpu_wf):
         if "SHARDS_DIR" in line or '"${shards[@]}"' in line:
             assert re.match(r'\s*(\[\[ -d "\$SHARDS_DIR/|python -m perfgate merge "\$\{shards\[@\]\}"|for |shards\+=)',
                             line), line
-    assert 'python -m perfgate merge "${shards[@]}" --out reports/pr --gate' in gate["run"]
+    # judged again from the raw samples by the base's rules: the shards' own verdicts are not read
+    assert 'python -m perfgate merge "${shards[@]}" --out reports/pr --gate --rejudge' in gate["run"]
     # the report the comment job posts comes from this job (the base's code), not from a shard
     comment = gpu_wf["jobs"]["comment"]
     names = [s["with"].get("name") for s in _steps(comment) if s.get("uses", "").startswith("actions/download")]
