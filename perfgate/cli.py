@@ -410,21 +410,27 @@ def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, .
               help="Compare with this baseline file (default: the shards' own --against verdicts, else "
                    "<baselines_dir>/<machine-key>/<suite>.json).")
 @click.option("--strict-env", is_flag=True, help="Refuse a baseline measured with another torch/CUDA/driver/Python.")
+@click.option("--rejudge", is_flag=True,
+              help="Judge the shards' raw --against samples by this perfgate's rules instead of reading the "
+                   "shards' own verdicts (CI: the base commit's perfgate judges the pull request).")
 @handle_errors
 def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool, baseline_file: str | None,
-              strict_env: bool) -> None:
+              strict_env: bool, rejudge: bool) -> None:
     """Join shard results (files, run folders, or a folder of downloaded run folders) into one run.
 
     Refuses shards of different suites, environments, settings or schema versions, and a case twice.
     With --gate (or --baseline) the merged run is judged as one: the shards' own verdicts from
-    `run --against` when they have them, else a comparison with the stored baseline. Under --gate,
+    `run --against` when they have them, else a comparison with the stored baseline. With --rejudge the
+    shards' verdicts are not read: this perfgate judges their raw --against samples again. Under --gate,
     summary.md is appended to $GITHUB_STEP_SUMMARY when set."""
     from perfgate import console, runner
     from perfgate.exporters import write_run_reports
     from perfgate.github import publish_summary
-    from perfgate.merge import load_comparison_file, merge_runs, merged_comparison
+    from perfgate.merge import judge_against, load_comparison_file, merge_runs, merged_comparison
     from perfgate.storage import check_writable_dir
 
+    if rejudge and baseline_file:
+        raise ConfigError("perfgate merge: --rejudge judges the shards' --against runs; it takes no --baseline")
     problem = check_writable_dir(out)
     if problem:
         raise ConfigError(problem)
@@ -436,13 +442,16 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
     click.echo(console.run_tables(run))
     click.echo(f"\n{runner.summary_status(run) or 'no cases'}; merged results: {out_dir / 'results.json'}")
     code = EXIT_OK
-    if gate or baseline_file:
+    if gate or baseline_file or rejudge:
         try:
             from perfgate import gate as gate_mod
         except ImportError as exc:
             raise ConfigError("perfgate merge --gate/--baseline needs perfgate.gate, which this perfgate lacks") from exc
         settings = load_settings(config)
-        comparison = None if baseline_file else merged_comparison(results)
+        if rejudge:
+            comparison = judge_against(out_dir, run, settings)
+        else:
+            comparison = None if baseline_file else merged_comparison(results)
         if comparison is not None:
             gate_mod.write_comparison(comparison, out_dir)
             code = gate_mod.conclude(comparison, gate, click.echo)

@@ -141,15 +141,22 @@ def execute_against(ref: str, cases: list[CaseSpec], workload_files: dict[str, s
         comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=f"git:{ref} ({base.commit[:12]})")
         if gs.remeasure and any(v.metric == "step_time" and v.kind == "regression" for v in comparison.verdicts):
             specs = {s.key: s for s in cases}
+            base_again: list[CaseResult] = []
 
             def remeasure(key: str) -> tuple[CaseResult, CaseResult | None] | None:
                 spec = specs[key]
                 echo(f"re-measuring {key} against {ref}: it must regress again to fail the gate")
-                return against.run_pair(spec, workload_files[spec.workload], base, settings,
-                                        run_dir / "remeasure", base_dir / "remeasure", sampler=sampler_for(spec))
+                head_case, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings,
+                                                        run_dir / "remeasure", base_dir / "remeasure",
+                                                        sampler=sampler_for(spec))
+                if base_case is not None:
+                    base_again.append(base_case)
+                return head_case, base_case
 
             comparison, again = confirm_regressions(comparison, run, gs, remeasure)
             record_remeasures(run, run_dir, again)
+            # both sides of each re-measure, so that `perfgate merge --rejudge` can confirm it again
+            record_remeasures(base_run, base_dir, base_again)
         write_comparison(comparison, run_dir, run, echo)
         return conclude(comparison, gate, echo)
     finally:

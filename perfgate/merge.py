@@ -304,3 +304,41 @@ def load_comparison_file(run_dir: str | Path) -> Comparison | None:
         return comparison_from_json(json.loads(f.read_text()), str(f))
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{f}: cannot read the comparison ({exc})") from exc
+
+
+def judge_against(out_dir: str | Path, run: RunResult, settings: Settings) -> Comparison:
+    """The merged run judged again, by THIS perfgate's rules and settings, from the raw samples the shards
+    measured with `perfgate run --against REF`: the merged head run against the merged base/ run, each
+    step-time regression confirmed only by the shards' recorded re-measure of both sides. The shards'
+    own comparison.json verdicts are not read: they were decided by the code under review.
+
+    In CI the merging perfgate is the pull request's base, so a pull request that edits the gate's
+    rules cannot pass its own gate. Raises ConfigError when the shards carry no base/ run."""
+    from perfgate.compare import STEP_TIME, compare_runs, confirm_regressions, gate_settings
+
+    out = Path(out_dir)
+    base_file = out / "base" / "results.json"
+    if not base_file.is_file():
+        raise ConfigError("perfgate merge --rejudge needs each shard's base/ run: run the shards with "
+                          "`perfgate run --against REF`")
+    base_run = load_results(base_file)
+    ref = run.settings.get("against") or base_run.environment.get("git_ref") or "base"
+    source = f"git:{ref} ({str(base_run.environment.get('git_commit', ''))[:12]}), judged again by this perfgate"
+    gs = gate_settings(settings)
+    comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=source)
+    if gs.remeasure and any(v.metric == STEP_TIME and v.kind == "regression" for v in comparison.verdicts):
+        head_again = _cases_by_key(out / REMEASURE_FILE)
+        base_again = _cases_by_key(out / "base" / REMEASURE_FILE)
+
+        def remeasure(key: str) -> tuple[CaseResult, CaseResult | None] | None:
+            # no recorded re-measure of both sides: the first measurement's regression stands
+            if key not in head_again or key not in base_again:
+                return None
+            return head_again[key], base_again[key]
+
+        comparison, _ = confirm_regressions(comparison, run, gs, remeasure)
+    return comparison
+
+
+def _cases_by_key(path: Path) -> dict[str, CaseResult]:
+    return {c.key: c for c in load_results(path).cases} if path.is_file() else {}

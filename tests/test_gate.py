@@ -118,13 +118,12 @@ def _git(cwd: Path, *args: str) -> None:
                    capture_output=True)
 
 
-def test_against_a_git_ref_runs_both_and_gates(tmp_path):
-    """Head makes the work 30x and adds a workload the base ref lacks."""
+def _against_repo(tmp_path: Path, *, remeasure: bool) -> Path:
+    """A git repository whose head commit makes the work 30x and adds a workload the base lacks."""
     repo = tmp_path / "repo"
     (repo / "workloads").mkdir(parents=True)
-    # no re-measure here (it is covered above and in test_compare): half the worker processes
     (repo / "pyproject.toml").write_text(PYPROJECT.format(workloads="workloads").replace(
-        'workloads = ["scaled_work"]', 'workloads = ["*"]') + "remeasure = false\n")
+        'workloads = ["scaled_work"]', 'workloads = ["*"]') + f"remeasure = {str(remeasure).lower()}\n")
     source = (TEST_WORKLOADS / "scaled_work.py").read_text()
     (repo / "workloads" / "scaled_work.py").write_text(source)
     _git(repo, "init", "-q")
@@ -136,6 +135,13 @@ def test_against_a_git_ref_runs_both_and_gates(tmp_path):
                                                       .replace("class ScaledWork", "class NewerWork"))
     _git(repo, "add", ".")
     _git(repo, "commit", "-qm", "head: 30x the work, and a new workload")
+    return repo
+
+
+def test_against_a_git_ref_runs_both_and_gates(tmp_path):
+    """Head makes the work 30x and adds a workload the base ref lacks."""
+    # no re-measure here (see the test below and test_compare): half the worker processes
+    repo = _against_repo(tmp_path, remeasure=False)
     proc = run_cli("run", "--against", "HEAD~1", "--gate", "--out", str(tmp_path / "ab"), cwd=repo)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert CASE in proc.stdout and "git:HEAD~1" in proc.stdout
@@ -157,3 +163,25 @@ def test_against_an_unknown_ref_is_a_usage_error(tmp_path):
     _git(repo, "init", "-q")
     proc = run_cli("run", "--against", "no-such-ref", cwd=repo)
     assert proc.returncode == 2 and "no-such-ref" in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_against_keeps_both_sides_of_a_remeasure_and_merge_rejudge_agrees(tmp_path):
+    """A confirmed regression leaves both sides' re-measure behind (base/results-remeasure.json too), so
+    `perfgate merge --rejudge` (the base commit's perfgate, in CI) reaches the verdict again from the raw
+    samples alone, ignoring the run's own comparison.json."""
+    repo = _against_repo(tmp_path, remeasure=True)
+    run_dir = tmp_path / "ab"
+    proc = run_cli("run", "--against", "HEAD~1", "--gate", "-w", "scaled_work", "--out", str(run_dir), cwd=repo)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "re-measuring" in proc.stdout
+    for side in (run_dir, run_dir / "base"):
+        again = json.loads((side / "results-remeasure.json").read_text())
+        assert [c["key"] for c in again["cases"]] == [CASE]
+    # the shard's own verdicts say nothing failed; --rejudge does not read them
+    (run_dir / "comparison.json").write_text(json.dumps({**json.loads((run_dir / "comparison.json").read_text()),
+                                                         "verdicts": []}))
+    merged = run_cli("merge", str(run_dir), "--out", str(tmp_path / "merged"), "--gate", "--rejudge", cwd=repo)
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    data = json.loads((tmp_path / "merged" / "comparison.json").read_text())
+    (v,) = [v for v in data["verdicts"] if v["metric"] == "step_time"]
+    assert v["kind"] == "regression" and "confirmed by a re-measure" in v["rule"]

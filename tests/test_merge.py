@@ -7,7 +7,7 @@ import json
 
 import pytest
 from conftest import cli_env, run_cli
-from fixtures.shards import ENVIRONMENT, suite_cases, write_shard_runs
+from fixtures.shards import ENVIRONMENT, settings_for, suite_cases, write_shard_runs
 
 from perfgate.config import ConfigError
 from perfgate.merge import load_comparison_file, merge_runs, merged_comparison
@@ -278,3 +278,88 @@ def test_merge_without_gate_leaves_the_job_summary_alone(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert summary.read_text() == "earlier step\n"
     assert (tmp_path / "m" / "summary.md").is_file()  # the reports are written either way
+
+
+# ---------------------------------------------------------------- merge --rejudge: the merging perfgate decides
+
+def _slow_down(path, factor):
+    """Every head sample of the shard at ``path`` ``factor`` times slower than its base/ run's."""
+    run = load_results(path)
+    for case in run.cases:
+        for proc in case.processes:
+            proc.samples_ns = [int(s * factor) for s in proc.samples_ns]
+    write_results(run, path)
+
+
+def _against_shards(tmp_path, factor):
+    paths = write_shard_runs(tmp_path, suite_cases(workloads=2, toggles=2), 2)
+    _add_base_runs(paths)
+    for p in paths:
+        _slow_down(p, factor)
+        run = load_results(p)
+        run.settings["against"] = "origin/main"
+        write_results(run, p)
+        _write_comparison(p, ["unchanged"] * len(run.cases))  # what a lenient gate in the PR would write
+    return paths
+
+
+def test_rejudge_ignores_the_shards_own_verdicts(tmp_path):
+    """A pull request that loosened the gate wrote 'unchanged' for a 3x slowdown: without --rejudge the
+    merge trusts that; with it, the merging perfgate's rules see the regression in the raw samples."""
+    _needs_gate()
+    paths = _against_shards(tmp_path, 3.0)
+    trusted = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "trusted"), "--gate", timeout=120)
+    assert trusted.returncode == 0, trusted.stdout + trusted.stderr
+    proc = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m"), "--gate", "--rejudge", timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    comp = load_comparison_file(tmp_path / "m")
+    regressions = {v.case_key for v in comp.verdicts if v.metric == "step_time" and v.kind == "regression"}
+    assert regressions == {c.key for c in load_results(tmp_path / "m").cases}
+    assert comp.mode == "against" and "judged again by this perfgate" in comp.baseline_source
+    assert "origin/main" in comp.baseline_source
+
+
+def test_rejudge_passes_an_unchanged_run(tmp_path):
+    _needs_gate()
+    paths = _against_shards(tmp_path, 1.0)
+    proc = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m"), "--gate", "--rejudge", timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not load_comparison_file(tmp_path / "m").gate_failed
+
+
+def test_rejudge_confirms_a_regression_only_with_both_sides_re_measured(tmp_path):
+    _needs_gate()
+    from perfgate.compare import GateSettings
+    from perfgate.merge import judge_against
+
+    paths = _against_shards(tmp_path, 3.0)
+    out = tmp_path / "m"
+    run, _ = merge_runs(paths, out)
+    settings = settings_for(tmp_path)
+    if not GateSettings().remeasure:
+        pytest.skip("re-measuring is off by default")
+    # no recorded re-measure: the first measurement's regression stands
+    assert judge_against(out, run, settings).gate_failed
+    # a re-measure of both sides that no longer regresses clears it
+    head_again = load_results(out / "base" / "results.json")
+    write_results(head_again, out / "results-remeasure.json")
+    write_results(load_results(out / "base" / "results.json"), out / "base" / "results-remeasure.json")
+    comp = judge_against(out, run, settings)
+    assert not comp.gate_failed
+    assert all("the re-measure did not" in v.rule for v in comp.verdicts if v.metric == "step_time")
+    # the head's re-measure alone (no base side recorded) confirms nothing: the regression stands
+    (out / "base" / "results-remeasure.json").unlink()
+    assert judge_against(out, run, settings).gate_failed
+
+
+def test_rejudge_needs_the_shards_base_runs(tmp_path):
+    _needs_gate()
+    paths = write_shard_runs(tmp_path, suite_cases(workloads=1, toggles=2), 2)
+    _write_comparison(paths[0], ["unchanged", "unchanged"])
+    proc = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m"), "--gate", "--rejudge", timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--rejudge needs each shard's base/ run" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    both = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m2"), "--rejudge", "--baseline", "x.json",
+                   timeout=120)
+    assert both.returncode == 2 and not (tmp_path / "m2").exists()
