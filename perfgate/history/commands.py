@@ -1,0 +1,37 @@
+"""What each ``perfgate history`` command and ``perfgate bisect`` does, for cli.py to call: open the
+store, call the analysis, return the text to print. No torch here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from perfgate.config import Settings
+from perfgate.history import ingest
+from perfgate.history import show as show_mod
+from perfgate.history.store import open_store, resolve_url
+
+
+def _url(settings: Settings, override: str | None) -> str:
+    return resolve_url(settings.extra, settings.root, override)
+
+
+def add(settings: Settings, runs: Sequence[str], url: str | None, commit: str | None,
+        branch: str | None) -> list[str]:
+    """Add runs; the lines to print. Every input is read before the store is opened."""
+    records = ingest.load_records(runs, settings.root, commit, branch)
+    with open_store(_url(settings, url), create=True) as store:
+        lines = list(store.notes)
+        for record, added in ingest.add_records(store, records):
+            what = "added" if added else "already in history"
+            lines.append(f"{what}: {record.run_id} ({len(record.cases)} case(s), commit "
+                         f"{(record.commit or '?')[:12]}, branch {record.branch or '?'}) -> {store.describe()}")
+    return lines
+
+
+def show(settings: Settings, url: str | None, patterns: Sequence[str], metric: str, since: str | None,
+         last: int | None, branch: str | None, machine_key: str | None, fmt: str) -> str:
+    with open_store(_url(settings, url), create=False) as store:
+        data = show_mod.read(store, metric, patterns, since, last, branch, machine_key)
+        if not data and fmt == "table":
+            return f"no {metric} series in {store.describe()}" + (f" matching {', '.join(patterns)}" if patterns else "") + "\n"
+        return show_mod.render(data, metric, fmt)
