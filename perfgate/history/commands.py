@@ -3,6 +3,7 @@ store, call the analysis, return the text to print. No torch here."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from perfgate.config import Settings
@@ -35,3 +36,30 @@ def show(settings: Settings, url: str | None, patterns: Sequence[str], metric: s
         if not data and fmt == "table":
             return f"no {metric} series in {store.describe()}" + (f" matching {', '.join(patterns)}" if patterns else "") + "\n"
         return show_mod.render(data, metric, fmt)
+
+
+def _analyses(store, metrics: Sequence[str], patterns: Sequence[str], since: str | None, last: int | None,  # noqa: ANN001
+              branch: str | None, machine_key: str | None) -> list:
+    from perfgate.history import detect as detect_mod
+
+    out = []
+    for metric in metrics:
+        for key, pts in show_mod.read(store, metric, patterns, since, last, branch, machine_key).items():
+            out.append(detect_mod.analyse(key, metric, pts))
+    return out
+
+
+def detect(settings: Settings, url: str | None, patterns: Sequence[str], metric: str, since: str | None,
+           last: int | None, branch: str | None, machine_key: str | None, all_metrics: bool,
+           fmt: str) -> tuple[str, int]:
+    """(text to print, number of regressions found)."""
+    from perfgate.history import detect as detect_mod
+    from perfgate.history.store import metrics as store_metrics
+
+    with open_store(_url(settings, url), create=False) as store:
+        chosen = store_metrics(store) if all_metrics else [metric]
+        analyses = _analyses(store, chosen, patterns, since, last, branch, machine_key)
+    regressions = sum(a.regressions for a in analyses)
+    if fmt == "json":
+        return json.dumps([a.to_json() for a in analyses], indent=1) + "\n", regressions
+    return detect_mod.render(analyses), regressions
