@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 from perfgate.config import Settings
 from perfgate.history import ingest
 from perfgate.history import show as show_mod
-from perfgate.history.store import open_store, resolve_url
+from perfgate.history.store import HistoryError, open_store, resolve_url
 
 
 def _url(settings: Settings, override: str | None) -> str:
@@ -63,3 +64,30 @@ def detect(settings: Settings, url: str | None, patterns: Sequence[str], metric:
     if fmt == "json":
         return json.dumps([a.to_json() for a in analyses], indent=1) + "\n", regressions
     return detect_mod.render(analyses), regressions
+
+
+def report(settings: Settings, url: str | None, patterns: Sequence[str], metric: str, since: str | None,
+           last: int | None, branch: str | None, machine_key: str | None, all_metrics: bool, out: Path) -> Path:
+    """Write history.html to ``out``; its path."""
+    from perfgate.history import detect as detect_mod
+    from perfgate.history import report as report_mod
+    from perfgate.history.store import metrics as store_metrics
+    from perfgate.storage import atomic_write_text
+
+    with open_store(_url(settings, url), create=False) as store:
+        chosen = store_metrics(store) if all_metrics else [metric]
+        charts = []
+        for m in chosen:
+            for key, pts in show_mod.read(store, m, patterns, since, last, branch, machine_key).items():
+                charts.append(report_mod.trend_chart(pts, detect_mod.analyse(key, m, pts)))
+        name = store.describe()
+    charts.sort(key=lambda c: (c.case_key, c.metric != "step_time", c.metric))
+    filters = ", ".join(f for f in (f"metric {metric}" if not all_metrics else "every metric",
+                                    f"since {since}" if since else "", f"last {last}" if last else "",
+                                    f"branch {branch}" if branch else "", f"machine {machine_key}" if machine_key else "",
+                                    f"cases {' '.join(patterns)}" if patterns else "") if f)
+    try:
+        atomic_write_text(out, report_mod.render(charts, name, filters).decode("utf-8"))
+    except OSError as exc:
+        raise HistoryError(f"cannot write {out}: {exc.strerror or exc}") from exc
+    return out
