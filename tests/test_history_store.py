@@ -25,7 +25,7 @@ from perfgate.history.store import (
     schema_version,
     series,
 )
-from tests.fixtures.history import make_run, write_run
+from tests.fixtures.history import commit_of, make_run, write_run
 from tests.fixtures.postgres import PostgresUnavailable, postgres_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,7 +91,7 @@ def test_add_is_idempotent_and_series_come_in_run_order(store_url: str) -> None:
     assert [p.run_id for p in first] == ["run-000000", "run-000001", "run-000002"]
     assert [round(p.value, 6) for p in first] == [0.01, 0.02, 0.03]
     assert all(p.ci_low <= p.value <= p.ci_high for p in first)
-    assert first[0].commit == f"{0:040x}" and first[0].branch == "main"
+    assert first[0].commit == commit_of(0) and first[0].branch == "main"
     with open_store(store_url, create=False) as store:
         last = series(store, SeriesFilter(metric="step_time", last=2, case_keys=("workload_0/smoke/compile/cpu",)))
         assert list(last) == ["workload_0/smoke/compile/cpu"] and len(last["workload_0/smoke/compile/cpu"]) == 2
