@@ -4,7 +4,7 @@ store, call the analysis, return the text to print. No torch here."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from perfgate.config import Settings
@@ -91,3 +91,23 @@ def report(settings: Settings, url: str | None, patterns: Sequence[str], metric:
     except OSError as exc:
         raise HistoryError(f"cannot write {out}: {exc.strerror or exc}") from exc
     return out
+
+
+def bisect(settings: Settings, good: str, bad: str, case: str, metric: str, processes: int | None,
+           samples: int | None, threshold: float | None, echo: Callable[[str], None]) -> int:
+    """Run the bisection, print its finding; the exit code (130 when interrupted, worktrees removed)."""
+    from perfgate.history import bisect as bisect_mod
+
+    if metric != "step_time":
+        raise HistoryError(f"bisect --metric {metric!r}: only step_time is bisected (it is the metric measured "
+                           f"in lockstep); `perfgate history detect --metric {metric}` finds its change points")
+    spec = bisect_mod.resolve_case(case)
+    settings = bisect_mod.with_sampling(settings, processes, samples)
+    try:
+        result = bisect_mod.bisect(settings, good, bad, spec, echo, threshold)
+    except KeyboardInterrupt:
+        echo("perfgate bisect: interrupted; the temporary worktrees were removed")
+        return 130
+    for line in bisect_mod.report_lines(result, settings.root):
+        echo(line)
+    return 0
