@@ -4,9 +4,12 @@ Tables (schema version in ``schema_version``; see MIGRATIONS):
 
 - ``runs``: one row per ingested run, unique ``run_id``; commit, branch, time, machine key, suite,
   environment and settings (JSON text), where it came from.
-- ``cases``: one row per case of a run: key, workload, size, toggles, device, status.
-- ``measurements``: one row per case x metric: value with its CI (step time: median and the 95% CI of
+- ``case_specs``: one row per case ever seen: key (workload/size/toggles/device) and its parts.
+- ``series``: one row per case x metric.
+- ``cases``: one row per case of a run: its status (and failure class).
+- ``measurements``: one row per run x series: value with its CI (step time: median and the 95% CI of
   the median) and the number of samples behind it. ``history show`` and ``detect`` read series from here.
+  Keys and metric names are stored once (in case_specs and series), so 10,000 runs of 50 cases stay small.
 
 Schema migrations are versioned with our own small mechanism (no Alembic): ``MIGRATIONS`` is an ordered
 list of functions, the store records how many of them it has had in ``schema_version``, and opening a
@@ -70,40 +73,51 @@ runs = sa.Table(
     sa.Index("ix_runs_started", "started_at"),
 )
 
-cases = sa.Table(
-    "cases", metadata,
+case_specs = sa.Table(
+    "case_specs", metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("run", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
-    sa.Column("case_key", sa.String(512), nullable=False),
+    sa.Column("case_key", sa.String(512), nullable=False, unique=True),
     sa.Column("workload", sa.String(255), nullable=False),
     sa.Column("size", sa.String(255), nullable=False),
     sa.Column("toggles", sa.String(255), nullable=False),
     sa.Column("device", sa.String(64), nullable=False),
-    sa.Column("status", sa.String(32), nullable=False),
-    sa.Column("failure_class", sa.String(64)),
-    sa.UniqueConstraint("run", "case_key", name="uq_cases_run_case"),
 )
 
+series_table = sa.Table(
+    "series", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("case_spec", sa.Integer, sa.ForeignKey("case_specs.id"), nullable=False),
+    sa.Column("metric", sa.String(128), nullable=False),
+    sa.UniqueConstraint("case_spec", "metric", name="uq_series_case_metric"),
+)
+
+cases = sa.Table(
+    "cases", metadata,
+    sa.Column("run", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("case_spec", sa.Integer, sa.ForeignKey("case_specs.id"), primary_key=True),
+    sa.Column("status", sa.String(32), nullable=False),
+    sa.Column("failure_class", sa.String(64)),
+)
+
+# one row per run x series; the primary key (series, run) is the index a series read goes through
 measurements = sa.Table(
     "measurements", metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("run", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
-    sa.Column("case_key", sa.String(512), nullable=False),
-    sa.Column("metric", sa.String(128), nullable=False),
+    sa.Column("series", sa.Integer, sa.ForeignKey("series.id"), primary_key=True),
+    sa.Column("run", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
     sa.Column("value", sa.Float, nullable=False),
     sa.Column("ci_low", sa.Float),
     sa.Column("ci_high", sa.Float),
     sa.Column("n", sa.Integer),
-    sa.UniqueConstraint("run", "case_key", "metric", name="uq_measurements_run_case_metric"),
-    sa.Index("ix_measurements_series", "case_key", "metric", "run"),  # the index a series read goes through
 )
+
+TABLES = (runs, case_specs, series_table, cases, measurements)
 
 APPLICATION = "perfgate.history"
 
 
 def _migration_1(conn: Connection) -> None:
-    """Version 1: runs, cases, measurements, with their indexes."""
-    for table in (runs, cases, measurements):
+    """Version 1: runs, case_specs, series, cases, measurements, with their indexes."""
+    for table in TABLES:
         table.create(conn)
 
 
@@ -283,7 +297,7 @@ def _read_version(conn: Connection) -> int | None:
     """The store's schema version; None when it has no perfgate tables at all (a new, empty database)."""
     names = set(sa.inspect(conn).get_table_names())
     if "schema_version" not in names:
-        if names & {"runs", "cases", "measurements"} or (names and not names <= {"schema_version"}):
+        if names:
             raise HistoryError(f"database holds tables of something else ({', '.join(sorted(names)[:5])}); "
                                "not a perfgate history store")
         return None
@@ -364,10 +378,18 @@ def add_run(store: Store, record: RunRecord, retries: int = 5) -> bool:
                         environment=json.dumps(record.environment, default=str, sort_keys=True),
                         settings=json.dumps(record.settings, default=str, sort_keys=True), source=record.source,
                     )).inserted_primary_key[0]
+                    spec_ids = _ensure_case_specs(conn, record.cases)
                     if record.cases:
-                        conn.execute(cases.insert(), [{**c, "run": run_pk} for c in record.cases])
+                        conn.execute(cases.insert(), [
+                            {"run": run_pk, "case_spec": spec_ids[c["case_key"]], "status": c["status"],
+                             "failure_class": c.get("failure_class")} for c in record.cases])
                     if record.measurements:
-                        conn.execute(measurements.insert(), [{**m, "run": run_pk} for m in record.measurements])
+                        series_ids = _ensure_series(conn, spec_ids, {(m["case_key"], m["metric"])
+                                                                     for m in record.measurements})
+                        conn.execute(measurements.insert(), [
+                            {"run": run_pk, "series": series_ids[(m["case_key"], m["metric"])], "value": m["value"],
+                             "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high"), "n": m.get("n")}
+                            for m in record.measurements])
             return True
         except IntegrityError:
             return False  # the same run_id, committed by another writer between our check and insert
@@ -377,6 +399,48 @@ def add_run(store: Store, record: RunRecord, retries: int = 5) -> bool:
                                    f"({_first_line(exc.orig or exc)})") from exc
             time.sleep(0.2 * (attempt + 1))
     return False
+
+
+def _insert_ignoring_duplicates(conn: Connection, table: sa.Table, rows: list[dict[str, Any]],
+                                unique: list[str]) -> None:
+    """INSERT ... ON CONFLICT DO NOTHING: a concurrent writer may add the same key first."""
+    if not rows:
+        return
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    conn.execute(insert(table).on_conflict_do_nothing(index_elements=unique), rows)
+
+
+def _ensure_case_specs(conn: Connection, rows: list[dict[str, Any]]) -> dict[str, int]:
+    keys = [r["case_key"] for r in rows]
+    if not keys:
+        return {}
+    q = sa.select(case_specs.c.case_key, case_specs.c.id).where(case_specs.c.case_key.in_(keys))
+    ids = dict(conn.execute(q).all())
+    missing = [{k: r[k] for k in ("case_key", "workload", "size", "toggles", "device")} for r in rows
+               if r["case_key"] not in ids]
+    if missing:
+        _insert_ignoring_duplicates(conn, case_specs, missing, ["case_key"])
+        ids = dict(conn.execute(q).all())
+    return ids
+
+
+def _ensure_series(conn: Connection, spec_ids: dict[str, int], pairs: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    by_spec = {v: k for k, v in spec_ids.items()}
+    q = (sa.select(series_table.c.case_spec, series_table.c.metric, series_table.c.id)
+         .where(series_table.c.case_spec.in_(list(spec_ids.values()))))
+
+    def read() -> dict[tuple[str, str], int]:
+        return {(by_spec[s], m): i for s, m, i in conn.execute(q)}
+
+    ids = read()
+    missing = [{"case_spec": spec_ids[k], "metric": m} for k, m in sorted(pairs) if (k, m) not in ids]
+    if missing:
+        _insert_ignoring_duplicates(conn, series_table, missing, ["case_spec", "metric"])
+        ids = read()
+    return ids
 
 
 # ---------------------------------------------------------------- reading
@@ -416,41 +480,48 @@ class SeriesFilter:
 
 def case_keys(store: Store, metric: str | None = None) -> list[str]:
     """Every case key with at least one measurement (of ``metric`` when given), sorted."""
-    q = sa.select(measurements.c.case_key).distinct()
+    q = sa.select(case_specs.c.case_key).join(series_table, series_table.c.case_spec == case_specs.c.id).distinct()
     if metric:
-        q = q.where(measurements.c.metric == metric)
+        q = q.where(series_table.c.metric == metric)
     with store.engine.connect() as conn:
         return sorted(r[0] for r in conn.execute(q))
 
 
 def metrics(store: Store) -> list[str]:
     with store.engine.connect() as conn:
-        return sorted(r[0] for r in conn.execute(sa.select(measurements.c.metric).distinct()))
+        return sorted(r[0] for r in conn.execute(sa.select(series_table.c.metric).distinct()))
 
 
 def series(store: Store, flt: SeriesFilter) -> dict[str, list[Point]]:
     """Per case key, its points of ``flt.metric`` in run order (start time, then ingest order)."""
-    q = (sa.select(measurements.c.case_key, runs.c.run_id, runs.c.commit, runs.c.branch, runs.c.started_at,
-                   runs.c.machine_key, measurements.c.value, measurements.c.ci_low, measurements.c.ci_high,
-                   measurements.c.n)
-         .join(runs, runs.c.id == measurements.c.run)
-         .where(measurements.c.metric == flt.metric))
-    if flt.case_keys is not None:
-        q = q.where(measurements.c.case_key.in_(flt.case_keys))
-    if flt.since:
-        q = q.where(runs.c.started_at >= flt.since)
-    if flt.branch:
-        q = q.where(runs.c.branch == flt.branch)
-    if flt.machine_key:
-        q = q.where(runs.c.machine_key == flt.machine_key)
-    if flt.suite:
-        q = q.where(runs.c.suite == flt.suite)
-    q = q.order_by(measurements.c.case_key, runs.c.started_at, runs.c.id)
-    out: dict[str, list[Point]] = {}
     with store.engine.connect() as conn:
+        sq = (sa.select(series_table.c.id, case_specs.c.case_key)
+              .join(case_specs, case_specs.c.id == series_table.c.case_spec)
+              .where(series_table.c.metric == flt.metric))
+        if flt.case_keys is not None:
+            sq = sq.where(case_specs.c.case_key.in_(flt.case_keys))
+        keys = dict(conn.execute(sq).all())
+        if not keys:
+            return {}
+        q = (sa.select(measurements.c.series, runs.c.run_id, runs.c.commit, runs.c.branch, runs.c.started_at,
+                       runs.c.machine_key, measurements.c.value, measurements.c.ci_low, measurements.c.ci_high,
+                       measurements.c.n)
+             .join(runs, runs.c.id == measurements.c.run)
+             .where(measurements.c.series.in_(list(keys))))
+        if flt.since:
+            q = q.where(runs.c.started_at >= flt.since)
+        if flt.branch:
+            q = q.where(runs.c.branch == flt.branch)
+        if flt.machine_key:
+            q = q.where(runs.c.machine_key == flt.machine_key)
+        if flt.suite:
+            q = q.where(runs.c.suite == flt.suite)
+        q = q.order_by(measurements.c.series, runs.c.started_at, runs.c.id)
+        out: dict[str, list[Point]] = {}
         for r in conn.execute(q):
-            out.setdefault(r.case_key, []).append(Point(r.run_id, r.commit, r.branch, r.started_at, r.machine_key,
-                                                        r.value, r.ci_low, r.ci_high, r.n))
+            out.setdefault(keys[r.series], []).append(Point(r.run_id, r.commit, r.branch, r.started_at, r.machine_key,
+                                                            r.value, r.ci_low, r.ci_high, r.n))
+    out = dict(sorted(out.items()))
     if flt.last:
         out = {k: v[-flt.last:] for k, v in out.items()}
     return out
