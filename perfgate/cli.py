@@ -538,10 +538,11 @@ def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: st
 # ---------------------------------------------------------------- perfgate history, bisect (issue 16)
 
 def _add_run_to_history(settings: config_mod.Settings, run_dir: Path) -> None:
-    """`run --history`: the run just made into the store; a store problem exits 2 (the results stand)."""
+    """`run --history`: the run just made into the store, its trends in history.html beside it; a store
+    problem exits 2 (the results stand)."""
     from perfgate.history import commands
 
-    for line in commands.add(settings, [str(run_dir)], None, None, None):
+    for line in commands.add_from_run(settings, run_dir):
         click.echo(line)
 
 

@@ -81,7 +81,8 @@ def test_sigterm_leaves_no_worktree_behind(repo: tuple[Path, list[str]]) -> None
 
 
 def test_real_runs_on_each_commit_make_a_series_whose_step_detect_finds(tmp_path: Path) -> None:
-    """perfgate run --history on 10 commits (+25% from the 5th): detect names the commit range."""
+    """perfgate run --history on 10 commits (+25% from the 5th): detect names the commit range, and each
+    run's report.html links its case to its trend in history.html."""
     path = tmp_path / "repo"
     hashes = make_repo(path, 10, 5, processes=1, samples=5)
     for h in hashes:
@@ -89,6 +90,9 @@ def test_real_runs_on_each_commit_make_a_series_whose_step_detect_finds(tmp_path
         out = cli(["run", "--history"], path)
         assert out.returncode == 0, out.stderr + out.stdout
         assert f"commit {h[:12]}" in out.stdout
+    run_dir = next(d for d in (path / "reports").iterdir() if (d / "history.html").is_file())
+    assert 'href="history.html#trend-bisect_work-smoke-eager-cpu-step_time"' in (run_dir / "report.html").read_text()
+    assert 'id="trend-bisect_work-smoke-eager-cpu-step_time"' in (run_dir / "history.html").read_text()
     out = cli(["history", "detect", "--format", "json"], path)
     assert out.returncode == 0, out.stderr
     (analysis,) = json.loads(out.stdout)

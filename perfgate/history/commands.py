@@ -111,3 +111,25 @@ def bisect(settings: Settings, good: str, bad: str, case: str, metric: str, proc
     for line in bisect_mod.report_lines(result, settings.root):
         echo(line)
     return 0
+
+
+def add_from_run(settings: Settings, run_dir: Path) -> list[str]:
+    """`perfgate run --history`: add the run, write history.html beside it (the trends of its cases on
+    its machine), and render its reports again so that each case links to its trend."""
+    from perfgate.exporters import write_run_reports
+    from perfgate.merge import load_comparison_file
+    from perfgate.model import load_results
+
+    lines = add(settings, [str(run_dir)], None, None, None)
+    run = load_results(run_dir)
+    keys = [glob_escape(c.key) for c in run.cases]
+    path = report(settings, None, keys, "step_time", None, None, None, run.environment.get("machine_key"), True,
+                  run_dir / "history.html")
+    write_run_reports(run, run_dir, load_comparison_file(run_dir))
+    lines.append(f"history: the trends of this run's cases in {path} (linked from report.html)")
+    return lines
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a glob pattern matching only itself."""
+    return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in text)
