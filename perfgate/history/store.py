@@ -268,7 +268,7 @@ def open_store(url: str, *, create: bool, migrations: Sequence[Callable[[Connect
         engine = _sqlite_engine(url)
     else:
         try:
-            engine = sa.create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+            engine = sa.create_engine(url, connect_args={"connect_timeout": 10})
         except ModuleNotFoundError as exc:
             raise HistoryError(f"a PostgreSQL history store needs psycopg: pip install 'perfgate[postgres]' ({exc})") from exc
         except SQLAlchemyError as exc:
