@@ -105,3 +105,42 @@ def test_history_key_must_be_a_url(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\nhistory = 3\n")
     out = cli(["history", "show"], tmp_path)
     assert out.returncode == 2 and "must be a database URL" in out.stderr
+
+
+def test_filters_since_and_branch(project: Path) -> None:
+    data = json.loads(cli(["history", "show", "--format", "json", "--since", "2026-01-01T00:30"], project).stdout)
+    assert len(data) == 2 * 10 and min(r["started_at"] for r in data) == "2026-01-01T00:30:00Z"
+    assert cli(["history", "show", "--format", "json", "--branch", "other"], project).stdout.strip() == "[]"
+    out = cli(["history", "show", "--since", "yesterday"], project)
+    assert out.returncode == 2 and "--since 'yesterday'" in out.stderr
+
+
+def test_untrusted_text_is_refused_or_escaped(tmp_path: Path) -> None:
+    """A workload name with markup shows as text in history.html; an overlong one is refused, exit 2."""
+    from perfgate.model import CaseSpec
+    from tests.fixtures.history import case_with
+
+    run = make_run(0, [0.01])
+    run.cases.append(case_with(CaseSpec("<script>alert(1)</script>", "smoke", ("eager",), "cpu"), 0.02))
+    write_run(tmp_path / "runs", run)
+    long_run = make_run(1, [0.01])
+    long_run.cases.append(case_with(CaseSpec("w" * 600, "smoke", ("eager",), "cpu"), 0.02))
+    write_run(tmp_path / "runs", long_run)
+    env = {"PERFGATE_HISTORY_URL": f"sqlite:///{tmp_path / 'h.db'}"}
+    out = cli(["history", "add", "runs/run-000001"], tmp_path, env)
+    assert out.returncode == 2 and "at most 512 characters" in out.stderr and not (tmp_path / "h.db").exists()
+    assert cli(["history", "add", "runs/run-000000"], tmp_path, env).returncode == 0
+    assert cli(["history", "report", "--out", "h.html"], tmp_path, env).returncode == 0
+    html = (tmp_path / "h.html").read_text()
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_commit_and_branch_overrides(tmp_path: Path) -> None:
+    write_run(tmp_path / "runs", make_run(0, [0.01], commit="c" * 40, branch="main"))
+    env = {"PERFGATE_HISTORY_URL": f"sqlite:///{tmp_path / 'h.db'}"}
+    out = cli(["history", "add", "runs/run-000000", "--commit", "d" * 40, "--branch", "feature"], tmp_path, env)
+    assert out.returncode == 0 and f"commit {'d' * 12}, branch feature" in out.stdout
+    (row,) = json.loads(cli(["history", "show", "--format", "json", "--branch", "feature"], tmp_path, env).stdout)
+    assert row["commit"] == "d" * 40
+    out = cli(["history", "add", "runs", "runs/run-000000", "--commit", "e" * 40], tmp_path, env)
+    assert out.returncode == 2 and "one run's commit" in out.stderr

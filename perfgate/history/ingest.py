@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,7 @@ def case_measurements(case: CaseResult) -> list[dict[str, Any]]:
         put("first_call_s", case.first_call_s)
     for name, value in sorted(case.metrics.items()):
         if name not in ("step_time", "throughput_steps_per_s", "first_call_s"):
-            put(str(name)[:128], value)
+            put(str(name), value)
     for key, metric in DRIFT_METRICS.items():
         put(metric, case.accuracy.get(key))
     return out
@@ -84,19 +85,55 @@ def record_from_run(run: RunResult, source: str | None, root: Path, commit: str 
         run_commit = run_commit or git_commit
         run_branch = run_branch or git_branch
     if not isinstance(run.run_id, str) or not run.run_id.strip() or len(run.run_id) > 255:
-        raise HistoryError(f"{source}: run_id must be a non-empty string of at most 255 characters, got {run.run_id!r}")
+        raise HistoryError(f"{source}: run_id must be a non-empty string of at most 255 characters, got {run.run_id!r:.80}")
     rows = [{"case_key": c.key, "workload": c.spec.workload, "size": c.spec.size, "toggles": c.spec.toggle_name,
              "device": c.spec.device, "status": c.status, "failure_class": c.failure_class} for c in run.cases]
+    for row in rows:
+        for name, value in row.items():
+            _check_text(source, f"case {row['case_key'][:80]!r}: {name}", value, FIELD_LIMITS[name])
+    for name, value in (("suite", run.suite), ("commit", run_commit), ("branch", run_branch),
+                        ("machine_key", env.get("machine_key"))):
+        _check_text(source, name, value, FIELD_LIMITS[name])
     seen: set[str] = set()
     for row in rows:
         if row["case_key"] in seen:
             raise HistoryError(f"{source}: case {row['case_key']} appears twice in one run")
         seen.add(row["case_key"])
     meas = [m for c in run.cases if c.status == STATUS_OK for m in case_measurements(c)]
+    for m in meas:
+        _check_text(source, f"case {m['case_key'][:80]!r}: metric name", m["metric"], FIELD_LIMITS["metric"])
     return RunRecord(run_id=run.run_id, suite=run.suite, commit=str(run_commit) if run_commit else None,
                      branch=str(run_branch) if run_branch else None,
-                     started_at=run.started_at or run.finished_at or "", machine_key=env.get("machine_key"),
+                     started_at=utc_time(run.started_at or run.finished_at, source), machine_key=env.get("machine_key"),
                      environment=env, settings=run.settings, source=source, cases=rows, measurements=meas)
+
+
+# the store's column widths (perfgate.history.store): longer text is refused, never cut
+FIELD_LIMITS = {"case_key": 512, "workload": 255, "size": 255, "toggles": 255, "device": 64, "status": 32,
+                "failure_class": 64, "suite": 255, "commit": 64, "branch": 255, "machine_key": 255, "metric": 128}
+
+
+def _check_text(source: str | None, what: str, value: Any, limit: int) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or len(value) > limit or "\x00" in value:
+        raise HistoryError(f"{source}: {what} must be text of at most {limit} characters, got {str(value)[:80]!r}")
+
+
+def utc_time(text: str | None, source: str | None) -> str:
+    """A run's start time as UTC ``YYYY-MM-DDTHH:MM:SSZ``, so that runs from runners in other time zones
+    sort by when they ran. results.json writes local time with its offset (``%Y-%m-%dT%H:%M:%S%z``)."""
+    if not text:
+        raise HistoryError(f"{source}: the run has no started_at time; a history orders runs by it")
+    for fmt in ("%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S.%f%z", "%Y-%m-%dT%H:%M:%S"):
+        try:
+            t = datetime.strptime(str(text), fmt)
+        except ValueError:
+            continue
+        if t.tzinfo is not None:
+            t = t.astimezone(timezone.utc)
+        return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+    raise HistoryError(f"{source}: started_at {str(text)[:40]!r} is not an ISO time (YYYY-MM-DDTHH:MM:SS+HHMM)")
 
 
 def resolve_inputs(paths: Sequence[str]) -> list[Path]:

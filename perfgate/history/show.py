@@ -7,10 +7,11 @@ import fnmatch
 import io
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from perfgate.exporters.base import format_value
-from perfgate.history.store import Point, SeriesFilter, Store, case_keys, series
+from perfgate.history.store import HistoryError, Point, SeriesFilter, Store, case_keys, series
 
 FORMATS = ("table", "csv", "json")
 
@@ -25,8 +26,21 @@ def select_cases(store: Store, metric: str, patterns: Sequence[str]) -> list[str
                                    for p in patterns)]
 
 
+def parse_since(text: str | None) -> str | None:
+    """``--since``: a date or a time (UTC), as the store's time text, for comparison with run start times."""
+    if text is None:
+        return None
+    for fmt in ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S"):
+        try:
+            return datetime.strptime(text, fmt).strftime("%Y-%m-%dT%H:%M:%SZ")
+        except ValueError:
+            continue
+    raise HistoryError(f"--since {text!r}: expected a date YYYY-MM-DD or a UTC time YYYY-MM-DDTHH:MM[:SS]")
+
+
 def read(store: Store, metric: str, patterns: Sequence[str], since: str | None, last: int | None,
          branch: str | None = None, machine_key: str | None = None) -> dict[str, list[Point]]:
+    since = parse_since(since)
     keys = select_cases(store, metric, patterns)
     if not keys:
         return {}

@@ -391,13 +391,19 @@ def add_run(store: Store, record: RunRecord, retries: int = 5) -> bool:
                              "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high"), "n": m.get("n")}
                             for m in record.measurements])
             return True
-        except IntegrityError:
-            return False  # the same run_id, committed by another writer between our check and insert
+        except IntegrityError as exc:
+            if "run_id" in str(exc.orig) or "runs" in str(exc.orig):
+                return False  # the same run_id, committed by another writer between our check and insert
+            raise HistoryError(f"history store {store.describe()}: run {record.run_id} was refused "
+                               f"({_first_line(exc.orig)})") from exc
         except OperationalError as exc:
             if attempt == retries - 1 or "locked" not in str(exc).lower():
                 raise HistoryError(f"history store {store.describe()}: could not write run {record.run_id} "
                                    f"({_first_line(exc.orig or exc)})") from exc
             time.sleep(0.2 * (attempt + 1))
+        except SQLAlchemyError as exc:
+            raise HistoryError(f"history store {store.describe()}: could not write run {record.run_id} "
+                               f"({_first_line(getattr(exc, 'orig', None) or exc)})") from exc
     return False
 
 
