@@ -134,13 +134,16 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
 @click.option("--against", "against_ref", default=None, metavar="REF",
               help="Run REF (a git ref, in a temporary worktree) and this tree interleaved; compare directly.")
 @click.option("--strict-env", is_flag=True, help="Refuse a baseline measured with another torch/CUDA/driver/Python.")
+@click.option("--history", "history", is_flag=True,
+              help="Add this run to the history store ([tool.perfgate] history, $PERFGATE_HISTORY_URL).")
 @handle_errors
 def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], toggles: tuple[str, ...],
             size: str | None, device: str | None, out: str | None, processes: int | None, threads: int | None,
             timeout_s: float | None, samples: int | None, max_memory_mb: int | None,
             workloads_dirs: tuple[str, ...], compile_cache: str | None = None, shard: str | None = None, shard_costs: str | None = None,
             gate: bool = False, baseline_file: str | None = None, against_ref: str | None = None,
-            strict_env: bool = False, max_processes: int | None = None, max_case_s: float | None = None) -> None:
+            strict_env: bool = False, max_processes: int | None = None, max_case_s: float | None = None,
+            history: bool = False) -> None:
     """Run a suite (or a selection) and write results.json with a table of step times per toggle."""
     from dataclasses import replace
 
@@ -230,6 +233,8 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
                                         gate=gate)
         if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
             publish_summary(run_dir)
+        if history:
+            _add_run_to_history(settings, run_dir)
         sys.exit(code)
     sampler_for = gate_mod.sampler_factory(settings, "stored" if stored else "plain", stored[1] if stored else None)
     run = runner.execute(cases, files, settings, run, run_dir, progress, after_case=write_reports,
@@ -241,6 +246,8 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     click.echo(f"reports: {run_dir / 'report.html'} (also summary.md, junit.xml)")
     click.echo(console.run_tables(run))
     click.echo(f"\n{runner.summary_status(run)}; results: {run_dir / 'results.json'}")
+    if history:  # before the gate's verdict: a regression is history too
+        _add_run_to_history(settings, run_dir)
     if not any(c.status == STATUS_OK for c in run.cases):
         fail("no case could run (see the failures and skip reasons above)", EXIT_INFRA)
     if stored:  # compare with the stored baseline: perfgate/gate.py
@@ -570,6 +577,141 @@ def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: st
         pass
     finally:
         tb.stop()
+
+
+# ---------------------------------------------------------------- perfgate history, bisect (issue 16)
+
+def _add_run_to_history(settings: config_mod.Settings, run_dir: Path) -> None:
+    """`run --history`: the run just made into the store, its trends in history.html beside it; a store
+    problem exits 2 (the results stand)."""
+    from perfgate.history import commands
+
+    for line in commands.add_from_run(settings, run_dir):
+        click.echo(line)
+
+
+history_url_option = click.option("--history-url", "history_url", default=None, metavar="URL",
+                                  help="Store URL (default: $PERFGATE_HISTORY_URL, [tool.perfgate] history, "
+                                       "sqlite:///.perfgate/history.db).")
+metric_option = click.option("--metric", default="step_time", show_default=True,
+                             help="Metric: step_time, throughput_steps_per_s, first_call_s, or a profile metric.")
+
+
+@main.group("history")
+def history_group() -> None:
+    """Every run kept in a database: series per case, change points, trend report (docs/history.md)."""
+
+
+@history_group.command("add")
+@config_option
+@history_url_option
+@click.argument("runs", nargs=-1, required=True)
+@click.option("--commit", default=None, help="The run's commit (default: results.json's, else git HEAD).")
+@click.option("--branch", default=None, help="The run's branch (default: results.json's, else git's).")
+@handle_errors
+def history_add_cmd(config: str | None, history_url: str | None, runs: tuple[str, ...], commit: str | None,
+                    branch: str | None) -> None:
+    """Add RUNS (run folders, results.json files, or folders of run folders) to the history; a run
+    already there is left as it is."""
+    from perfgate.history import commands
+
+    for line in commands.add(load_settings(config), list(runs), history_url, commit, branch):
+        click.echo(line)
+
+
+series_options = [
+    click.option("-w", "--workload", "patterns", multiple=True,
+                 help="Only cases whose workload or key matches (glob; repeatable)."),
+    metric_option,
+    click.option("--since", default=None, help="Only runs started at or after this date (YYYY-MM-DD...)."),
+    click.option("--last", type=click.IntRange(min=1), default=None, help="Only each case's last N runs."),
+    click.option("--branch", default=None, help="Only runs of this branch."),
+    click.option("--machine", "machine_key", default=None, help="Only runs on this machine key."),
+]
+
+
+def _series_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for opt in reversed(series_options):
+        fn = opt(fn)
+    return fn
+
+
+@history_group.command("show")
+@config_option
+@history_url_option
+@_series_options
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@handle_errors
+def history_show_cmd(config: str | None, history_url: str | None, patterns: tuple[str, ...], metric: str,
+                     since: str | None, last: int | None, branch: str | None, machine_key: str | None,
+                     fmt: str) -> None:
+    """Each case's series of METRIC: commit, date, value, CI (table), or csv/json for notebooks."""
+    from perfgate.history import commands
+
+    click.echo(commands.show(load_settings(config), history_url, patterns, metric, since, last, branch,
+                             machine_key, fmt), nl=False)
+
+
+@history_group.command("detect")
+@config_option
+@history_url_option
+@_series_options
+@click.option("--all-metrics", is_flag=True, help="Every metric in the store, not only --metric.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--fail-on-regression", is_flag=True, help="Exit 1 when a regression (step or creep) is found.")
+@handle_errors
+def history_detect_cmd(config: str | None, history_url: str | None, patterns: tuple[str, ...], metric: str,
+                       since: str | None, last: int | None, branch: str | None, machine_key: str | None,
+                       all_metrics: bool, fmt: str, fail_on_regression: bool) -> None:
+    """Change points (steps) and creep in each case's series, with commit range, size and CI."""
+    from perfgate.history import commands
+
+    text, regressions = commands.detect(load_settings(config), history_url, patterns, metric, since, last, branch,
+                                        machine_key, all_metrics, fmt)
+    click.echo(text, nl=False)
+    if fail_on_regression and regressions:
+        sys.exit(EXIT_GATE)
+
+
+@history_group.command("report")
+@config_option
+@history_url_option
+@_series_options
+@click.option("--all-metrics", is_flag=True, help="A chart per metric in the store, not only --metric.")
+@click.option("--out", "out", type=click.Path(dir_okay=False), default="history.html", show_default=True,
+              help="The HTML file to write.")
+@handle_errors
+def history_report_cmd(config: str | None, history_url: str | None, patterns: tuple[str, ...], metric: str,
+                       since: str | None, last: int | None, branch: str | None, machine_key: str | None,
+                       all_metrics: bool, out: str) -> None:
+    """history.html: an SVG trend chart per case and metric, change points marked."""
+    from perfgate.history import commands
+
+    path = commands.report(load_settings(config), history_url, patterns, metric, since, last, branch, machine_key,
+                           all_metrics, Path(out))
+    click.echo(f"wrote {path}")
+
+
+@main.command("bisect")
+@config_option
+@click.argument("good")
+@click.argument("bad")
+@click.option("-w", "--workload", "case", required=True,
+              help="The case: a workload name (its smoke size, eager, cpu) or a key workload/size/toggles/device.")
+@click.option("--metric", default="step_time", show_default=True, help="Only step_time is bisected.")
+@click.option("--processes", type=click.IntRange(min=1), default=None, help="Worker process pairs per measurement.")
+@click.option("--samples", type=click.IntRange(min=1), default=None, help="Timed samples per process.")
+@click.option("--threshold", type=click.FloatRange(min=0.001), default=None,
+              help="Relative change that counts as the step (default: half of GOOD..BAD's measured change).")
+@handle_errors
+def bisect_cmd(config: str | None, good: str, bad: str, case: str, metric: str, processes: int | None,
+               samples: int | None, threshold: float | None) -> None:
+    """Find the first commit between GOOD and BAD where CASE's step time changed, measuring commits
+    pairwise in lockstep in temporary worktrees (your checkout and branches are never touched)."""
+    from perfgate.history import commands
+
+    sys.exit(commands.bisect(load_settings(config), good, bad, case, metric, processes, samples, threshold,
+                             click.echo))
 
 
 if __name__ == "__main__":

@@ -108,7 +108,7 @@ DEFAULT_SUITES = {
 
 _KNOWN_KEYS = {
     "workloads_dirs", "baselines_dir", "reports_dir", "threads", "processes", "timeout_s", "seed",
-    "max_memory_mb", "compile_cache", "default_suite", "suites", "timing", "gate",
+    "max_memory_mb", "compile_cache", "default_suite", "suites", "timing", "gate", "history",
 }
 
 
@@ -230,5 +230,5 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
         default_suite=default_suite,
         suites=suites,
         timing=timing,
-        extra={k: raw[k] for k in ("gate",) if k in raw},
+        extra={k: raw[k] for k in ("gate", "history") if k in raw},
     )

@@ -393,6 +393,13 @@ class ReportInput:
         except (TypeError, ValueError):
             return DEFAULT_THRESHOLD
 
+    @property
+    def history_href(self) -> str | None:
+        """history.html beside the run (written by `perfgate run --history`): each case links to its trend."""
+        if self.run_dir is not None and (Path(self.run_dir) / "history.html").is_file():
+            return "history.html"
+        return None
+
     @cached_property
     def rows(self) -> list[CaseRow]:
         run, comp = self.run, self.comparison

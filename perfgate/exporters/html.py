@@ -115,6 +115,13 @@ def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _trend_anchor(case_key: str) -> str:
+    """The id of a case's step-time chart in history.html (perfgate.history.report.anchor)."""
+    from perfgate.history.report import anchor
+
+    return anchor(case_key, "step_time")
+
+
 @lru_cache(maxsize=1)
 def _template() -> jinja2.Template:
     env = jinja2.Environment(
@@ -153,5 +160,7 @@ class HtmlExporter:
             tensorboard_command=f"perfgate tensorboard {shlex.quote(run_dir)}",
             in_run_dir=lambda rel: str(report.run_dir / rel) if rel and report.run_dir else rel,
             label_width=LABEL_WIDTH,
+            history_href=report.history_href,
+            trend_anchor=_trend_anchor,
         )
         return html.encode("utf-8")

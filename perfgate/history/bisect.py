@@ -1,0 +1,272 @@
+"""``perfgate bisect GOOD BAD -w CASE``: the first commit of a step in one case's step time.
+
+Every commit measured is checked out in a temporary git worktree (perfgate.against.checkout, detached:
+no branch is created or moved, the user's checkout is never touched) and removed afterwards, also on
+Ctrl-C or SIGTERM. A measurement is one ``--against`` pair: GOOD's and the commit's worker processes side
+by side, sampling in lockstep (runner.run_lockstep), judged by the gate's paired statistic
+(compare.judge_case: the median per-pair ratio with its CI).
+
+The search: GOOD against BAD first (the step to find: ratio R). Then like ``git bisect``, on the first-
+parent path from GOOD to BAD: the middle commit is measured against GOOD, and counts as "after the step"
+when its ratio moved more than half of R's way (in log terms; ``--threshold`` sets the line instead).
+16 commits take 1 + log2(16) = 5 measurements. No torch here.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from perfgate import against, runner
+from perfgate.compare import gate_settings, judge_case
+from perfgate.config import ConfigError, Settings, Suite
+from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Verdict
+from perfgate.plan import Catalog, plan_cases
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One commit measured against GOOD: head/base step-time ratio with its 95% CI."""
+
+    commit: str
+    ratio: float
+    low: float
+    high: float
+    base_s: float | None
+    head_s: float | None
+    wall_s: float
+
+    def text(self) -> str:
+        return f"{self.ratio:.3f}x [{self.low:.3f}, {self.high:.3f}]"
+
+
+@dataclass
+class BisectResult:
+    first_bad: str  # the first commit after the step
+    before: Measurement | None  # its parent against GOOD (None: the parent is GOOD itself)
+    after: Measurement  # the first bad commit against GOOD
+    step: Measurement  # BAD against GOOD
+    measurements: list[Measurement]
+    commits_in_range: int
+
+
+def _git(root: Path, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise ConfigError(f"git {' '.join(args)}: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else 'failed'}")
+    return out.stdout.strip()
+
+
+def commit_range(root: Path, good: str, bad: str) -> list[str]:
+    """[GOOD, c1, ..., BAD]: the first-parent path from GOOD to BAD, oldest first."""
+    resolved = []
+    for name, ref in (("GOOD", good), ("BAD", bad)):
+        out = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=root,
+                             capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise ConfigError(f"bisect: {name} {ref!r} is not a commit in {root} (a branch, tag or hash is valid)")
+        resolved.append(out.stdout.strip())
+    g, b = resolved
+    if subprocess.run(["git", "merge-base", "--is-ancestor", g, b], cwd=root, timeout=60).returncode != 0:
+        raise ConfigError(f"bisect: GOOD {good} is not an ancestor of BAD {bad}")
+    path = _git(root, "rev-list", "--first-parent", "--reverse", f"{g}..{b}").split()
+    if g not in _git(root, "rev-list", "--first-parent", b).split():
+        # GOOD is merged in from a side branch: every commit after it, in order
+        path = _git(root, "rev-list", "--reverse", "--ancestry-path", f"{g}..{b}").split()
+    if not path:
+        raise ConfigError(f"bisect: GOOD and BAD are the same commit ({g[:12]})")
+    return [g, *path]
+
+
+def resolve_case(text: str) -> Suite:
+    """``workload`` (its smoke size, eager, on cpu) or a full key ``workload/size/toggles/device``, as a
+    one-case suite that plan_cases validates against GOOD's workloads."""
+    parts = text.split("/")
+    if len(parts) == 1 and parts[0]:
+        return Suite("bisect", (parts[0],), ("smoke",), ("eager",), "cpu")
+    if len(parts) == 4 and all(parts):
+        return Suite("bisect", (parts[0],), (parts[1],), (parts[2],), parts[3])
+    raise ConfigError(f"bisect -w {text!r}: give a workload name or a case key workload/size/toggles/device")
+
+
+def plan_case(suite: Suite, catalog: Catalog) -> CaseSpec:
+    cases = plan_cases(suite, catalog)
+    if len(cases) != 1:
+        raise ConfigError(f"bisect: {suite.workloads[0]} selects {len(cases)} cases at GOOD; name one case")
+    return cases[0]
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """SIGTERM raises like Ctrl-C does, so that every worktree is removed on the way out."""
+    def stop(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextmanager
+def _removed(path: Path) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _workload_file(good: against.BaseCheckout, other: against.BaseCheckout, spec: CaseSpec) -> str | None:
+    """The case's workload file in ``other``: GOOD's file at the same place in the tree (one probe, GOOD's,
+    serves every commit), when it exists there."""
+    if good.catalog is None or spec.workload not in good.catalog.workloads:
+        return None
+    file = Path(good.catalog.workloads[spec.workload]["file"]).resolve()
+    try:
+        rel = file.relative_to(good.path.resolve())
+    except ValueError:  # a workloads folder outside the repository: every commit shares it
+        return str(file)
+    path = other.path / rel
+    return str(path) if path.is_file() else None
+
+
+def measure(spec: CaseSpec, good: against.BaseCheckout, other: against.BaseCheckout, settings: Settings,
+            work: Path) -> Measurement:
+    """``other`` against GOOD: ``settings.processes`` pairs of worker processes sampling in lockstep, each
+    side with its own checkout's perfgate and workloads, judged like ``run --against``."""
+    t0 = time.perf_counter()
+    good_file = _workload_file(good, good, spec)
+    other_file = _workload_file(good, other, spec)
+    if good_file is None or other_file is None:
+        raise ConfigError(f"bisect: workload {spec.workload!r} does not exist at "
+                          f"{(good if good_file is None else other).commit[:12]}")
+    base_dir, head_dir = work / f"{good.commit[:12]}-base", work / other.commit[:12]
+    (head_env, head_cache), (base_env, base_cache) = against.side_compile_caches(spec, head_dir, base_dir,
+                                                                                 settings.compile_cache)
+    base_env["PYTHONPATH"], head_env["PYTHONPATH"] = good.python_path, other.python_path
+    base_results: list[dict[str, Any]] = []
+    head_results: list[dict[str, Any]] = []
+    try:
+        for i in range(settings.processes):
+            base_job = runner.LockstepJob(runner.case_config(spec, good_file, settings, i, base_dir, profile=False),
+                                          base_dir / ".work", base_env, good.path)
+            head_job = runner.LockstepJob(runner.case_config(spec, other_file, settings, i, head_dir, profile=False),
+                                          head_dir / ".work", head_env, other.path)
+            jobs = [base_job, head_job] if i % 2 == 0 else [head_job, base_job]
+            outs = runner.run_lockstep(jobs, settings, rotate=i)
+            by_side = dict(zip(("base", "head") if i % 2 == 0 else ("head", "base"), outs, strict=True))
+            base_results.append(by_side["base"].result)
+            head_results.append(by_side["head"].result)
+            if any(r.get("status") != STATUS_OK for r in (by_side["base"].result, by_side["head"].result)):
+                break
+    finally:
+        runner.close_zygotes()  # each checkout had its own fork server: do not keep them all alive
+    base = runner.case_from_results(spec, base_results, settings.processes, t0, base_cache)
+    head = runner.case_from_results(spec, head_results, settings.processes, t0, head_cache)
+    for side, case, commit in (("GOOD", base, good.commit), ("measured", head, other.commit)):
+        if case.status != STATUS_OK:
+            last = (case.message or "").strip().splitlines()[-1:] or [""]
+            raise runner.InfrastructureError(f"bisect: {spec.key} {case.status} at {side} commit {commit[:12]}: "
+                                             f"{last[0]}")
+    v = _step_verdict(spec, base, head, settings)
+    return Measurement(other.commit, v.ratio or 1.0, v.ratio_low or 1.0, v.ratio_high or 1.0, v.baseline, v.current,
+                       time.perf_counter() - t0)
+
+
+def _step_verdict(spec: CaseSpec, base: CaseResult, head: CaseResult, settings: Settings) -> Verdict:
+    for v in judge_case(spec.key, base, head, gate_settings(settings), paired=True):
+        if v.metric == "step_time" and v.ratio is not None:
+            return v
+    raise runner.InfrastructureError(f"bisect: no step-time comparison for {spec.key}")
+
+
+def is_after_step(m: Measurement, step: Measurement, threshold: float | None) -> bool:
+    """Has ``m`` (a commit against GOOD) moved past the line: half of the step's log ratio, or
+    ``threshold`` in the step's direction."""
+    sign = 1.0 if step.ratio >= 1 else -1.0
+    line = math.log1p(threshold) if threshold else abs(math.log(step.ratio)) / 2
+    return sign * math.log(m.ratio) > line
+
+
+def bisect(settings: Settings, good_ref: str, bad_ref: str, case: Suite, echo: Echo,
+           threshold: float | None = None) -> BisectResult:
+    """Find the first commit of the step between GOOD and BAD in the step time of ``case`` (resolve_case)."""
+    top = Path(_git(settings.root, "rev-parse", "--show-toplevel"))
+    commits = commit_range(top, good_ref, bad_ref)
+    measurements: list[Measurement] = []
+    work_root = Path(tempfile.mkdtemp(prefix="perfgate-bisect-"))  # scratch for workers, removed at the end
+    with _interruptible(), _removed(work_root):
+        good = against.checkout(settings, commits[0])
+        try:
+            spec = plan_case(case, against.probe_base(good, settings.threads))
+            echo(f"perfgate bisect: {spec.key}, {len(commits) - 1} commit(s) after GOOD {commits[0][:12]} up to "
+                 f"BAD {commits[-1][:12]}; {settings.processes} lockstep pair(s) per measurement")
+
+            def measure_commit(index: int) -> Measurement:
+                other = against.checkout(settings, commits[index])
+                try:
+                    m = measure(spec, good, other, settings, work_root)
+                finally:
+                    other.close()
+                measurements.append(m)
+                echo(f"  {commits[index][:12]} ({index} of {len(commits) - 1}) against GOOD: {m.text()}  "
+                     f"({m.wall_s:.1f} s)")
+                return m
+
+            step = measure_commit(len(commits) - 1)
+            line = (f"{threshold * 100:g}%" if threshold else
+                    f"half of it, {(math.sqrt(step.ratio) - 1) * 100:+.1f}%")
+            significant = step.low > 1 or step.high < 1
+            if not significant or (threshold and abs(math.log(step.ratio)) <= math.log1p(threshold)):
+                raise NoStep(f"bisect: BAD measures {step.text()} against GOOD: no step to bisect "
+                             f"{'(the CI includes 1x)' if not significant else f'(within --threshold {threshold:g})'}")
+            echo(f"  the step: {step.text()}; a commit is after it when it moved past {line}")
+            lo, hi = 0, len(commits) - 1
+            found: dict[int, Measurement] = {hi: step}
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                m = measure_commit(mid)
+                found[mid] = m
+                if is_after_step(m, step, threshold):
+                    hi = mid
+                else:
+                    lo = mid
+        finally:
+            good.close()
+    return BisectResult(first_bad=commits[hi], before=found.get(lo), after=found[hi], step=step,
+                        measurements=measurements, commits_in_range=len(commits) - 1)
+
+
+class NoStep(ConfigError):
+    """GOOD and BAD measure alike: nothing to bisect (exit 2)."""
+
+
+def report_lines(result: BisectResult, root: Path) -> list[str]:
+    subject = subprocess.run(["git", "log", "-1", "--format=%h %s", result.first_bad], cwd=root, capture_output=True,
+                             text=True, timeout=60).stdout.strip()
+    before = result.before.text() if result.before else "1.000x (GOOD itself)"
+    total = sum(m.wall_s for m in result.measurements)
+    return [
+        f"first commit of the step: {result.first_bad}  {subject}",
+        f"  its parent against GOOD: {before}",
+        f"  it against GOOD:         {result.after.text()}",
+        f"  BAD against GOOD:        {result.step.text()}",
+        f"{len(result.measurements)} measurement(s) over {result.commits_in_range} commit(s), {total:.0f} s",
+    ]
+
+
+def with_sampling(settings: Settings, processes: int | None, samples: int | None) -> Settings:
+    return settings.with_overrides(processes=processes,
+                                   timing=replace(settings.timing, samples=samples) if samples else None)

@@ -1,0 +1,339 @@
+"""Change points and creep in a series of runs. No torch here.
+
+Steps: E-divisive means (Matteson & James, 2014, "A nonparametric approach for multiple change point
+analysis of multivariate data") as adapted for performance series by MongoDB and Apache Otava (Hunter:
+Fleming et al., ICPE 2023), in three stages:
+
+1. Candidates. The series is cut into windows of ``window`` points (overlapping by half), and again into
+   windows 4x, 16x ... as long, up to ``max_window`` or the whole series. In each window,
+   E-divisive's divergence q-hat (energy distance, alpha = 1) picks the split that best separates two
+   distributions; the split is kept when Student's t-test between the two sides gives p < ``max_pvalue``,
+   and the search recurses into the halves (hierarchical segmentation). Hunter replaced the original
+   permutation test with this t-test: deterministic, and thousands of times cheaper.
+2. Pruning. Candidates are re-tested against their neighbours (the points between the previous and the
+   next candidate on each side); the weakest one above ``max_pvalue`` (or smaller than
+   ``min_magnitude``) is dropped, and the test repeats until every change point stands.
+3. Reporting. Each change point: the commit range (the last run before it, the first run after it), the
+   relative step (mean after / mean before - 1) with a Student-t 95% CI, the p-value, regression or win.
+
+Creep: steps too small for any one window (three +2% steps in 3% noise) are still a trend. Within each
+segment between change points, a Mann-Kendall test (Kendall's tau of value against position) with
+p < ``max_pvalue`` and a Theil-Sen total change over the segment of at least ``min_creep`` is reported as
+creep, with its commit range and the Theil-Sen CI. docs/history.md explains the choices and the
+figures measured with benchmarks/history_detect.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from perfgate.history.store import Point
+
+# Metrics where a larger value is better; for every other one (times, bytes, counts, drift) larger is worse.
+HIGHER_IS_BETTER = frozenset({"throughput_steps_per_s", "achieved_flops_per_s", "construction_cache_hits"})
+
+
+# A trend over the whole range counts as explained by its steps when the largest step is this share of it.
+EXPLAINED = 2 / 3
+
+
+@dataclass(frozen=True)
+class DetectSettings:
+    window: int = 50  # points per shortest E-divisive window (Otava's default), overlapping by half
+    max_window: int = 800  # longest window (q-hat is quadratic in a window's length)
+    min_size: int = 5  # fewest points on either side of a change point
+    max_pvalue: float = 1e-4  # significance of a step and of creep
+    min_magnitude: float = 0.0  # smallest relative step reported
+    min_creep: float = 0.03  # smallest total relative change of a segment reported as creep
+    min_creep_points: int = 8  # fewest points in a segment tested for creep
+    creep_blocks: int = 400  # longer segments are tested on this many block medians (Theil-Sen is O(n^2))
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A step: ``index`` is the first point of the new level."""
+
+    index: int
+    before_run: str
+    after_run: str
+    before_commit: str | None
+    after_commit: str | None
+    mean_before: float
+    mean_after: float
+    change: float  # relative: mean_after / mean_before - 1
+    ci_low: float
+    ci_high: float
+    p_value: float
+    kind: str  # "regression" or "win"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "step", **asdict(self)}
+
+
+@dataclass(frozen=True)
+class Creep:
+    """A trend within one segment: the Theil-Sen change from its first to its last point."""
+
+    start: int
+    end: int  # inclusive
+    first_run: str
+    last_run: str
+    first_commit: str | None
+    last_commit: str | None
+    change: float  # relative total change over the segment
+    ci_low: float
+    ci_high: float
+    p_value: float  # Mann-Kendall
+    kind: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "creep", **asdict(self)}
+
+
+@dataclass
+class SeriesAnalysis:
+    case_key: str
+    metric: str
+    points: int
+    change_points: list[ChangePoint] = field(default_factory=list)
+    creeps: list[Creep] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> int:
+        return sum(f.kind == "regression" for f in [*self.change_points, *self.creeps])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case": self.case_key, "metric": self.metric, "points": self.points,
+                "change_points": [c.to_json() for c in self.change_points],
+                "creeps": [c.to_json() for c in self.creeps]}
+
+
+# ---------------------------------------------------------------- E-divisive
+
+def qhat(y: np.ndarray, min_size: int) -> tuple[int, float]:
+    """E-divisive's best split of ``y``: (tau, q) maximising Matteson & James's q-hat (alpha = 1), tau
+    the first index of the right part; (-1, 0) when ``y`` is too short for ``min_size`` on both sides."""
+    n = len(y)
+    if n < 2 * min_size:
+        return -1, 0.0
+    d = np.abs(y[:, None] - y[None, :])
+    lower = np.tril(d).sum(axis=1)  # sum_{i<t} d[t, i]
+    upper = np.triu(d).sum(axis=1)  # sum_{j>t} d[t, j]
+    w_left = np.concatenate(([0.0], np.cumsum(lower)))  # w_left[t]: pairs inside y[:t]
+    w_right = np.concatenate((np.cumsum(upper[::-1])[::-1], [0.0]))  # w_right[t]: pairs inside y[t:]
+    total = w_left[n]
+    taus = np.arange(min_size, n - min_size + 1)
+    m, k = taus.astype(float), (n - taus).astype(float)
+    cross = total - w_left[taus] - w_right[taus]
+    e = 2 * cross / (m * k) - 2 * w_left[taus] / (m * (m - 1)) - 2 * w_right[taus] / (k * (k - 1))
+    q = m * k / (m + k) * e
+    best = int(np.argmax(q))
+    return int(taus[best]), float(q[best])
+
+
+def ttest(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """(p, t, dof) of Student's two-sample t-test (pooled variance, as Hunter uses) between a and b; p 1
+    where it cannot be computed. Pooled: a side of a few points with a freakishly small spread cannot
+    make a split look significant, as it can under Welch's test."""
+    na, nb = len(a), len(b)
+    if na < 2 or nb < 2:
+        return 1.0, 0.0, 1.0
+    dof = na + nb - 2
+    pooled = ((na - 1) * a.var(ddof=1) + (nb - 1) * b.var(ddof=1)) / dof
+    diff = float(b.mean() - a.mean())
+    se = math.sqrt(pooled * (1 / na + 1 / nb))
+    if se <= 0:
+        return (0.0 if diff != 0 else 1.0), (math.inf if diff != 0 else 0.0), float(dof)
+    t = diff / se
+    return float(2 * sps.t.sf(abs(t), dof)), t, float(dof)
+
+
+def window_sizes(n: int, s: DetectSettings) -> list[int]:
+    """The window lengths searched: ``window``, 4x, 16x ... up to ``max_window``, and the whole series
+    when it is no longer than that. Short windows place nearby steps; long ones give a small step
+    enough points on each side to stand out of the noise."""
+    sizes, w = [], s.window
+    while w < min(n, s.max_window):
+        sizes.append(w)
+        w *= 4
+    sizes.append(min(n, s.max_window))
+    return sizes
+
+
+def _window_candidates(x: np.ndarray, s: DetectSettings) -> set[int]:
+    found: set[int] = set()
+    for w in window_sizes(len(x), s):
+        found |= _candidates_in_windows(x, w, s)
+    return found
+
+
+def _candidates_in_windows(x: np.ndarray, window: int, s: DetectSettings) -> set[int]:
+    found: set[int] = set()
+    n = len(x)
+    step = max(1, window // 2)
+    starts = list(range(0, n - window + 1, step)) if n > window else [0]
+    if n > window and starts[-1] + window < n:
+        starts.append(n - window)  # the last window ends with the series
+    for start in starts:
+        seg = x[start:start + window]
+        splits = [0, len(seg)]
+        while True:
+            best: tuple[float, int] | None = None
+            for a, b in zip(splits, splits[1:], strict=False):
+                tau, q = qhat(seg[a:b], s.min_size)
+                if tau > 0 and (best is None or q > best[0]):
+                    best = (q, a + tau)
+            if best is None:
+                break
+            tau = best[1]
+            a = max(p for p in splits if p < tau)
+            b = min(p for p in splits if p > tau)
+            if ttest(seg[a:tau], seg[tau:b])[0] >= s.max_pvalue:
+                break
+            splits = sorted([*splits, tau])
+            found.add(start + tau)
+    return found
+
+
+def _segment_test(x: np.ndarray, cps: list[int], i: int) -> tuple[float, float]:
+    """(p, |t|) of change point cps[i] against the points up to its neighbours."""
+    lo = cps[i - 1] if i > 0 else 0
+    hi = cps[i + 1] if i + 1 < len(cps) else len(x)
+    p, t, _ = ttest(x[lo:cps[i]], x[cps[i]:hi])
+    return p, abs(t)
+
+
+def change_point_indices(x: Sequence[float], s: DetectSettings = DetectSettings()) -> list[int]:
+    """Indices of the change points of ``x`` (each the first point of a new level), in order."""
+    arr = np.asarray(x, dtype=float)
+    if len(arr) < 2 * s.min_size:
+        return []
+    cps = sorted(_window_candidates(arr, s))
+    while cps:
+        tests = [_segment_test(arr, cps, i) for i in range(len(cps))]
+        mags = [abs(_rel_change(arr, cps, i)) for i in range(len(cps))]
+        # the weakest: highest p, then smallest |t| (near-duplicates from overlapping windows tie at p = 1)
+        worst = max(range(len(cps)), key=lambda i: (tests[i][0], -tests[i][1]))
+        too_small = [i for i in range(len(cps)) if mags[i] < s.min_magnitude]
+        if tests[worst][0] >= s.max_pvalue:
+            del cps[worst]
+        elif too_small:
+            del cps[min(too_small, key=lambda i: mags[i])]
+        else:
+            break
+    return cps
+
+
+def _rel_change(x: np.ndarray, cps: list[int], i: int) -> float:
+    lo = cps[i - 1] if i > 0 else 0
+    hi = cps[i + 1] if i + 1 < len(cps) else len(x)
+    before, after = x[lo:cps[i]].mean(), x[cps[i]:hi].mean()
+    return float(after / before - 1) if before else 0.0
+
+
+def _kind(change: float, metric: str) -> str:
+    worse = change < 0 if metric in HIGHER_IS_BETTER else change > 0
+    return "regression" if worse else "win"
+
+
+def _step_ci(before: np.ndarray, after: np.ndarray) -> tuple[float, float]:
+    """95% CI of mean(after)/mean(before) - 1: the t interval of the difference (pooled variance), over
+    mean(before)."""
+    mb = before.mean()
+    p, t, dof = ttest(before, after)
+    diff = after.mean() - mb
+    se = abs(diff / t) if t and math.isfinite(t) else 0.0
+    half = float(sps.t.ppf(0.975, max(dof, 1.0))) * se
+    return float((diff - half) / mb), float((diff + half) / mb)
+
+
+def creep_test(y: np.ndarray, s: DetectSettings) -> tuple[float, float, float, float] | None:
+    """(Mann-Kendall p, relative Theil-Sen change over y, its CI low, high), on block medians when long."""
+    n = len(y)
+    if n < s.min_creep_points:
+        return None
+    pos = np.arange(n, dtype=float)
+    if n > s.creep_blocks:  # Theil-Sen is quadratic: test the trend of block medians instead
+        edges = np.linspace(0, n, s.creep_blocks + 1).astype(int)
+        pos = np.array([(a + b - 1) / 2 for a, b in zip(edges, edges[1:], strict=False)])
+        y = np.array([np.median(y[a:b]) for a, b in zip(edges, edges[1:], strict=False)])
+    tau = sps.kendalltau(pos, y)
+    if not np.isfinite(tau.pvalue):
+        return None
+    slope, intercept, low, high = sps.theilslopes(y, pos, alpha=0.95)
+    level = float(np.median(y)) or 1.0
+    span = float(n - 1)
+    start_level = intercept + slope * 0.0
+    ref = start_level if start_level > 0 else level
+    return float(tau.pvalue), slope * span / ref, low * span / ref, high * span / ref
+
+
+def analyse(case_key: str, metric: str, points: Sequence[Point], s: DetectSettings = DetectSettings()) -> SeriesAnalysis:
+    """Change points and creep of one case's series of ``metric``."""
+    x = np.array([p.value for p in points], dtype=float)
+    out = SeriesAnalysis(case_key, metric, len(points))
+    cps = change_point_indices(x, s)
+    for i, cp in enumerate(cps):
+        lo = cps[i - 1] if i > 0 else 0
+        hi = cps[i + 1] if i + 1 < len(cps) else len(x)
+        before, after = x[lo:cp], x[cp:hi]
+        change = float(after.mean() / before.mean() - 1) if before.mean() else 0.0
+        low, high = _step_ci(before, after)
+        p, _, _ = ttest(before, after)
+        out.change_points.append(ChangePoint(
+            index=cp, before_run=points[cp - 1].run_id, after_run=points[cp].run_id,
+            before_commit=points[cp - 1].commit, after_commit=points[cp].commit,
+            mean_before=float(before.mean()), mean_after=float(after.mean()), change=change, ci_low=low,
+            ci_high=high, p_value=p, kind=_kind(change, metric)))
+    bounds = [0, *cps, len(x)]
+    spans = list(zip(bounds, bounds[1:], strict=False))
+    if cps:
+        # the whole range too, when its steps do not explain its trend: small steps, each too small to
+        # find, or found only in part (three +2% steps in 3% noise may show as one +4% step)
+        spans.append((0, len(x)))
+    largest = max((abs(c.change) for c in out.change_points), default=0.0)
+    for a, b in spans:
+        res = creep_test(x[a:b], s)
+        if res is None:
+            continue
+        p, change, low, high = res
+        if p >= s.max_pvalue or abs(change) < s.min_creep:
+            continue
+        if (a, b) == (0, len(x)) and cps and largest >= EXPLAINED * abs(change):
+            continue
+        out.creeps.append(Creep(start=a, end=b - 1, first_run=points[a].run_id, last_run=points[b - 1].run_id,
+                                first_commit=points[a].commit, last_commit=points[b - 1].commit, change=change,
+                                ci_low=low, ci_high=high, p_value=p, kind=_kind(change, metric)))
+    return out
+
+
+def _commit(c: str | None, run: str) -> str:
+    return c[:12] if c else run
+
+
+def render(analyses: Sequence[SeriesAnalysis]) -> str:
+    """The findings as text: one line per change point or creep, grouped by case and metric."""
+    lines: list[str] = []
+    found = [a for a in analyses if a.change_points or a.creeps]
+    for a in found:
+        lines.append(f"{a.case_key}  {a.metric}  ({a.points} runs)")
+        for c in a.change_points:
+            lines.append(f"  step   {c.kind:<10} {c.change * 100:+.1f}% [{c.ci_low * 100:+.1f}%, {c.ci_high * 100:+.1f}%]"
+                         f"  between {_commit(c.before_commit, c.before_run)} and {_commit(c.after_commit, c.after_run)}"
+                         f"  (run {c.index + 1} of {a.points}, p={c.p_value:.1g})")
+        for c in a.creeps:
+            lines.append(f"  creep  {c.kind:<10} {c.change * 100:+.1f}% [{c.ci_low * 100:+.1f}%, {c.ci_high * 100:+.1f}%]"
+                         f"  from {_commit(c.first_commit, c.first_run)} to {_commit(c.last_commit, c.last_run)}"
+                         f"  (runs {c.start + 1}-{c.end + 1}, Mann-Kendall p={c.p_value:.1g})")
+    steps = sum(len(a.change_points) for a in analyses)
+    creeps = sum(len(a.creeps) for a in analyses)
+    regressions = sum(a.regressions for a in analyses)
+    lines.append(f"{len(analyses)} series analysed: {steps} change point(s), {creeps} creep(s), "
+                 f"{regressions} regression(s)")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,543 @@
+"""The history store: every run kept in a real database through SQLAlchemy (SQLite file or PostgreSQL).
+
+Tables (schema version in ``schema_version``; see MIGRATIONS):
+
+- ``runs``: one row per ingested run, unique ``run_id``; commit, branch, time, machine key, suite,
+  environment and settings (JSON text), where it came from.
+- ``case_specs``: one row per case ever seen: key (workload/size/toggles/device) and its parts.
+- ``series``: one row per case x metric.
+- ``cases``: one row per case of a run: its status (and failure class).
+- ``measurements``: one row per run x series: value with its CI (step time: median and the 95% CI of
+  the median) and the number of samples behind it. ``history show`` and ``detect`` read series from here.
+  Keys and metric names are stored once (in case_specs and series), so 10,000 runs of 50 cases stay small.
+
+Schema migrations are versioned with our own small mechanism (no Alembic): ``MIGRATIONS`` is an ordered
+list of functions, the store records how many of them it has had in ``schema_version``, and opening a
+store applies the missing ones in one transaction. An older store is upgraded, never dropped; a store
+whose version is newer than this code knows is refused (HistoryError, exit 2) and left as it is.
+
+Concurrent writers: SQLite runs in WAL mode with a busy timeout and every write transaction begins
+IMMEDIATE (it takes the write lock up front, so two writers queue instead of deadlocking); PostgreSQL
+relies on transactions and the unique constraint on ``runs.run_id``. No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+
+from perfgate.config import ConfigError
+
+DEFAULT_URL = "sqlite:///.perfgate/history.db"
+URL_ENV = "PERFGATE_HISTORY_URL"
+SQLITE_BUSY_TIMEOUT_S = 60.0
+
+
+class HistoryError(ConfigError):
+    """The store cannot be used as asked (corrupt, foreign, newer, unreachable): one line, exit 2."""
+
+
+metadata = sa.MetaData()
+
+schema_version = sa.Table(
+    "schema_version", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("application", sa.String(64), nullable=False),
+)
+
+runs = sa.Table(
+    "runs", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("run_id", sa.String(255), nullable=False, unique=True),
+    sa.Column("suite", sa.String(255)),
+    sa.Column("commit", sa.String(64)),
+    sa.Column("branch", sa.String(255)),
+    sa.Column("started_at", sa.String(64), nullable=False),  # ISO 8601, as in results.json
+    sa.Column("added_at", sa.Float, nullable=False),  # unix time of ingest
+    sa.Column("machine_key", sa.String(255)),
+    sa.Column("environment", sa.Text, nullable=False),  # JSON
+    sa.Column("settings", sa.Text, nullable=False),  # JSON
+    sa.Column("source", sa.Text),
+    sa.Index("ix_runs_started", "started_at"),
+)
+
+case_specs = sa.Table(
+    "case_specs", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("case_key", sa.String(512), nullable=False, unique=True),
+    sa.Column("workload", sa.String(255), nullable=False),
+    sa.Column("size", sa.String(255), nullable=False),
+    sa.Column("toggles", sa.String(255), nullable=False),
+    sa.Column("device", sa.String(64), nullable=False),
+)
+
+series_table = sa.Table(
+    "series", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("case_spec", sa.Integer, sa.ForeignKey("case_specs.id"), nullable=False),
+    sa.Column("metric", sa.String(128), nullable=False),
+    sa.UniqueConstraint("case_spec", "metric", name="uq_series_case_metric"),
+)
+
+cases = sa.Table(
+    "cases", metadata,
+    sa.Column("run", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("case_spec", sa.Integer, sa.ForeignKey("case_specs.id"), primary_key=True),
+    sa.Column("status", sa.String(32), nullable=False),
+    sa.Column("failure_class", sa.String(64)),
+)
+
+# one row per run x series; the primary key (series, run) is the index a series read goes through
+measurements = sa.Table(
+    "measurements", metadata,
+    sa.Column("series", sa.Integer, sa.ForeignKey("series.id"), primary_key=True),
+    sa.Column("run", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("value", sa.Float, nullable=False),
+    sa.Column("ci_low", sa.Float),
+    sa.Column("ci_high", sa.Float),
+    sa.Column("n", sa.Integer),
+)
+
+TABLES = (runs, case_specs, series_table, cases, measurements)
+
+APPLICATION = "perfgate.history"
+
+
+def _migration_1(conn: Connection) -> None:
+    """Version 1: runs, case_specs, series, cases, measurements, with their indexes."""
+    for table in TABLES:
+        table.create(conn)
+
+
+# The schema's history: migration i (1-based) takes a store from version i-1 to version i. Append only;
+# never edit one that has shipped (stores out there already had it). The Table objects above describe
+# the latest schema; _migration_1 creates them as they were at version 1, so a change to a table in a
+# later version must first copy its version-1 definition into _migration_1.
+MIGRATIONS: list[Callable[[Connection], None]] = [_migration_1]
+
+
+# ---------------------------------------------------------------- where the store is
+
+def resolve_url(settings_extra: dict[str, Any], root: Path, override: str | None = None) -> str:
+    """The store's URL: ``override`` (--history-url), else $PERFGATE_HISTORY_URL, else ``history`` in
+    [tool.perfgate], else the default SQLite file. A relative SQLite path is relative to ``root``."""
+    url = override or os.environ.get(URL_ENV) or settings_extra.get("history") or DEFAULT_URL
+    if not isinstance(url, str) or not url.strip():
+        raise HistoryError(f"[tool.perfgate] history must be a database URL string, got {url!r}; "
+                           f"e.g. {DEFAULT_URL!r} or 'postgresql://user@host/db'")
+    url = url.strip()
+    scheme = url.split(":", 1)[0].lower()
+    if scheme == "sqlite":
+        prefix = "sqlite:///"
+        if not url.startswith(prefix) or url == prefix:
+            raise HistoryError(f"history URL {url!r}: a SQLite store is sqlite:///PATH (relative to the project "
+                               "root) or sqlite:////ABSOLUTE/PATH")
+        path = Path(url[len(prefix):])
+        if not path.is_absolute():
+            path = root / path
+        return prefix + str(path)
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        rest = url.split(":", 1)[1]
+        return "postgresql+psycopg:" + rest
+    raise HistoryError(f"history URL {redact(url)!r}: unsupported database; valid: sqlite:///PATH, postgresql://...")
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - a URL SQLAlchemy cannot parse is shown without anything after '@'
+        return url.split("@")[-1]
+
+
+def sqlite_path(url: str) -> Path | None:
+    return Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else None
+
+
+# ---------------------------------------------------------------- opening
+
+@dataclass
+class Store:
+    """An open history store. ``url`` is the SQLAlchemy URL; ``engine`` its engine."""
+
+    url: str
+    engine: Engine
+    version: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    def describe(self) -> str:
+        path = sqlite_path(self.url)
+        return str(path) if path else redact(self.url)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _check_sqlite_file(path: Path) -> bool:
+    """Look at an existing file before SQLAlchemy (or WAL mode) touches it: True when it is a perfgate
+    store, False when it is empty (a new store); HistoryError for anything else, the file left as it is."""
+    if not path.exists():
+        return False
+    if path.is_dir():
+        raise HistoryError(f"history store {path} is a directory; expected a SQLite file")
+    if path.stat().st_size == 0:
+        return False
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+    if head != b"SQLite format 3\x00":
+        raise HistoryError(f"history store {path} is not a SQLite database (corrupt or another kind of file); "
+                           "move it away or point [tool.perfgate] history / PERFGATE_HISTORY_URL elsewhere")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+        try:
+            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise HistoryError(f"history store {path} is a corrupt SQLite database ({exc})") from exc
+    if not names:
+        return False
+    if "schema_version" not in names:
+        raise HistoryError(f"history store {path} is a SQLite database of something else (tables: "
+                           f"{', '.join(sorted(names)[:5])}); not a perfgate history")
+    return True
+
+
+def _sqlite_engine(url: str) -> Engine:
+    engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # the driver's own transaction handling off: we BEGIN IMMEDIATE ourselves (below)
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def open_store(url: str, *, create: bool, migrations: Sequence[Callable[[Connection], None]] | None = None) -> Store:
+    """Open (and with ``create``, make or upgrade) the store at ``url`` (from resolve_url).
+
+    ``create=False`` (show, detect, report): a store that does not exist yet is a HistoryError naming how
+    to make one; an older store is upgraded either way (reading needs the current schema).
+    ``migrations`` defaults to MIGRATIONS (tests pass their own).
+    """
+    steps = list(MIGRATIONS if migrations is None else migrations)
+    path = sqlite_path(url)
+    if path is not None:
+        exists = _check_sqlite_file(path)
+        if not exists and not create:
+            raise HistoryError(f"no history store at {path}; `perfgate history add RUN` (or `perfgate run "
+                               "--history`) creates it")
+        if not exists:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise HistoryError(f"cannot create the history store's folder {path.parent}: {exc.strerror or exc}") from exc
+        engine = _sqlite_engine(url)
+    else:
+        try:
+            engine = sa.create_engine(url, connect_args={"connect_timeout": 10})
+        except ModuleNotFoundError as exc:
+            raise HistoryError(f"a PostgreSQL history store needs psycopg: pip install 'perfgate[postgres]' ({exc})") from exc
+        except SQLAlchemyError as exc:
+            raise HistoryError(f"history URL {redact(url)!r} is not valid: {_first_line(exc)}") from exc
+    store = Store(url, engine)
+    try:
+        store.version = _migrate(store, steps, create)
+    except HistoryError:
+        engine.dispose()
+        raise
+    except OperationalError as exc:
+        engine.dispose()
+        raise HistoryError(f"cannot reach the history store {store.describe()}: {_first_line(exc.orig or exc)}") from exc
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        raise HistoryError(f"history store {store.describe()} cannot be used: {_first_line(exc.orig if hasattr(exc, 'orig') else exc)}") from exc
+    return store
+
+
+def _first_line(exc: Any) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _read_version(conn: Connection) -> int | None:
+    """The store's schema version; None when it has no perfgate tables at all (a new, empty database)."""
+    names = set(sa.inspect(conn).get_table_names())
+    if "schema_version" not in names:
+        if names:
+            raise HistoryError(f"database holds tables of something else ({', '.join(sorted(names)[:5])}); "
+                               "not a perfgate history store")
+        return None
+    row = conn.execute(sa.select(schema_version.c.version, schema_version.c.application)).first()
+    if row is None or row.application != APPLICATION:
+        raise HistoryError("database has a schema_version table that is not perfgate's; not a perfgate history store")
+    return int(row.version)
+
+
+def _migrate(store: Store, steps: Sequence[Callable[[Connection], None]], create: bool) -> int:
+    latest = len(steps)
+    with store.engine.connect() as conn:
+        with conn.begin():
+            version = _read_version(conn)
+    if version is not None and version > latest:
+        raise HistoryError(f"history store {store.describe()} has schema version {version}, newer than this "
+                           f"perfgate knows ({latest}); upgrade perfgate to read it")
+    if version == latest:
+        return latest
+    if version is None and not create:
+        raise HistoryError(f"history store {store.describe()} is empty; `perfgate history add RUN` fills it")
+    # Upgrade under the write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: a table lock), re-reading the
+    # version inside it: two processes opening an old store at once upgrade it once.
+    with store.engine.connect() as conn:
+        with conn.begin():
+            if not store.is_sqlite:
+                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7316016)")
+            version = _read_version(conn)
+            if version is None:
+                schema_version.create(conn)
+                conn.execute(schema_version.insert().values(id=1, version=0, application=APPLICATION))
+                version = 0
+            if version > latest:
+                raise HistoryError(f"history store {store.describe()} has schema version {version}, newer than "
+                                   f"this perfgate knows ({latest}); upgrade perfgate to read it")
+            for i in range(version, latest):
+                steps[i](conn)
+            if version < latest:
+                conn.execute(schema_version.update().where(schema_version.c.id == 1).values(version=latest))
+                store.notes.append(f"history store {store.describe()}: schema {version} -> {latest}")
+    return latest
+
+
+# ---------------------------------------------------------------- writing
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run as the store keeps it (see perfgate.history.ingest.record_from_run)."""
+
+    run_id: str
+    suite: str | None
+    commit: str | None
+    branch: str | None
+    started_at: str
+    machine_key: str | None
+    environment: dict[str, Any]
+    settings: dict[str, Any]
+    source: str | None
+    cases: list[dict[str, Any]]  # case_key, workload, size, toggles, device, status, failure_class
+    measurements: list[dict[str, Any]]  # case_key, metric, value, ci_low, ci_high, n
+
+
+def add_run(store: Store, record: RunRecord, retries: int = 5) -> bool:
+    """Add one run in one transaction; False when a run with its run_id is already there (a no-op).
+
+    A writer that finds the store locked waits (SQLite busy timeout) and retries a few times; a unique
+    violation from a concurrent writer of the same run counts as already there."""
+    for attempt in range(retries):
+        try:
+            with store.engine.connect() as conn:
+                with conn.begin():
+                    exists = conn.execute(sa.select(runs.c.id).where(runs.c.run_id == record.run_id)).first()
+                    if exists is not None:
+                        return False
+                    run_pk = conn.execute(runs.insert().values(
+                        run_id=record.run_id, suite=record.suite, commit=record.commit, branch=record.branch,
+                        started_at=record.started_at, added_at=time.time(), machine_key=record.machine_key,
+                        environment=json.dumps(record.environment, default=str, sort_keys=True),
+                        settings=json.dumps(record.settings, default=str, sort_keys=True), source=record.source,
+                    )).inserted_primary_key[0]
+                    spec_ids = _ensure_case_specs(conn, record.cases)
+                    if record.cases:
+                        conn.execute(cases.insert(), [
+                            {"run": run_pk, "case_spec": spec_ids[c["case_key"]], "status": c["status"],
+                             "failure_class": c.get("failure_class")} for c in record.cases])
+                    if record.measurements:
+                        series_ids = _ensure_series(conn, spec_ids, {(m["case_key"], m["metric"])
+                                                                     for m in record.measurements})
+                        conn.execute(measurements.insert(), [
+                            {"run": run_pk, "series": series_ids[(m["case_key"], m["metric"])], "value": m["value"],
+                             "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high"), "n": m.get("n")}
+                            for m in record.measurements])
+            return True
+        except IntegrityError as exc:
+            if "run_id" in str(exc.orig) or "runs" in str(exc.orig):
+                return False  # the same run_id, committed by another writer between our check and insert
+            raise HistoryError(f"history store {store.describe()}: run {record.run_id} was refused "
+                               f"({_first_line(exc.orig)})") from exc
+        except OperationalError as exc:
+            if attempt == retries - 1 or "locked" not in str(exc).lower():
+                raise HistoryError(f"history store {store.describe()}: could not write run {record.run_id} "
+                                   f"({_first_line(exc.orig or exc)})") from exc
+            time.sleep(0.2 * (attempt + 1))
+        except SQLAlchemyError as exc:
+            raise HistoryError(f"history store {store.describe()}: could not write run {record.run_id} "
+                               f"({_first_line(getattr(exc, 'orig', None) or exc)})") from exc
+    return False
+
+
+def _insert_ignoring_duplicates(conn: Connection, table: sa.Table, rows: list[dict[str, Any]],
+                                unique: list[str]) -> None:
+    """INSERT ... ON CONFLICT DO NOTHING: a concurrent writer may add the same key first."""
+    if not rows:
+        return
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    conn.execute(insert(table).on_conflict_do_nothing(index_elements=unique), rows)
+
+
+def _ensure_case_specs(conn: Connection, rows: list[dict[str, Any]]) -> dict[str, int]:
+    keys = [r["case_key"] for r in rows]
+    if not keys:
+        return {}
+    q = sa.select(case_specs.c.case_key, case_specs.c.id).where(case_specs.c.case_key.in_(keys))
+    ids = dict(conn.execute(q).all())
+    missing = [{k: r[k] for k in ("case_key", "workload", "size", "toggles", "device")} for r in rows
+               if r["case_key"] not in ids]
+    if missing:
+        _insert_ignoring_duplicates(conn, case_specs, missing, ["case_key"])
+        ids = dict(conn.execute(q).all())
+    return ids
+
+
+def _ensure_series(conn: Connection, spec_ids: dict[str, int], pairs: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    by_spec = {v: k for k, v in spec_ids.items()}
+    q = (sa.select(series_table.c.case_spec, series_table.c.metric, series_table.c.id)
+         .where(series_table.c.case_spec.in_(list(spec_ids.values()))))
+
+    def read() -> dict[tuple[str, str], int]:
+        return {(by_spec[s], m): i for s, m, i in conn.execute(q)}
+
+    ids = read()
+    missing = [{"case_spec": spec_ids[k], "metric": m} for k, m in sorted(pairs) if (k, m) not in ids]
+    if missing:
+        _insert_ignoring_duplicates(conn, series_table, missing, ["case_spec", "metric"])
+        ids = read()
+    return ids
+
+
+# ---------------------------------------------------------------- reading
+
+@dataclass(frozen=True)
+class Point:
+    """One value of a series: a run's measurement of one case and metric."""
+
+    run_id: str
+    commit: str | None
+    branch: str | None
+    started_at: str
+    machine_key: str | None
+    value: float
+    ci_low: float | None
+    ci_high: float | None
+    n: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "commit": self.commit, "branch": self.branch, "started_at": self.started_at,
+                "machine_key": self.machine_key, "value": self.value, "ci_low": self.ci_low,
+                "ci_high": self.ci_high, "n": self.n}
+
+
+@dataclass(frozen=True)
+class SeriesFilter:
+    """Which runs a read considers: glob-free SQL filters, applied in the database."""
+
+    metric: str = "step_time"
+    case_keys: tuple[str, ...] | None = None  # None: every case
+    since: str | None = None  # ISO date or time: runs started at or after it
+    last: int | None = None  # only each series' last N points
+    branch: str | None = None
+    machine_key: str | None = None
+    suite: str | None = None
+
+
+def case_keys(store: Store, metric: str | None = None) -> list[str]:
+    """Every case key with at least one measurement (of ``metric`` when given), sorted."""
+    q = sa.select(case_specs.c.case_key).join(series_table, series_table.c.case_spec == case_specs.c.id).distinct()
+    if metric:
+        q = q.where(series_table.c.metric == metric)
+    with store.engine.connect() as conn:
+        return sorted(r[0] for r in conn.execute(q))
+
+
+def metrics(store: Store) -> list[str]:
+    with store.engine.connect() as conn:
+        return sorted(r[0] for r in conn.execute(sa.select(series_table.c.metric).distinct()))
+
+
+def series(store: Store, flt: SeriesFilter) -> dict[str, list[Point]]:
+    """Per case key, its points of ``flt.metric`` in run order (start time, then ingest order)."""
+    with store.engine.connect() as conn:
+        sq = (sa.select(series_table.c.id, case_specs.c.case_key)
+              .join(case_specs, case_specs.c.id == series_table.c.case_spec)
+              .where(series_table.c.metric == flt.metric))
+        if flt.case_keys is not None:
+            sq = sq.where(case_specs.c.case_key.in_(flt.case_keys))
+        keys = dict(conn.execute(sq).all())
+        if not keys:
+            return {}
+        q = (sa.select(measurements.c.series, runs.c.run_id, runs.c.commit, runs.c.branch, runs.c.started_at,
+                       runs.c.machine_key, measurements.c.value, measurements.c.ci_low, measurements.c.ci_high,
+                       measurements.c.n)
+             .join(runs, runs.c.id == measurements.c.run)
+             .where(measurements.c.series.in_(list(keys))))
+        if flt.since:
+            q = q.where(runs.c.started_at >= flt.since)
+        if flt.branch:
+            q = q.where(runs.c.branch == flt.branch)
+        if flt.machine_key:
+            q = q.where(runs.c.machine_key == flt.machine_key)
+        if flt.suite:
+            q = q.where(runs.c.suite == flt.suite)
+        q = q.order_by(measurements.c.series, runs.c.started_at, runs.c.id)
+        out: dict[str, list[Point]] = {}
+        for r in conn.execute(q):
+            out.setdefault(keys[r.series], []).append(Point(r.run_id, r.commit, r.branch, r.started_at, r.machine_key,
+                                                            r.value, r.ci_low, r.ci_high, r.n))
+    out = dict(sorted(out.items()))
+    if flt.last:
+        out = {k: v[-flt.last:] for k, v in out.items()}
+    return out
+
+
+def run_count(store: Store) -> int:
+    with store.engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(runs)).scalar_one())
+
+
+def run_ids(store: Store) -> list[str]:
+    with store.engine.connect() as conn:
+        return [r[0] for r in conn.execute(sa.select(runs.c.run_id).order_by(runs.c.started_at, runs.c.id))]

@@ -1,0 +1,146 @@
+"""`perfgate history add|show|detect|report` end to end: the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.fixtures.history import commit_of, make_run, write_run
+
+STEP_AT = 24
+
+
+def cli(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if k != "PERFGATE_HISTORY_URL"}
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-m", "perfgate", *args], cwd=cwd, capture_output=True, text=True,
+                          env=full, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project with [tool.perfgate] history set, and 40 runs where case 0 steps +10% at run 24."""
+    root = tmp_path_factory.mktemp("project")
+    (root / "pyproject.toml").write_text('[tool.perfgate]\nhistory = "sqlite:///store/h.db"\n')
+    rng = np.random.default_rng(3)
+    for i in range(40):
+        t0 = 0.010 * (1.10 if i >= STEP_AT else 1.0) * rng.normal(1, 0.01)
+        write_run(root / "runs", make_run(i, [t0, 0.020 * rng.normal(1, 0.01)]))
+    out = cli(["history", "add", "runs"], root)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("added: ") == 40
+    return root
+
+
+def test_add_twice_is_a_no_op(project: Path) -> None:
+    out = cli(["history", "add", "runs/run-000003"], project)
+    assert out.returncode == 0 and "already in history: run-000003" in out.stdout
+
+
+def test_show_table_csv_json(project: Path) -> None:
+    out = cli(["history", "show", "-w", "workload_0/*/eager/*", "--last", "5"], project)
+    assert out.returncode == 0, out.stderr
+    assert "workload_0/smoke/eager/cpu  (step_time, 5 run(s))" in out.stdout
+    assert "compile" not in out.stdout
+    rows = list(csv.DictReader(io.StringIO(cli(["history", "show", "--format", "csv"], project).stdout)))
+    assert len(rows) == 80 and {r["case"] for r in rows} == {"workload_0/smoke/eager/cpu", "workload_0/smoke/compile/cpu"}
+    assert rows[0]["commit"] == commit_of(0) and float(rows[0]["value"]) > 0
+    data = json.loads(cli(["history", "show", "--format", "json", "--metric", "kernels_per_step"], project).stdout)
+    assert len(data) == 80 and data[0]["value"] == 12.0
+
+
+def test_detect_names_the_commit_range_of_the_step(project: Path) -> None:
+    out = cli(["history", "detect"], project)
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stdout.splitlines() if ln.strip().startswith("step")]
+    assert len(lines) == 1, out.stdout
+    assert "regression" in lines[0] and f"between {commit_of(STEP_AT - 1)[:12]} and {commit_of(STEP_AT)[:12]}" in lines[0]
+    data = json.loads(cli(["history", "detect", "--format", "json"], project).stdout)
+    cp = [c for a in data for c in a["change_points"]]
+    assert len(cp) == 1 and 0.07 < cp[0]["change"] < 0.13 and cp[0]["ci_low"] < cp[0]["change"] < cp[0]["ci_high"]
+    assert cli(["history", "detect", "--fail-on-regression"], project).returncode == 1
+
+
+def test_report_is_a_self_contained_page_with_trend_charts(project: Path) -> None:
+    out = cli(["history", "report", "--all-metrics", "--out", "out/history.html"], project)
+    assert out.returncode == 0, out.stderr
+    html = (project / "out" / "history.html").read_text()
+    assert html.count("<svg") >= 2 * 3  # two cases, several metrics each
+    assert 'id="trend-workload_0-smoke-eager-cpu-step_time"' in html
+    assert f"commit {commit_of(STEP_AT)[:12]}" in html  # hover title of a point
+    assert 'class="step regression"' in html and "<script" not in html
+
+
+def test_bad_inputs_exit_2_with_one_line_and_the_store_untouched(project: Path, tmp_path: Path) -> None:
+    store = project / "store" / "h.db"
+    before = store.read_bytes()
+    (tmp_path / "empty-run").mkdir()
+    for args in (["history", "add", str(tmp_path / "empty-run")], ["history", "add", str(tmp_path / "nope")]):
+        out = cli(args, project)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert "results.json" in out.stderr or "no such" in out.stderr
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "results.json").write_text("{not json")
+    out = cli(["history", "add", "runs/run-000001", str(tmp_path / "broken")], project)
+    assert out.returncode == 2 and "not valid JSON" in out.stderr
+    assert store.read_bytes() == before
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"garbage" * 100)
+    out = cli(["history", "add", "runs/run-000001"], project, {"PERFGATE_HISTORY_URL": f"sqlite:///{corrupt}"})
+    assert out.returncode == 2 and "not a SQLite database" in out.stderr and len(out.stderr.splitlines()) == 1
+    assert corrupt.read_bytes() == b"garbage" * 100
+    out = cli(["history", "show"], tmp_path)
+    assert out.returncode == 2 and "no history store" in out.stderr
+
+
+def test_history_key_must_be_a_url(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\nhistory = 3\n")
+    out = cli(["history", "show"], tmp_path)
+    assert out.returncode == 2 and "must be a database URL" in out.stderr
+
+
+def test_filters_since_and_branch(project: Path) -> None:
+    data = json.loads(cli(["history", "show", "--format", "json", "--since", "2026-01-01T00:30"], project).stdout)
+    assert len(data) == 2 * 10 and min(r["started_at"] for r in data) == "2026-01-01T00:30:00Z"
+    assert cli(["history", "show", "--format", "json", "--branch", "other"], project).stdout.strip() == "[]"
+    out = cli(["history", "show", "--since", "yesterday"], project)
+    assert out.returncode == 2 and "--since 'yesterday'" in out.stderr
+
+
+def test_untrusted_text_is_refused_or_escaped(tmp_path: Path) -> None:
+    """A workload name with markup shows as text in history.html; an overlong one is refused, exit 2."""
+    from perfgate.model import CaseSpec
+    from tests.fixtures.history import case_with
+
+    run = make_run(0, [0.01])
+    run.cases.append(case_with(CaseSpec("<script>alert(1)</script>", "smoke", ("eager",), "cpu"), 0.02))
+    write_run(tmp_path / "runs", run)
+    long_run = make_run(1, [0.01])
+    long_run.cases.append(case_with(CaseSpec("w" * 600, "smoke", ("eager",), "cpu"), 0.02))
+    write_run(tmp_path / "runs", long_run)
+    env = {"PERFGATE_HISTORY_URL": f"sqlite:///{tmp_path / 'h.db'}"}
+    out = cli(["history", "add", "runs/run-000001"], tmp_path, env)
+    assert out.returncode == 2 and "at most 512 characters" in out.stderr and not (tmp_path / "h.db").exists()
+    assert cli(["history", "add", "runs/run-000000"], tmp_path, env).returncode == 0
+    assert cli(["history", "report", "--out", "h.html"], tmp_path, env).returncode == 0
+    html = (tmp_path / "h.html").read_text()
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_commit_and_branch_overrides(tmp_path: Path) -> None:
+    write_run(tmp_path / "runs", make_run(0, [0.01], commit="c" * 40, branch="main"))
+    env = {"PERFGATE_HISTORY_URL": f"sqlite:///{tmp_path / 'h.db'}"}
+    out = cli(["history", "add", "runs/run-000000", "--commit", "d" * 40, "--branch", "feature"], tmp_path, env)
+    assert out.returncode == 0 and f"commit {'d' * 12}, branch feature" in out.stdout
+    (row,) = json.loads(cli(["history", "show", "--format", "json", "--branch", "feature"], tmp_path, env).stdout)
+    assert row["commit"] == "d" * 40
+    out = cli(["history", "add", "runs", "runs/run-000000", "--commit", "e" * 40], tmp_path, env)
+    assert out.returncode == 2 and "one run's commit" in out.stderr

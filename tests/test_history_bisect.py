@@ -1,0 +1,102 @@
+"""`perfgate bisect` and real history series on a throwaway git repository of 16 commits where commit 11
+makes the workload's step +25% longer: bisect names that commit and leaves the checkout as it was, also
+when stopped by SIGTERM; runs of perfgate on its commits give a series whose step `history detect` finds."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.gitrepo import git, make_repo
+
+pytestmark = pytest.mark.slow
+STEP_AT = 11
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    path = tmp_path_factory.mktemp("bisect") / "repo"
+    return path, make_repo(path, 16, STEP_AT)
+
+
+def cli(args: list[str], cwd: Path, **kw) -> subprocess.CompletedProcess:  # noqa: ANN003
+    env = {k: v for k, v in os.environ.items() if k != "PERFGATE_HISTORY_URL"}
+    return subprocess.run([sys.executable, "-m", "perfgate", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=300, **kw)
+
+
+def git_state(repo: Path) -> tuple[str, ...]:
+    return (git(repo, "rev-parse", "HEAD"), git(repo, "status", "--porcelain", "--ignored"),
+            git(repo, "branch", "-a", "-v"), git(repo, "worktree", "list"), git(repo, "stash", "list"))
+
+
+def test_bisect_names_the_commit_that_adds_work(repo: tuple[Path, list[str]]) -> None:
+    path, hashes = repo
+    (path / "NOTES.md").write_text("an uncommitted edit bisect must keep\n")
+    before = git_state(path)
+    out = cli(["bisect", hashes[0], hashes[-1], "-w", "bisect_work"], path)
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert f"first commit of the step: {hashes[STEP_AT]}" in out.stdout, out.stdout
+    assert "adds work" in out.stdout
+    measured = [ln for ln in out.stdout.splitlines() if "against GOOD:" in ln and "(" in ln and "of 15)" in ln]
+    assert len(measured) <= 5  # 1 + log2(15 commits), rounded up
+    after_line = next(ln for ln in out.stdout.splitlines() if "it against GOOD:" in ln)
+    assert float(after_line.split()[-3].rstrip("x")) > 1.1  # the step is +25%
+    assert git_state(path) == before
+    assert (path / "NOTES.md").read_text() == "an uncommitted edit bisect must keep\n"
+
+
+def test_bisect_refuses_a_range_without_a_step(repo: tuple[Path, list[str]]) -> None:
+    path, hashes = repo
+    out = cli(["bisect", hashes[0], hashes[3], "-w", "bisect_work"], path)
+    assert out.returncode == 2 and "no step to bisect" in out.stderr
+    out = cli(["bisect", hashes[5], hashes[2], "-w", "bisect_work"], path)
+    assert out.returncode == 2 and "not an ancestor" in out.stderr and len(out.stderr.splitlines()) == 1
+    out = cli(["bisect", "no-such-ref", hashes[2], "-w", "bisect_work"], path)
+    assert out.returncode == 2 and "not a commit" in out.stderr
+
+
+def test_sigterm_leaves_no_worktree_behind(repo: tuple[Path, list[str]]) -> None:
+    path, hashes = repo
+    before = git_state(path)
+    env = {k: v for k, v in os.environ.items() if k != "PERFGATE_HISTORY_URL"}
+    proc = subprocess.Popen([sys.executable, "-m", "perfgate", "bisect", hashes[0], hashes[-1], "-w", "bisect_work"],
+                            cwd=path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(git(path, "worktree", "list").splitlines()) < 3:
+        time.sleep(0.1)  # GOOD's worktree and the measured commit's: in the middle of a measurement
+    assert len(git(path, "worktree", "list").splitlines()) >= 3
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "worktrees were removed" in out
+    assert git_state(path) == before
+
+
+def test_real_runs_on_each_commit_make_a_series_whose_step_detect_finds(tmp_path: Path) -> None:
+    """perfgate run --history on 10 commits (+25% from the 5th): detect names the commit range, and each
+    run's report.html links its case to its trend in history.html."""
+    path = tmp_path / "repo"
+    hashes = make_repo(path, 10, 5, processes=1, samples=5)
+    for h in hashes:
+        git(path, "checkout", "-q", h)
+        out = cli(["run", "--history"], path)
+        assert out.returncode == 0, out.stderr + out.stdout
+        assert f"commit {h[:12]}" in out.stdout
+    run_dir = next(d for d in (path / "reports").iterdir() if (d / "history.html").is_file())
+    assert 'href="history.html#trend-bisect_work-smoke-eager-cpu-step_time"' in (run_dir / "report.html").read_text()
+    assert 'id="trend-bisect_work-smoke-eager-cpu-step_time"' in (run_dir / "history.html").read_text()
+    out = cli(["history", "detect", "--format", "json"], path)
+    assert out.returncode == 0, out.stderr
+    (analysis,) = json.loads(out.stdout)
+    assert analysis["points"] == 10
+    (cp,) = analysis["change_points"]
+    assert (cp["before_commit"], cp["after_commit"]) == (hashes[4], hashes[5])
+    assert cp["kind"] == "regression" and 0.12 < cp["change"] < 0.4

@@ -1,0 +1,88 @@
+"""Change points and creep on synthetic series with known steps, in noise like this machine's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfgate.history.detect import DetectSettings, analyse, change_point_indices, qhat, render
+from perfgate.history.store import Point
+
+
+def points(values) -> list[Point]:  # noqa: ANN001
+    return [Point(f"run-{i}", f"{i:040x}", "main", f"2026-01-01T00:{i:02d}", "m", float(v), None, None, None)
+            for i, v in enumerate(values)]
+
+
+def noisy(n: int, cv: float, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).normal(1.0, cv, n)
+
+
+def test_qhat_splits_two_levels_where_they_meet() -> None:
+    y = np.array([1.0] * 20 + [2.0] * 30)
+    assert qhat(y, 5)[0] == 20
+
+
+@pytest.mark.parametrize("step,cv", [(0.05, 0.03), (0.10, 0.03), (0.20, 0.03), (0.02, 0.005)])
+def test_a_known_step_is_found_where_it_is_with_its_size(step: float, cv: float) -> None:
+    found = 0
+    for seed in range(20):
+        x = noisy(100, cv, seed)
+        at = 30 + seed * 2
+        x[at:] *= 1 + step
+        a = analyse("case", "step_time", points(x))
+        near = [c for c in a.change_points if abs(c.index - at) <= 5]
+        if near:
+            found += 1
+            c = near[0]
+            assert c.kind == "regression"
+            assert c.before_commit == f"{c.index - 1:040x}" and c.after_commit == f"{c.index:040x}"
+            assert c.ci_low < c.change < c.ci_high
+            assert abs(c.change - step) < 4 * cv / np.sqrt(10) + 0.01
+    assert found >= 19
+
+
+def test_wins_are_wins_and_throughput_is_read_the_right_way_up() -> None:
+    x = noisy(80, 0.02, 1)
+    x[40:] *= 0.9
+    assert [c.kind for c in analyse("c", "step_time", points(x)).change_points] == ["win"]
+    assert [c.kind for c in analyse("c", "throughput_steps_per_s", points(x)).change_points] == ["regression"]
+
+
+def test_noise_alone_gives_almost_no_change_points() -> None:
+    false = sum(len(change_point_indices(noisy(100, 0.03, 100 + s))) for s in range(50))
+    assert false <= 2
+
+
+def test_three_small_steps_are_reported_as_creep() -> None:
+    """Three +2% steps in 3% noise: no single one stands out, together they are a +6% creep."""
+    reported = 0
+    for seed in range(10):
+        x = noisy(100, 0.03, 200 + seed)
+        for at in (25, 50, 75):
+            x[at:] *= 1.02
+        a = analyse("case", "step_time", points(x))
+        creep = [c for c in a.creeps if c.kind == "regression"]
+        if creep or len(a.change_points) >= 3:
+            reported += 1
+        for c in creep:
+            assert 0.03 < c.change < 0.10 and c.ci_low < c.change < c.ci_high
+    assert reported >= 9
+
+
+def test_three_steps_in_quiet_noise_are_three_steps() -> None:
+    x = noisy(90, 0.004, 7)
+    for at in (30, 50, 70):
+        x[at:] *= 1.02
+    a = analyse("case", "step_time", points(x))
+    assert [c.index for c in a.change_points] == [30, 50, 70]
+    assert all(abs(c.change - 0.02) < 0.005 for c in a.change_points)
+    assert "3 change point(s)" in render([a])
+
+
+def test_short_and_flat_series() -> None:
+    assert analyse("c", "step_time", points([1.0, 1.0, 1.0])).change_points == []
+    assert analyse("c", "step_time", points([1.0] * 30)).change_points == []
+    x = [1.0] * 20 + [1.5] * 20  # no noise at all: still one step, p 0
+    a = analyse("c", "kernels_per_step", points(x), DetectSettings())
+    assert [c.index for c in a.change_points] == [20] and a.change_points[0].change == pytest.approx(0.5)
