@@ -121,6 +121,26 @@ def _interruptible() -> Iterator[None]:
 
 
 @contextmanager
+def _worktree(settings: Settings, commit: str) -> Iterator[against.BaseCheckout]:
+    """``commit`` in a temporary worktree (against.checkout), removed on the way out. Ctrl-C and SIGTERM
+    are held back while `git worktree add` runs, so that one arriving then cannot leave a worktree that
+    nothing knows to remove; a held signal is raised once the checkout is in hand, and closes it."""
+    blockable = hasattr(signal, "pthread_sigmask")
+    checkout: against.BaseCheckout | None = None
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if blockable else None
+    try:
+        try:
+            checkout = against.checkout(settings, commit)
+        finally:
+            if blockable:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        yield checkout
+    finally:
+        if checkout is not None:
+            checkout.close()
+
+
+@contextmanager
 def _removed(path: Path) -> Iterator[None]:
     try:
         yield
@@ -208,18 +228,14 @@ def bisect(settings: Settings, good_ref: str, bad_ref: str, case: Suite, echo: E
     measurements: list[Measurement] = []
     work_root = Path(tempfile.mkdtemp(prefix="perfgate-bisect-"))  # scratch for workers, removed at the end
     with _interruptible(), _removed(work_root):
-        good = against.checkout(settings, commits[0])
-        try:
+        with _worktree(settings, commits[0]) as good:
             spec = plan_case(case, against.probe_base(good, settings.threads))
             echo(f"perfgate bisect: {spec.key}, {len(commits) - 1} commit(s) after GOOD {commits[0][:12]} up to "
                  f"BAD {commits[-1][:12]}; {settings.processes} lockstep pair(s) per measurement")
 
             def measure_commit(index: int) -> Measurement:
-                other = against.checkout(settings, commits[index])
-                try:
+                with _worktree(settings, commits[index]) as other:
                     m = measure(spec, good, other, settings, work_root)
-                finally:
-                    other.close()
                 measurements.append(m)
                 echo(f"  {commits[index][:12]} ({index} of {len(commits) - 1}) against GOOD: {m.text()}  "
                      f"({m.wall_s:.1f} s)")
@@ -243,8 +259,6 @@ def bisect(settings: Settings, good_ref: str, bad_ref: str, case: Suite, echo: E
                     hi = mid
                 else:
                     lo = mid
-        finally:
-            good.close()
     return BisectResult(first_bad=commits[hi], before=found.get(lo), after=found[hi], step=step,
                         measurements=measurements, commits_in_range=len(commits) - 1)
 
