@@ -182,8 +182,12 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     files = {name: info["file"] for name, info in catalog.workloads.items()}
     env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
     env["machine_key"] = environment.machine_key(env, cases[0].device)
+    from perfgate import expect, roofline
+
     run = RunResult(run_id=run_dir.name, suite=suite_obj.name, environment=env,
-                    started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settings=settings.to_json())
+                    started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settings=settings.to_json(),
+                    expectations=expect.rules_json(settings, catalog.workloads, cases),
+                    ceilings=roofline.ceilings_for_run(settings.baselines_dir, env))
     if shard_obj:
         from perfgate.merge import select_shard
 
@@ -224,6 +228,8 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     write_reports(run)
     click.echo(f"reports: {run_dir / 'report.html'} (also summary.md, junit.xml)")
     click.echo(console.run_tables(run))
+    if run.expectations:  # every rule on the cases it matched (perfgate/expect.py); --gate fails on a miss
+        click.echo("\n" + expect.console_text(expect.evaluate(run)))
     click.echo(f"\n{runner.summary_status(run)}; results: {run_dir / 'results.json'}")
     if not any(c.status == STATUS_OK for c in run.cases):
         fail("no case could run (see the failures and skip reasons above)", EXIT_INFRA)
@@ -411,7 +417,7 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
         comparison = None if baseline_file else merged_comparison(results)
         if comparison is not None:
             gate_mod.write_comparison(comparison, out_dir)
-            code = gate_mod.conclude(comparison, gate, click.echo)
+            code = gate_mod.conclude(comparison, gate, click.echo, run)
         else:
             path = Path(baseline_file) if baseline_file else gate_mod.default_baseline_path(settings, run)
             code = gate_mod.compare_files(str(out_dir), str(path), settings, strict_env=strict_env, gate=gate,
