@@ -324,10 +324,13 @@ def baseline_show_cmd(config: str | None, path: str | None) -> None:
 @click.option("--write", is_flag=True, help="Store per-case thresholds in the baseline's metadata.")
 @click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None,
               help="Baseline to write to (default: <baselines_dir>/<machine-key>/<suite>.json).")
+@click.option("--ceilings/--no-ceilings", default=True, show_default=True,
+              help="Also measure peak FLOP/s and memory bandwidth (the roofline); --write stores them.")
+@click.option("--ceilings-only", is_flag=True, help="Measure only the ceilings (seconds), no A/A rounds.")
 @handle_errors
 def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], toggles: tuple[str, ...],
                   rounds: int, processes: int | None, samples: int | None, write: bool,
-                  baseline_file: str | None) -> None:
+                  baseline_file: str | None, ceilings: bool = True, ceilings_only: bool = False) -> None:
     """Repeated A/A runs of each case: noise within and between processes, smallest detectable change."""
     from dataclasses import replace
 
@@ -348,6 +351,10 @@ def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, .
     env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
     path = Path(baseline_file) if baseline_file else baselines.baseline_path(
         settings.baselines_dir, environment.machine_key(env, cases[0].device), suite_obj.name)
+    if ceilings or ceilings_only:  # the machine's roofline (perfgate/ceilings.py, perfgate/roofline.py)
+        calibrate_ceilings(settings, env, environment.machine_key(env, cases[0].device), write)
+        if ceilings_only:
+            return
     base = baselines.load_baseline(path) if write else None  # fail early, before minutes of measuring
     work = Path(settings.reports_dir) / ".calibrate"
     click.echo(f"perfgate calibrate: {len(cases)} case(s) x {rounds} A/A rounds x {settings.processes} process(es)")
@@ -368,6 +375,21 @@ def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, .
             base.calibration[key] = noise.to_json()
         baselines.write_baseline(base, path)
         click.echo(f"stored {len(results)} calibrated threshold(s) in {path}")
+
+
+def calibrate_ceilings(settings: config_mod.Settings, env: dict[str, Any], machine_key: str, write: bool) -> None:
+    """Measure this machine's ceilings in a worker; print them; with ``write``, store ceilings.json."""
+    from perfgate import ceilings, roofline
+
+    try:
+        measured = ceilings.measure_in_worker(settings.threads)
+    except RuntimeError as exc:
+        fail(str(exc), EXIT_INFRA)
+    for line in roofline.ceilings_lines(measured, env.get("device_name")):
+        click.echo(line)
+    if write:
+        path = roofline.write_ceilings(roofline.ceilings_path(settings.baselines_dir, machine_key), measured)
+        click.echo(f"stored the ceilings in {path}")
 
 
 # ---------------------------------------------------------------- perfgate merge (issue 7)

@@ -148,6 +148,8 @@ class Bound:
         if h is None:
             return "-"
         frac = 1 / h
+        if frac > 1:  # the ceiling was measured while the machine was busier than during the case
+            return f"{frac * 100:.3g}% of {which}: above the measured ceiling; re-run `perfgate calibrate` quietly"
         return f"{frac * 100:.2g}% of {which} ({h:.3g}x headroom)"
 
     def to_json(self) -> dict[str, Any]:
@@ -253,3 +255,43 @@ def ceilings_for_run(baselines_dir: Any, environment: dict[str, Any]) -> dict[st
     if spec:
         out["spec"] = spec
     return out
+
+
+def write_ceilings(path: Any, measured: dict[str, Any]) -> Any:
+    """Store measured ceilings (perfgate.ceilings.measure) atomically at ``path``; returns the path."""
+    from perfgate.storage import atomic_write_json
+
+    data = {"schema": CEILINGS_SCHEMA, **{k: v for k, v in measured.items() if k in ("cpu", "cuda")}}
+    return atomic_write_json(path, data)
+
+
+def _rate(x: float, unit: str) -> str:
+    for prefix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if x >= size:
+            return f"{x / size:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def ceilings_lines(measured: dict[str, Any], device_name: str | None = None) -> list[str]:
+    """What `perfgate calibrate` prints about the ceilings: per device, FLOP/s per dtype, bandwidth, ridge."""
+    lines = []
+    for kind in ("cpu", "cuda"):
+        entry = measured.get(kind)
+        if not isinstance(entry, dict):
+            continue
+        flops = ", ".join(f"{dt} {_rate(v, 'FLOP/s')}" for dt, v in entry.get("flops", {}).items())
+        bw = ", ".join(f"{k} {_rate(v, 'B/s')}" for k, v in entry.get("bandwidth", {}).items())
+        who = f" ({entry['device_name']})" if entry.get("device_name") else (
+            f" ({entry['threads']} thread(s))" if entry.get("threads") else "")
+        lines.append(f"ceilings {kind}{who}: peak {flops}; bandwidth {bw}; measured in {entry.get('seconds', '?')} s")
+        roof = roof_for(measured, kind)
+        if roof.ridge:
+            lines.append(f"    ridge point (float32): {roof.ridge:.3g} FLOP/B; below it a step is memory-bound")
+        for err in entry.get("errors", []):
+            lines.append(f"    not measured: {err}")
+    spec = spec_sheet(device_name)
+    if spec:
+        lines.append(f"spec sheet {spec['name']}: " + ", ".join(f"{dt} {_rate(v, 'FLOP/s')}" for dt, v in
+                                                               spec["flops"].items())
+                     + f"; bandwidth {_rate(spec['bandwidth'], 'B/s')}")
+    return lines

@@ -86,9 +86,23 @@ def bound_run(tmp_path_factory):
     (root / "pyproject.toml").write_text('[tool.perfgate]\nworkloads_dirs = ["workloads"]\n'
                                          '[tool.perfgate.timing]\nsamples = 5\nmin_time_s = 0.1\n'
                                          '[tool.perfgate.expect]\n"bound_chain/*/eager/cpu" = ["bound == memory-bound"]\n')
+    cal = run_cli("calibrate", "--ceilings-only", "--write", cwd=root)  # this machine's ceilings, stored
+    assert cal.returncode == 0, cal.stdout + cal.stderr
+    assert "ceilings cpu (1 thread(s)): peak float32" in cal.stdout and "stored the ceilings in" in cal.stdout
     proc = run_cli("run", "-w", "bound_*", "-t", "eager", "--processes", "1", "--out", str(root / "run"), cwd=root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return load_results(root / "run")
+
+
+def test_calibrate_stores_ceilings_the_run_carries(bound_run):
+    cpu = bound_run.ceilings["cpu"]
+    assert set(cpu["flops"]) >= {"float32", "float64"} and set(cpu["bandwidth"]) == {"copy", "triad"}
+    assert all(v > 1e8 for v in [*cpu["flops"].values(), *cpu["bandwidth"].values()])
+    assert bound_run.ceilings["source"].endswith("ceilings.json") and cpu["threads"] == 1
+    b = case_bound(bound_run.case("bound_matmul/smoke/eager/cpu"), bound_run.ceilings)
+    assert b.ridge_source == "measured (perfgate calibrate)"
+    # a shared runner can slow the ceiling's measurement more than the case's, so no upper bound here
+    assert b.flops_fraction > 0 and b.headroom == pytest.approx(1 / b.flops_fraction)
 
 
 @pytest.mark.parametrize("workload, bound", [
