@@ -210,6 +210,26 @@ def case_bound(case: CaseResult, ceilings: dict[str, Any] | None = None) -> Boun
     return Bound(bound, reason, ridge, ridge_source, evidence, flops_frac, bw_frac)
 
 
+# The toggles that attack the limit each bound class names (the recommendation's hint, docs/roofline.md).
+PAYS_OFF = {
+    "memory-bound": ("amp-fp16", "amp-bf16", "channels-last"),
+    "compute-bound": ("amp-fp16", "amp-bf16", "tf32", "compile-max-autotune"),
+    "overhead-bound": ("compile", "compile-reduce-overhead", "compile-max-autotune", "cuda-graphs"),
+}
+
+
+def toggle_hint(eager_bound: str, toggles: tuple[str, ...], action: str) -> str:
+    """What the eager step's bound class says about a toggle's measured recommendation ("" for nothing)."""
+    fits = [t for t in toggles if t in PAYS_OFF.get(eager_bound, ())]
+    if not fits:
+        return ""
+    if action == "adopt":
+        return f"as the roofline predicts: eager is {eager_bound} and {'+'.join(fits)} attacks that"
+    if action in ("neutral", "avoid"):
+        return (f"eager is {eager_bound}, so {'+'.join(fits)} should pay; it does not here: its profile says why")
+    return ""
+
+
 # What a bound class means for the recommendation: the toggles that attack the limit it names.
 ADVICE = {
     "memory-bound": "memory-bound: fewer bytes pay here (amp-fp16 / amp-bf16 halve them, channels-last avoids "

@@ -218,3 +218,19 @@ def test_ceilings_for_run_reads_the_machine_file_and_ignores_a_bad_one(tmp_path)
                                                                             "bandwidth": {"copy": 1e10}}}))
     got = roofline.ceilings_for_run(tmp_path, env)
     assert got["cpu"]["flops"]["float32"] == 1e11 and got["source"] == str(path)
+
+
+def test_the_recommendation_says_what_the_eager_bound_predicted():
+    from fixtures.synthetic import roofline_run
+
+    from perfgate.exporters.base import ReportInput
+
+    rows = {r.spec.toggle_name: r for r in ReportInput(roofline_run()).rows}
+    assert rows["eager"].bound.bound == "memory-bound" and rows["compile"].bound.bound == "overhead-bound"
+    # channels-last runs 0.8x in the synthetic run, though a memory-bound step should gain from it
+    assert rows["channels-last"].recommendation.action == "avoid"
+    assert ("eager is memory-bound, so channels-last should pay; it does not here"
+            in rows["channels-last"].recommendation.reason)
+    assert "should pay" not in rows["amp-bf16"].recommendation.reason  # avoided for its drift, not its speed
+    assert "memory-bound" not in rows["compile"].recommendation.reason  # compile does not attack bytes
+    assert roofline.toggle_hint("overhead-bound", ("compile",), "adopt").startswith("as the roofline predicts")

@@ -452,6 +452,13 @@ class ReportInput:
             if c.status == STATUS_OK and row.has_regression:
                 row.op_diff = op_diff(base_case, c)
             rows.append(row)
+        # the recommendation says what the eager step's bound class predicted for each toggle
+        eager_bounds = {r.key: r.bound.bound for r in rows if r.spec.toggles == ("eager",) and r.bound}
+        for r in rows:
+            eb = eager_bounds.get(f"{r.spec.workload}/{r.spec.size}/eager/{r.spec.device}")
+            hint = roofline.toggle_hint(eb, r.spec.toggles, r.recommendation.action) if eb else ""
+            if hint and r.spec.toggles != ("eager",) and r.case.accuracy.get("verdict") != "drift":
+                r.recommendation = Recommendation(r.recommendation.action, f"{r.recommendation.reason}; {hint}")
         return rows
 
     @cached_property
