@@ -7,9 +7,9 @@ JSON object; `perfgate calibrate` runs it (``measure_in_worker``, torch-free) an
 inside the measuring functions, so the orchestrator can import this module.
 
 How each figure is obtained (docs/roofline.md):
-  flops      2 n^3 / the best time of ``torch.mm`` on n x n operands of the dtype, repeated until the
-             budget per figure is spent, in three passes over all figures (best, not median: a ceiling
-             is what the hardware can do)
+  flops      2 n^3 / the best time per call of ``torch.mm`` on n x n operands of the dtype, timed in
+             batches of calls lasting >= 50 ms (a sustained rate) until the budget per figure is spent,
+             in three passes over all figures (best, not median: a ceiling is what the hardware can do)
   bandwidth  copy: ``dst.copy_(src)``, 2 x size bytes moved; triad: ``torch.add(b, c, alpha=s, out=a)``,
              3 x size bytes (STREAM's convention: write-allocate traffic not counted); arrays far larger
              than the last-level cache
@@ -33,17 +33,24 @@ DEFAULT_BUDGET_S = 1.2  # per figure, spread over ROUNDS passes
 ROUNDS = 3
 
 
+BATCH_S = 0.05  # one timing covers at least this long: a sustained rate, not one lucky call
+
+
 def _best_time(fn: Any, sync: Any, budget_s: float, min_reps: int = 3) -> float:
-    """The best wall time of ``fn()`` over repeats until ``budget_s`` is spent (at least ``min_reps``)."""
+    """The best time per call of ``fn()``: timings of batches of calls lasting at least BATCH_S each,
+    repeated until ``budget_s`` is spent (at least ``min_reps`` batches); the best batch's mean."""
+    t0 = time.perf_counter()
     fn()  # warm-up: allocations, kernel selection, page faults
     sync()
+    batch = max(1, int(BATCH_S / max(time.perf_counter() - t0, 1e-6)))
     best, spent, reps = float("inf"), 0.0, 0
     while reps < min_reps or spent < budget_s:
         t0 = time.perf_counter()
-        fn()
+        for _ in range(batch):
+            fn()
         sync()
         dt = time.perf_counter() - t0
-        best, spent, reps = min(best, dt), spent + dt, reps + 1
+        best, spent, reps = min(best, dt / batch), spent + dt, reps + 1
         if reps >= 200:
             break
     return best

@@ -100,22 +100,35 @@ def device_kind(device: str) -> str:
     return "cuda" if device.startswith("cuda") else "cpu"
 
 
+def _table(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _numbers(value: Any) -> dict[str, float]:
+    """The positive finite numbers of a table (results.json and ceilings.json are untrusted input)."""
+    import math
+
+    return {k: float(v) for k, v in _table(value).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0}
+
+
 def roof_for(ceilings: dict[str, Any] | None, device: str, dtype: str = "float32") -> Roof:
     """The ceilings of ``device`` for ``dtype``: measured first, then the spec sheet, else none."""
-    ceilings = ceilings or {}
+    ceilings = ceilings if isinstance(ceilings, dict) else {}
     kind = device_kind(device)
-    measured = ceilings.get(kind) or {}
-    spec = ceilings.get("spec") if kind == "cuda" else None
-    spec_flops = (spec or {}).get("flops", {}).get(dtype) or (spec or {}).get("flops", {}).get("float32")
-    spec_bw = (spec or {}).get("bandwidth")
-    flops_table = measured.get("flops") or {}
-    bw_table = measured.get("bandwidth") or {}
+    measured = _table(ceilings.get(kind))
+    spec = _table(ceilings.get("spec")) if kind == "cuda" else {}
+    spec_table = _numbers(spec.get("flops"))
+    spec_flops = spec_table.get(dtype) or spec_table.get("float32")
+    spec_bw = _numbers({"bw": spec.get("bandwidth")}).get("bw")
+    flops_table = _numbers(measured.get("flops"))
+    bw_table = _numbers(measured.get("bandwidth"))
     peak_flops = flops_table.get(dtype) or flops_table.get("float32")
     peak_bw = max(bw_table.values()) if bw_table else None
     if peak_flops and peak_bw:
         return Roof(peak_flops, peak_bw, "measured (perfgate calibrate)", dtype, spec_flops, spec_bw)
     if spec_flops and spec_bw:
-        return Roof(spec_flops, spec_bw, f"spec sheet ({spec.get('name')})", dtype, spec_flops, spec_bw)
+        return Roof(spec_flops, spec_bw, f"spec sheet ({spec.get('name', 'GPU')})", dtype, spec_flops, spec_bw)
     return Roof(None, None, "default ridge", dtype)
 
 

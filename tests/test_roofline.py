@@ -234,3 +234,11 @@ def test_the_recommendation_says_what_the_eager_bound_predicted():
     assert "should pay" not in rows["amp-bf16"].recommendation.reason  # avoided for its drift, not its speed
     assert "memory-bound" not in rows["compile"].recommendation.reason  # compile does not attack bytes
     assert roofline.toggle_hint("overhead-bound", ("compile",), "adopt").startswith("as the roofline predicts")
+
+
+def test_tampered_ceilings_are_ignored_not_a_crash():
+    bad = {"cpu": {"flops": {"float32": "1e11", "float64": -3, "bfloat16": float("inf")}, "bandwidth": [1, 2]},
+           "spec": "H100"}
+    roof = roof_for(bad, "cpu")
+    assert (roof.peak_flops, roof.peak_bandwidth, roof.source) == (None, None, "default ridge")
+    assert roof_for({"cuda": {"flops": {"float32": True}}, "spec": {"flops": None}}, "cuda").ridge is None
