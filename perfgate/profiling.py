@@ -427,38 +427,65 @@ def _concentration(times: dict[str, float], share: float = 0.8) -> float | None:
     return float(n)
 
 
-def op_timing(events: list[Any], device: str, steps: int) -> dict[str, float]:
-    """The overhead evidence of the profile window, per step: device_idle_fraction (share of the step's
-    wall time the device does no op or kernel work), mean_op_s (mean time of an innermost op or kernel),
-    kernel_concentration_80 (fewest kernels, ops on CPU, covering 80% of that time).
+def _step_of(evt: Any) -> Any:
+    """The ProfilerStep event an op ran in, or None."""
+    parent = getattr(evt, "cpu_parent", None)
+    while parent is not None:
+        if parent.name.startswith("ProfilerStep"):
+            return parent
+        parent = getattr(parent, "cpu_parent", None)
+    return None
 
-    CUDA: kernels' device time against the profiler steps' wall time. CPU: the CPU is the device; its
-    busy time is the time inside top-level aten ops and compiled kernels, the rest of the step is Python
-    and dispatch between them."""
-    step_us = sum(e.time_range.elapsed_us() for e in events
-                  if e.name.startswith("ProfilerStep") and not _is_device_event(e))
-    by_name: Counter[str] = Counter()
+
+def op_timing(events: list[Any], device: str, steps: int) -> dict[str, float]:
+    """The overhead evidence of the profile window: device_idle_fraction (share of a step's wall time
+    the device does no op or kernel work), mean_op_s (busy time per innermost op or kernel),
+    kernel_concentration_80 (fewest kernels, ops on CPU, by name, covering 80% of the busy time).
+
+    CUDA: kernels' device time against the profiler steps' wall time, over the window. CPU: the CPU is
+    the device; its busy time is the time inside top-level aten ops and compiled kernels, the rest of the
+    step is Python and dispatch between them. On CPU each figure is the median over the recorded steps:
+    a scheduler preemption inside one op of one step (a shared machine) then moves none of them."""
+    out: dict[str, float] = {}
     if device.startswith("cuda"):
+        step_us = sum(e.time_range.elapsed_us() for e in events
+                      if e.name.startswith("ProfilerStep") and not _is_device_event(e))
         kernels = [e for e in events if _is_device_event(e) and _event_kind(e) == "kernel"]
         busy_us = sum(_self_device_us(e) for e in kernels)
-        count = len(kernels)
+        by_name: Counter[str] = Counter()
         for e in kernels:
             by_name[e.name] += _self_device_us(e)
-    else:
-        ops = [e for e in events if not _is_device_event(e) and _event_kind(e) in ("op", "kernel")]
-        busy_us = sum(e.time_range.elapsed_us() for e in ops if not _ancestors_are_ops(e))
-        inner = [e for e in ops if not any(_event_kind(c) in ("op", "kernel") for c in getattr(e, "cpu_children", []))]
-        count = len(inner)
-        for e in ops:
-            by_name[e.name] += float(getattr(e, "self_cpu_time_total", 0.0))
-    out: dict[str, float] = {}
-    if step_us > 0:
-        out["device_idle_fraction"] = max(0.0, 1.0 - busy_us / step_us)
-    if count:
-        out["mean_op_s"] = busy_us / count * 1e-6
-    conc = _concentration(dict(by_name))
-    if conc is not None:
-        out["kernel_concentration_80"] = conc
+        if step_us > 0:
+            out["device_idle_fraction"] = max(0.0, 1.0 - busy_us / step_us)
+        if kernels:
+            out["mean_op_s"] = busy_us / len(kernels) * 1e-6
+        conc = _concentration(dict(by_name))
+        if conc is not None:
+            out["kernel_concentration_80"] = conc
+        return out
+    per_step: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if _is_device_event(e) or _event_kind(e) not in ("op", "kernel"):
+            continue
+        step = _step_of(e)
+        if step is None:
+            continue
+        acc = per_step.setdefault(id(step), {"wall": step.time_range.elapsed_us(), "busy": 0.0, "inner": 0,
+                                             "names": Counter()})
+        if not _ancestors_are_ops(e):
+            acc["busy"] += e.time_range.elapsed_us()
+        if not any(_event_kind(c) in ("op", "kernel") for c in getattr(e, "cpu_children", [])):
+            acc["inner"] += 1
+        acc["names"][e.name] += float(getattr(e, "self_cpu_time_total", 0.0))
+    idle = [max(0.0, 1.0 - a["busy"] / a["wall"]) for a in per_step.values() if a["wall"] > 0]
+    mean_op = [a["busy"] / a["inner"] * 1e-6 for a in per_step.values() if a["inner"]]
+    conc = [c for c in (_concentration(dict(a["names"])) for a in per_step.values()) if c is not None]
+    if idle:
+        out["device_idle_fraction"] = statistics.median(idle)
+    if mean_op:
+        out["mean_op_s"] = statistics.median(mean_op)
+    if conc:
+        out["kernel_concentration_80"] = float(statistics.median(conc))
     return out
 
 

@@ -161,8 +161,9 @@ class Bound:
         if h is None:
             return "-"
         frac = 1 / h
-        if frac > 1:  # the ceiling was measured while the machine was busier than during the case
-            return f"{frac * 100:.3g}% of {which}: above the measured ceiling; re-run `perfgate calibrate` quietly"
+        if frac > 1:  # the ceiling was measured on a busier machine than the case, or the count is high
+            return (f"{frac * 100:.3g}% of {which}: above the ceiling (measured on a busier machine? "
+                    "re-run `perfgate calibrate` quietly)")
         return f"{frac * 100:.2g}% of {which} ({h:.3g}x headroom)"
 
     def to_json(self) -> dict[str, Any]:
@@ -220,6 +221,8 @@ def case_bound(case: CaseResult, ceilings: dict[str, Any] | None = None) -> Boun
         flops_frac = evidence["achieved_flops_per_s"] / roof.peak_flops
     if roof.peak_bandwidth and evidence["achieved_bytes_per_s"]:
         bw_frac = evidence["achieved_bytes_per_s"] / roof.peak_bandwidth
+        if bw_frac > 1 and str(case.profile.get("bytes_counted_on", "")).startswith("eager reference"):
+            bw_frac = None  # bytes counted before fusion, time measured after it: no bandwidth to compare
     return Bound(bound, reason, ridge, ridge_source, evidence, flops_frac, bw_frac)
 
 

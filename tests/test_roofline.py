@@ -242,3 +242,16 @@ def test_tampered_ceilings_are_ignored_not_a_crash():
     roof = roof_for(bad, "cpu")
     assert (roof.peak_flops, roof.peak_bandwidth, roof.source) == (None, None, "default ridge")
     assert roof_for({"cuda": {"flops": {"float32": True}}, "spec": {"flops": None}}, "cuda").ridge is None
+
+
+def test_bandwidth_of_a_fused_step_is_not_compared_with_bytes_counted_before_fusion():
+    metrics = {"mean_op_s": 1e-3, "device_idle_fraction": 0.0, "bytes_per_step": 1e6, "arithmetic_intensity": 0.0,
+               "achieved_bytes_per_s": 3e10}
+    ceilings = {"cpu": {"flops": {"float32": 1e11}, "bandwidth": {"copy": 1e10}}}
+    compiled = CaseResult(CaseSpec("w", "smoke", ("compile",), "cpu"), "ok", metrics=metrics,
+                          profile={"bytes_counted_on": "eager reference ops (before fusion)"})
+    assert case_bound(compiled, ceilings).bandwidth_fraction is None
+    eager = CaseResult(CaseSpec("w", "smoke", ("eager",), "cpu"), "ok", metrics=metrics,
+                       profile={"bytes_counted_on": "this toggle's eager ops"})
+    b = case_bound(eager, ceilings)
+    assert b.bandwidth_fraction == 3.0 and "above the ceiling" in b.headroom_text
