@@ -109,6 +109,9 @@ class Rule:
                   if k in data}
         if isinstance(fields.get("bound"), int) and not isinstance(fields.get("bound"), bool):
             fields["bound"] = float(fields["bound"])
+        for key in ("pattern", "metric", "op", "severity", "source", "toggle", "workload"):
+            if not isinstance(fields.get(key, ""), str) and not (key in ("toggle", "workload") and fields[key] is None):
+                raise ExpectError(f"stored rule: {key} must be a string, got {fields[key]!r}")
         rule = cls(**fields)
         _check(rule, f"{rule.source}: {rule.pattern!r}")
         return rule

@@ -262,6 +262,10 @@ def test_a_tampered_rule_in_results_is_a_schema_error(run, tmp_path):
     (tmp_path / "results.json").write_text(json.dumps(data))
     with pytest.raises(SchemaError, match="malformed results.*unknown metric"):
         load_results(tmp_path)
+    data["expectations"]["rules"][0].update(metric="status", pattern=["a", "b"])
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    with pytest.raises(SchemaError, match="malformed results.*pattern must be a string"):
+        load_results(tmp_path)
 
 
 # ---------------------------------------------------------------- reports
