@@ -204,4 +204,5 @@ def describe(baseline: Baseline) -> list[str]:
 
 
 def list_baselines(baselines_dir: Path) -> list[Path]:
-    return sorted(Path(baselines_dir).glob("*/*.json"))
+    # ceilings.json beside them is the machine's roofline (perfgate.roofline), not a baseline
+    return sorted(p for p in Path(baselines_dir).glob("*/*.json") if p.name != "ceilings.json")

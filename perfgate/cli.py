@@ -192,8 +192,12 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
     env["machine_key"] = environment.machine_key(env, cases[0].device)
     env["address_layout"] = runner.address_layout()  # fixed: every worker the same layout (docs/gate.md)
+    from perfgate import expect, roofline
+
     run = RunResult(run_id=run_dir.name, suite=suite_obj.name, environment=env,
-                    started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settings=settings.to_json())
+                    started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settings=settings.to_json(),
+                    expectations=expect.rules_json(settings, catalog.workloads, cases),
+                    ceilings=roofline.ceilings_for_run(settings.baselines_dir, env))
     from perfgate import gate as gate_mod
 
     try:  # the stored baseline before any case runs: a missing or broken one fails fast
@@ -245,6 +249,8 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     write_reports(run)
     click.echo(f"reports: {run_dir / 'report.html'} (also summary.md, junit.xml)")
     click.echo(console.run_tables(run))
+    if run.expectations:  # every rule on the cases it matched (perfgate/expect.py); --gate fails on a miss
+        click.echo("\n" + expect.console_text(expect.evaluate(run)))
     click.echo(f"\n{runner.summary_status(run)}; results: {run_dir / 'results.json'}")
     if history:  # before the gate's verdict: a regression is history too
         _add_run_to_history(settings, run_dir)
@@ -353,10 +359,13 @@ def baseline_show_cmd(config: str | None, path: str | None) -> None:
 @click.option("--write", is_flag=True, help="Store per-case thresholds in the baseline's metadata.")
 @click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None,
               help="Baseline to write to (default: <baselines_dir>/<machine-key>/<suite>.json).")
+@click.option("--ceilings/--no-ceilings", default=True, show_default=True,
+              help="Also measure peak FLOP/s and memory bandwidth (the roofline); --write stores them.")
+@click.option("--ceilings-only", is_flag=True, help="Measure only the ceilings (seconds), no A/A rounds.")
 @handle_errors
 def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], toggles: tuple[str, ...],
                   rounds: int, processes: int | None, samples: int | None, write: bool,
-                  baseline_file: str | None) -> None:
+                  baseline_file: str | None, ceilings: bool = True, ceilings_only: bool = False) -> None:
     """Repeated A/A runs of each case: noise within and between processes, smallest detectable change."""
     from dataclasses import replace
 
@@ -379,6 +388,10 @@ def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, .
     env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
     path = Path(baseline_file) if baseline_file else baselines.baseline_path(
         settings.baselines_dir, environment.machine_key(env, cases[0].device), suite_obj.name)
+    if ceilings or ceilings_only:  # the machine's roofline (perfgate/ceilings.py, perfgate/roofline.py)
+        calibrate_ceilings(settings, env, environment.machine_key(env, cases[0].device), write)
+        if ceilings_only:
+            return
     base = baselines.load_baseline(path) if write else None  # fail early, before minutes of measuring
     work = Path(settings.reports_dir) / ".calibrate"
     per_side = gs.max_processes if gs.adaptive else settings.processes
@@ -403,6 +416,21 @@ def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, .
             base.calibration[key] = noise.to_json()
         baselines.write_baseline(base, path)
         click.echo(f"stored {len(results)} calibrated threshold(s) in {path}")
+
+
+def calibrate_ceilings(settings: config_mod.Settings, env: dict[str, Any], machine_key: str, write: bool) -> None:
+    """Measure this machine's ceilings in a worker; print them; with ``write``, store ceilings.json."""
+    from perfgate import ceilings, roofline
+
+    try:
+        measured = ceilings.measure_in_worker(settings.threads)
+    except RuntimeError as exc:
+        fail(str(exc), EXIT_INFRA)
+    for line in roofline.ceilings_lines(measured, env.get("device_name")):
+        click.echo(line)
+    if write:
+        path = roofline.write_ceilings(roofline.ceilings_path(settings.baselines_dir, machine_key), measured)
+        click.echo(f"stored the ceilings in {path}")
 
 
 # ---------------------------------------------------------------- perfgate merge (issue 7)
@@ -461,7 +489,7 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
             comparison = None if baseline_file else merged_comparison(results)
         if comparison is not None:
             gate_mod.write_comparison(comparison, out_dir)
-            code = gate_mod.conclude(comparison, gate, click.echo)
+            code = gate_mod.conclude(comparison, gate, click.echo, run)
         else:
             path = Path(baseline_file) if baseline_file else gate_mod.default_baseline_path(settings, run)
             code = gate_mod.compare_files(str(out_dir), str(path), settings, strict_env=strict_env, gate=gate,

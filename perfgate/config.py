@@ -77,6 +77,8 @@ class Settings:
     timing: TimingSettings = TimingSettings()
     # sections owned by later layers (gate thresholds...): kept raw and validated by their modules
     extra: dict[str, Any] = field(default_factory=dict)
+    # [tool.perfgate.expect]: expectation rules (perfgate.expect.Rule), validated at load
+    expectations: tuple[Any, ...] = ()
 
     def suite(self, name: str) -> Suite:
         if name not in self.suites:
@@ -108,7 +110,7 @@ DEFAULT_SUITES = {
 
 _KNOWN_KEYS = {
     "workloads_dirs", "baselines_dir", "reports_dir", "threads", "processes", "timeout_s", "seed",
-    "max_memory_mb", "compile_cache", "default_suite", "suites", "timing", "gate", "history",
+    "max_memory_mb", "compile_cache", "default_suite", "suites", "timing", "gate", "history", "expect",
 }
 
 
@@ -212,6 +214,12 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
         }
     )
     suites = parse_suites(raw.get("suites", {}), where) or dict(DEFAULT_SUITES)
+    from perfgate.expect import ExpectError, parse_rules
+
+    try:
+        expectations = tuple(parse_rules(raw.get("expect"), source=f"{where} [tool.perfgate.expect]"))
+    except ExpectError as exc:
+        raise ConfigError(str(exc)) from exc
     default_suite = raw.get("default_suite", "smoke" if "smoke" in suites else next(iter(suites)))
     if default_suite not in suites:
         raise ConfigError(f"{where}: default_suite {default_suite!r} is not a suite; valid: {', '.join(sorted(suites))}")
@@ -231,4 +239,5 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
         suites=suites,
         timing=timing,
         extra={k: raw[k] for k in ("gate", "history") if k in raw},
+        expectations=expectations,
     )

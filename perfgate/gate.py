@@ -42,9 +42,22 @@ def write_comparison(comparison: Comparison, run_dir: Path, run: RunResult | Non
     return path
 
 
-def conclude(comparison: Comparison, gate: bool, echo: Echo) -> int:
+def conclude(comparison: Comparison, gate: bool, echo: Echo, run: RunResult | None = None) -> int:
     echo(console.comparison_text(comparison, gate=gate))
-    return EXIT_GATE if gate and comparison.gate_failed else EXIT_OK
+    missed = expectations_failed(run, echo) if gate else False
+    return EXIT_GATE if gate and (comparison.gate_failed or missed) else EXIT_OK
+
+
+def expectations_failed(run: RunResult | None, echo: Echo) -> bool:
+    """The expectations hook of the gate (perfgate.expect): does ``run`` miss a ``fail`` rule? Says which."""
+    if run is None or not run.expectations:
+        return False
+    from perfgate import expect
+
+    failing = expect.evaluate(run).failing
+    for o in failing:
+        echo(f"perfgate: expectation missed: {o.case_key}: {o.rule.text} ({o.reason})")
+    return bool(failing)
 
 
 def load_stored(settings: Settings, run: RunResult, baseline_file: Path | None) -> tuple[Path, baselines.Baseline]:
@@ -98,7 +111,7 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Pa
         comparison, again = confirm_regressions(comparison, run, gs, remeasure, calibration=base.calibration)
         record_remeasures(run, run_dir, again)
     write_comparison(comparison, run_dir, run, echo)
-    return conclude(comparison, gate, echo)
+    return conclude(comparison, gate, echo, run)
 
 
 def record_remeasures(run: RunResult, run_dir: Path, again: list[CaseResult]) -> None:
@@ -158,7 +171,7 @@ def execute_against(ref: str, cases: list[CaseSpec], workload_files: dict[str, s
             # both sides of each re-measure, so that `perfgate merge --rejudge` can confirm it again
             record_remeasures(base_run, base_dir, base_again)
         write_comparison(comparison, run_dir, run, echo)
-        return conclude(comparison, gate, echo)
+        return conclude(comparison, gate, echo, run)
     finally:
         base.close()
 
@@ -182,7 +195,7 @@ def compare_files(current: str, baseline: str, settings: Settings, *, strict_env
                               strict_env=strict_env)
     cur_dir = Path(current) if Path(current).is_dir() else Path(current).parent
     write_comparison(comparison, cur_dir)
-    return conclude(comparison, gate, echo)
+    return conclude(comparison, gate, echo, cur)
 
 
 def _is_results(path: Path) -> bool:

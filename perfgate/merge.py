@@ -243,7 +243,7 @@ def merge_runs(paths: Sequence[str | Path], out_dir: str | Path) -> tuple[RunRes
     merged_run = RunResult(
         run_id=out.name, suite=first.suite, environment=environment, cases=cases,
         started_at=min(starts) if starts else "", finished_at=max(ends) if ends else None,
-        settings=settings,
+        settings=settings, expectations=first.expectations, ceilings=first.ceilings,
     )
     return merged_run, warnings
 

@@ -5,6 +5,9 @@ Derived statistics are computed from the raw samples when asked, so nothing stor
 
 Schema history (``perfgate.results/N``):
   1  first version: spec, status, per-process raw samples, metrics, profile, accuracy, environment.
+  2  adds "expectations" (the run's rules, their outcomes per case; perfgate.expect) and "ceilings" (the
+     machine's measured peak FLOP/s and bandwidth from `perfgate calibrate`, spec-sheet peaks; perfgate.roofline).
+     A version-1 file reads as one with no rules and no ceilings.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from typing import Any
 
 from perfgate.stats import Ratio, SampleSummary, ratio_of, summarize
 
-SCHEMA = "perfgate.results/1"
+SCHEMA = "perfgate.results/2"
 SCHEMA_HISTORY = {
     "perfgate.results/1": "first version",
+    "perfgate.results/2": "expectations (rules and outcomes) and ceilings (peak FLOP/s, bandwidth)",
 }
 
 STATUS_OK = "ok"
@@ -57,6 +61,13 @@ METRIC_KINDS: dict[str, str] = {
     "construction_cache_hits": "deterministic",
     "construction_recompiles": "deterministic",
     "setup_exit_criterion_met": "info",
+    # roofline (perfgate.roofline): traffic and placement of a step; informative, never gated
+    "bytes_per_step": "info",
+    "arithmetic_intensity": "info",
+    "achieved_bytes_per_s": "info",
+    "kernel_concentration_80": "info",
+    "device_idle_fraction": "info",
+    "mean_op_s": "info",
 }
 
 # The verdict kinds of a comparison, per case and metric.
@@ -275,6 +286,10 @@ class RunResult:
     started_at: str = ""
     finished_at: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    # the expectation rules this run is checked against (perfgate.expect.Rule.to_json), outcomes derived
+    expectations: list[dict[str, Any]] = field(default_factory=list)
+    # this machine's ceilings (perfgate.roofline): {"measured": {...}, "spec": {...}}, empty when unknown
+    ceilings: dict[str, Any] = field(default_factory=dict)
     schema: str = SCHEMA
 
     def case(self, key: str) -> CaseResult | None:
@@ -316,7 +331,17 @@ class RunResult:
             "environment": self.environment,
             "settings": self.settings,
             "cases": [c.to_json() for c in self.cases],
+            "ceilings": self.ceilings,
+            "expectations": self._expectations_json(),
         }
+
+    def _expectations_json(self) -> dict[str, Any]:
+        """The rules and, derived from the cases now (never read back), their outcomes."""
+        if not self.expectations:
+            return {"rules": [], "outcomes": [], "unmatched": []}
+        from perfgate import expect
+
+        return expect.evaluate(self).to_json()
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=False, default=str) + "\n"
@@ -332,6 +357,10 @@ class RunResult:
             )
         data = upgrade(data)
         try:
+            from perfgate.expect import Rule
+
+            for r in data["expectations"]["rules"]:  # a malformed rule is a malformed file, said at load
+                Rule.from_json(r)
             return cls(
                 run_id=data["run_id"],
                 suite=data.get("suite"),
@@ -340,6 +369,8 @@ class RunResult:
                 started_at=data.get("started_at", ""),
                 finished_at=data.get("finished_at"),
                 settings=dict(data.get("settings", {})),
+                expectations=[dict(r) for r in data["expectations"]["rules"]],
+                ceilings=dict(data["ceilings"]),
                 schema=SCHEMA,
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -347,7 +378,9 @@ class RunResult:
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """Bring an older results document up to the current schema. Version 1 is current."""
+    """Bring an older results document up to the current schema, one version at a time."""
+    if data.get("schema") == "perfgate.results/1":
+        data = {**data, "schema": "perfgate.results/2", "expectations": {"rules": [], "outcomes": []}, "ceilings": {}}
     return data
 
 

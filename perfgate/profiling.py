@@ -3,7 +3,9 @@
 ``profile_pass`` fills the worker's result with
   metrics   aten_ops_per_step, kernels_per_step, memcpy/memset/syncs_per_step (CUDA), flops_per_step,
             achieved_flops_per_s, peak_cuda_allocated/reserved_bytes, peak_rss_bytes,
-            cpu_bytes_allocated_per_step, graph_breaks, unique_graphs, recompiles (compile toggles)
+            cpu_bytes_allocated_per_step, graph_breaks, unique_graphs, recompiles (compile toggles),
+            and for the roofline (perfgate.roofline): bytes_per_step, arithmetic_intensity,
+            achieved_bytes_per_s, device_idle_fraction, mean_op_s, kernel_concentration_80
   profile   top_ops, graph_break_reasons, trace_dir, trace_file (relative to the run folder), window
   accuracy  max_abs, mean_abs, rel_l2, verdict ok|drift, tolerance (against an eager fp32 reference)
 A section that fails (say, an op FlopCounterMode cannot dispatch) leaves its figures out and says why
@@ -353,6 +355,140 @@ def flops_per_step(spec: Any, workload: Any, ref: Any) -> float | None:
     return float(counter.get_total_flops())
 
 
+# aten ops that move no data: views and aliases (func.is_view), fresh allocations, autograd bookkeeping
+_NO_TRAFFIC = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
+               "lift_fresh", "set_", "resize_", "record_stream")
+
+
+def bytes_per_step(spec: Any, workload: Any, prepared: Any, ref: Any) -> tuple[float, str]:
+    """Bytes one step reads and writes at the aten-op level, and which instance was counted.
+
+    Every aten op the step dispatches adds the sizes of its tensor inputs and outputs (numel x element
+    size; views, aliases and fresh allocations add nothing), counted by a TorchDispatchMode. Where the
+    toggled model runs op by op (eager, amp, channels-last...) that model is counted, in its own dtypes;
+    where a compiler or a graph hides the ops (compile, torchscript, cuda-graphs) the eager reference is
+    counted under the case's autocast: the traffic before fusion, an upper bound of the compiled step's.
+    Caches are not modelled: an op whose operands stay in cache counts as if it went to memory."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    from perfgate import toggles as toggles_mod
+
+    class BytesCounter(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            out = func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__
+            if not getattr(func, "is_view", False) and name not in _NO_TRAFFIC:
+                for t in (*tree_flatten((args, kwargs or {}))[0], *tree_flatten(out)[0]):
+                    if isinstance(t, torch.Tensor):
+                        self.total += t.numel() * t.element_size()
+            return out
+
+    toggles = tuple(prepared.toggles)
+    runs_op_by_op = (toggles_mod.compile_mode(toggles) is None and not prepared.captured
+                     and "torchscript" not in toggles and not getattr(workload, "compile_mode", None))
+    counter = BytesCounter()
+    if runs_op_by_op:
+        with counter:
+            prepared.step(prepared.built.state)
+        return float(counter.total), "this toggle's eager ops"
+    amp = tuple(t for t in toggles if t in ("amp-fp16", "amp-bf16"))
+    contexts = toggles_mod.step_contexts(amp, spec.device, workload.needs_grad)
+    with counter, contexts():
+        workload.step(ref.model, ref.state, ref, spec.param_dict)
+    return float(counter.total), "eager reference ops (before fusion)"
+
+
+def _ancestors_are_ops(evt: Any) -> bool:
+    parent = getattr(evt, "cpu_parent", None)
+    while parent is not None:
+        if _event_kind(parent) in ("op", "kernel"):
+            return True
+        parent = getattr(parent, "cpu_parent", None)
+    return False
+
+
+def _concentration(times: dict[str, float], share: float = 0.8) -> float | None:
+    """The fewest names whose time adds up to ``share`` of the total."""
+    total = sum(times.values())
+    if total <= 0:
+        return None
+    acc, n = 0.0, 0
+    for t in sorted(times.values(), reverse=True):
+        acc += t
+        n += 1
+        if acc >= share * total - 1e-12:
+            break
+    return float(n)
+
+
+def _step_of(evt: Any) -> Any:
+    """The ProfilerStep event an op ran in, or None."""
+    parent = getattr(evt, "cpu_parent", None)
+    while parent is not None:
+        if parent.name.startswith("ProfilerStep"):
+            return parent
+        parent = getattr(parent, "cpu_parent", None)
+    return None
+
+
+def op_timing(events: list[Any], device: str, steps: int) -> dict[str, float]:
+    """The overhead evidence of the profile window: device_idle_fraction (share of a step's wall time
+    the device does no op or kernel work), mean_op_s (busy time per innermost op or kernel),
+    kernel_concentration_80 (fewest kernels, ops on CPU, by name, covering 80% of the busy time).
+
+    CUDA: kernels' device time against the profiler steps' wall time, over the window. CPU: the CPU is
+    the device; its busy time is the time inside top-level aten ops and compiled kernels, the rest of the
+    step is Python and dispatch between them. On CPU each figure is the median over the recorded steps:
+    a scheduler preemption inside one op of one step (a shared machine) then moves none of them."""
+    out: dict[str, float] = {}
+    if device.startswith("cuda"):
+        step_us = sum(e.time_range.elapsed_us() for e in events
+                      if e.name.startswith("ProfilerStep") and not _is_device_event(e))
+        kernels = [e for e in events if _is_device_event(e) and _event_kind(e) == "kernel"]
+        busy_us = sum(_self_device_us(e) for e in kernels)
+        by_name: Counter[str] = Counter()
+        for e in kernels:
+            by_name[e.name] += _self_device_us(e)
+        if step_us > 0:
+            out["device_idle_fraction"] = max(0.0, 1.0 - busy_us / step_us)
+        if kernels:
+            out["mean_op_s"] = busy_us / len(kernels) * 1e-6
+        conc = _concentration(dict(by_name))
+        if conc is not None:
+            out["kernel_concentration_80"] = conc
+        return out
+    per_step: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if _is_device_event(e) or _event_kind(e) not in ("op", "kernel"):
+            continue
+        step = _step_of(e)
+        if step is None:
+            continue
+        acc = per_step.setdefault(id(step), {"wall": step.time_range.elapsed_us(), "busy": 0.0, "inner": 0,
+                                             "names": Counter()})
+        if not _ancestors_are_ops(e):
+            acc["busy"] += e.time_range.elapsed_us()
+        if not any(_event_kind(c) in ("op", "kernel") for c in getattr(e, "cpu_children", [])):
+            acc["inner"] += 1
+        acc["names"][e.name] += float(getattr(e, "self_cpu_time_total", 0.0))
+    idle = [max(0.0, 1.0 - a["busy"] / a["wall"]) for a in per_step.values() if a["wall"] > 0]
+    mean_op = [a["busy"] / a["inner"] * 1e-6 for a in per_step.values() if a["inner"]]
+    conc = [c for c in (_concentration(dict(a["names"])) for a in per_step.values()) if c is not None]
+    if idle:
+        out["device_idle_fraction"] = statistics.median(idle)
+    if mean_op:
+        out["mean_op_s"] = statistics.median(mean_op)
+    if conc:
+        out["kernel_concentration_80"] = float(statistics.median(conc))
+    return out
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         import torch
@@ -400,6 +536,7 @@ def profile_window(cfg: dict[str, Any], spec: Any, workload: Any, prepared: Any,
     metrics, steps = window_counts(events, device)
     if per_call_steps > 1:
         metrics = {k: v / per_call_steps for k, v in metrics.items()}
+    metrics.update(op_timing(events, device, steps))
     profile_detail: dict[str, Any] = {
         "top_ops": top_ops(list(prof.key_averages()), steps * per_call_steps),
         "window": {"wait": WAIT_STEPS, "warmup": WARMUP_STEPS, "active": steps,
@@ -459,12 +596,23 @@ def profile_pass(cfg: dict[str, Any], spec: Any, workload: Any, prepared: Any, r
         except Exception as exc:  # an op the counter cannot dispatch through
             errors.append(f"flops: {type(exc).__name__}: {exc}")
             flops = None
+        traffic = None
+        try:
+            traffic, counted = bytes_per_step(spec, workload, prepared, ref)
+            profile_detail["bytes_counted_on"] = counted
+        except Exception as exc:  # an op the dispatch mode cannot pass through
+            errors.append(f"bytes: {type(exc).__name__}: {exc}")
         del ref
+        step_s = _median_step_s(result)
         if flops is not None:
             metrics["flops_per_step"] = flops
-            step_s = _median_step_s(result)
             if step_s and flops > 0:
                 metrics["achieved_flops_per_s"] = flops / step_s
+        if traffic:
+            metrics["bytes_per_step"] = traffic
+            metrics["arithmetic_intensity"] = (flops or 0.0) / traffic
+            if step_s:
+                metrics["achieved_bytes_per_s"] = traffic / step_s
 
     try:
         window_metrics, window_detail = profile_window(cfg, spec, workload, prepared, run_dir)

@@ -61,6 +61,8 @@ class Workload:
       channels_last_applies  False when the state is not a 4-D image batch
       unsupported_toggles    {"cuda-graphs": "why"}: toggles that cannot apply to this workload; a case
                    with one is skipped with that reason, never failed
+      expectations {"*/smoke/eager/cpu": ["status == ok"], ...}: claims about this workload's cases, checked
+                   on every run (same form as [tool.perfgate.expect]; docs/expectations.md)
       applies_compile  True when the workload calls torch.compile itself (e.g. inside a construction it
                    times): perfgate then sets ``self.compile_mode`` ("default", "reduce-overhead",
                    "max-autotune", or None for no compile toggle) before ``build`` and does not wrap
@@ -83,6 +85,7 @@ class Workload:
     unsupported_toggles: dict[str, str] = {}
     applies_compile: bool = False
     compile_mode: str | None = None
+    expectations: dict[str, Any] = {}
 
     def build(self, params: dict[str, Any], device: Any, dtype: Any, variants: frozenset[str]) -> Built:
         raise NotImplementedError(f"{type(self).__name__}.build")
@@ -123,6 +126,7 @@ class Workload:
             "channels_last_applies": cls.channels_last_applies,
             "unsupported_toggles": dict(cls.unsupported_toggles),
             "applies_compile": cls.applies_compile,
+            "expectations": cls.expectations,
         }
 
 
@@ -144,6 +148,12 @@ def _validate(cls: type[Workload], path: Path) -> str | None:
     missing = [s for s in REQUIRED_SIZES if s not in cls.sizes]
     if missing:
         return f"{path}: workload {cls.name!r} lacks sizes {', '.join(missing)} (needs {', '.join(REQUIRED_SIZES)})"
+    from perfgate.expect import ExpectError, parse_rules
+
+    try:
+        parse_rules(cls.expectations or None, source=f"{path}: workload {cls.name!r} expectations", workload=cls.name)
+    except ExpectError as exc:
+        return str(exc)
     return None
 
 

@@ -23,7 +23,7 @@ def test_run_writes_results_with_schema_environment_and_raw_samples(tiny_run):
     proc, out = tiny_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((out / "results.json").read_text())
-    assert data["schema"] == "perfgate.results/1"
+    assert data["schema"] == "perfgate.results/2"
     assert data["run_id"] == "r" and data["finished_at"]
     env = data["environment"]
     for key in ("torch", "python", "cuda_available", "torch_cuda", "cudnn", "device_name", "compute_capability",

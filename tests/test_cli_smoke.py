@@ -10,7 +10,7 @@ def test_run_eager_rollout_writes_results(tmp_path):
     proc = run_cli("run", "-w", "operator_rollout", "-t", "eager", "--samples", "3", "--out", str(out))
     assert proc.returncode == 0, proc.stderr + proc.stdout
     data = json.loads((out / "results.json").read_text())
-    assert data["schema"] == "perfgate.results/1"
+    assert data["schema"] == "perfgate.results/2"
     (case,) = data["cases"]
     assert case["status"] == "ok"
     assert case["key"] == "operator_rollout/smoke/eager/cpu"

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fixtures.synthetic import scenario, synthetic_run
+from fixtures.synthetic import roofline_run, scenario, synthetic_run
 
 from perfgate.exporters.base import ReportInput
 from perfgate.exporters.html import HtmlExporter
@@ -132,3 +132,30 @@ def test_markup_in_workload_names_and_errors_renders_as_text_and_runs_nothing(br
     assert "<script>" not in page.page.inner_html("svg")
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.page.screenshot(path=str(SHOTS / "escaping.png"), full_page=False)
+
+
+def test_roofline_chart_bound_classes_and_expectations_in_a_real_browser(browser, tmp_path):
+    report = ReportInput(roofline_run(), None, run_dir=tmp_path)
+    path = write_report(tmp_path, report)
+    page = Page(browser, path)
+    assert page.console == [] and page.external_requests() == []
+    assert page.page.inner_text("#verdict").startswith("FAIL: 1 expectation(s) missed")
+    expectations = page.page.inner_text("#expectations")
+    assert "speedup_vs_eager >= 2" in expectations and "bound == memory-bound" in expectations
+    svg = page.page.locator("svg.roofline")
+    assert svg.count() == 1
+    # eager, compile, amp-bf16 placed; channels-last has no FLOPs to place it by, and says so
+    labels = page.page.eval_on_selector_all("svg.roofline circle", "els => els.map(e => e.nextSibling.textContent)")
+    assert labels == ["eager", "compile", "amp-bf16"]
+    assert page.page.locator("svg.roofline polyline").count() == 2  # float32 and bfloat16 measured roofs
+    note = page.page.inner_text("section.workload")
+    assert "Not placed: channels-last (memory-bound; no FLOPs counted" in note
+    payoff = page.page.inner_text("table.payoff")
+    assert "memory-bound" in payoff and "overhead-bound" in payoff and "headroom" in payoff
+    assert "Bound: eager is memory-bound" in note
+    # inside the plot: every point between the axes
+    box = page.page.evaluate("""() => { const s = document.querySelector('svg.roofline');
+        return [...s.querySelectorAll('circle')].map(c => [+c.getAttribute('cx'), +c.getAttribute('cy')]); }""")
+    assert all(84 <= x <= 490 and 12 <= y <= 260 for x, y in box), box
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    svg.screenshot(path=str(SHOTS / "roofline.png"))

@@ -100,7 +100,7 @@ def test_compare_with_a_corrupt_baseline_is_one_line_exit_2(project, tmp_path):
 
 def test_calibrate_writes_thresholds_the_gate_uses(project):
     root, baseline = project
-    proc = run_cli("calibrate", "--rounds", "2", "--processes", "1", "--write", cwd=root)
+    proc = run_cli("calibrate", "--rounds", "2", "--processes", "1", "--write", "--no-ceilings", cwd=root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "between processes" in proc.stdout and "smallest detectable change" in proc.stdout
     cal = json.loads(baseline.read_text())["calibration"][CASE]

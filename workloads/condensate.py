@@ -51,6 +51,13 @@ class CondensateEvolution(Workload):
     }
     tolerance = Tolerance(rel_l2=1e-3)
     channels_last_applies = False
+    # The team's claim as rules (docs/expectations.md): the CPU ones hold at smoke size (the smoke suite
+    # checks them); the GPU claim is theirs, not yet measured by perfgate, so it warns rather than fails.
+    expectations = {
+        "condensate/*/eager/*": ["status == ok", "accuracy == ok"],
+        "condensate/*/compile/*": ["status == ok", "accuracy == ok"],
+        "condensate/full/compile/cuda": [{"rule": "speedup_vs_eager >= 1.8", "severity": "warn"}],  # claimed ~1.8x
+    }
 
     def build(self, params, device, dtype, variants):
         n = int(params["grid"])

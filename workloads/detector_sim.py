@@ -110,6 +110,14 @@ class DetectorSim(Workload):
     }
     tolerance = Tolerance(rel_l2=1e-3)
     channels_last_applies = False
+    # The team's exit criteria as rules (docs/expectations.md). "<= 3 kernels dominate" holds on CPU too
+    # (inductor fuses the physics into one C++ kernel) and the smoke suite checks it; ">= 2x at 1024^2"
+    # is their target for CUDA, not yet measured by perfgate, so it warns.
+    expectations = {
+        "detector_sim/*/eager/*": ["status == ok", "accuracy == ok"],
+        "detector_sim/*/compile/*": ["status == ok", "accuracy == ok", "kernel_concentration_80 <= 3"],
+        "detector_sim/full/compile/cuda": [{"rule": "speedup_vs_eager >= 2", "severity": "warn"}],
+    }
 
     def build(self, params, device, dtype, variants):
         physics = make_physics(params, device, dtype).eval()

@@ -138,6 +138,17 @@ class MessagePassingPotential(Workload):
     variants = {"batched": "all structures packed into one disjoint graph, one forward and backward per step"}
     needs_grad = True
     channels_last_applies = False
+    # The team's findings as rules (docs/expectations.md): a ~427K-parameter model on a few atoms is
+    # latency-bound (overhead-bound here; a warning, since on a loaded 2-vCPU runner its mean op time
+    # moved between 3 and 12 us against the 20 us line); FP16 (0.93x) and TorchScript (0.54x) did not
+    # pay on their GPU: warnings that say so if that ever changes.
+    expectations = {
+        "message_passing/*/eager/*": ["status == ok", "accuracy == ok"],
+        "message_passing/smoke/eager/cpu": [{"rule": "bound == overhead-bound", "severity": "warn"}],
+        "message_passing/*/eager/cuda": [{"rule": "bound == overhead-bound", "severity": "warn"}],
+        "message_passing/*/amp-fp16/cuda": [{"rule": "speedup_vs_eager <= 1.05", "severity": "warn"}],
+        "message_passing/*/torchscript/cuda": [{"rule": "speedup_vs_eager <= 1.0", "severity": "warn"}],
+    }
 
     def build(self, params, device, dtype, variants):
         names = [m for m in params["molecules"] for _ in range(int(params.get("replicas", 1)))]

@@ -63,6 +63,13 @@ class WaveFieldSuperposition(Workload):
     }
     tolerance = Tolerance(rel_l2=1e-3)
     channels_last_applies = False
+    # Their claim as rules (docs/expectations.md): ~2x from compile on an H100 is a projection, not a
+    # measurement, so it warns; on CPU both eager and compile must run and agree (the smoke suite checks).
+    expectations = {
+        "wave_field/*/eager/*": ["status == ok", "accuracy == ok"],
+        "wave_field/*/compile/*": ["status == ok", "accuracy == ok"],
+        "wave_field/full/compile/cuda": [{"rule": "speedup_vs_eager >= 2", "severity": "warn"}],
+    }
 
     def build(self, params, device, dtype, variants):
         g = torch.Generator(device="cpu").manual_seed(int(params.get("seed", 7)))

@@ -14,6 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
+from perfgate import expect, roofline
 from perfgate.model import STATUS_OK, CaseResult, Comparison, RunResult, Verdict
 from perfgate.stats import Ratio, SampleSummary, format_seconds, ratio_of
 
@@ -156,6 +157,7 @@ class CaseRow:
     recommendation: Recommendation
     op_diff: list[OpChange] = field(default_factory=list)
     baseline_case: CaseResult | None = None
+    bound: roofline.Bound | None = None  # compute-, memory- or overhead-bound, with the evidence
 
     @property
     def key(self) -> str:
@@ -277,6 +279,32 @@ class CaseRow:
         return f"{cls}{first_line(c.message)}".strip()
 
     @property
+    def bound_text(self) -> str:
+        return self.bound.bound if self.bound else "-"
+
+    @property
+    def headroom_text(self) -> str:
+        return self.bound.headroom_text if self.bound else "-"
+
+    @property
+    def bound_evidence_text(self) -> str:
+        """'idle 36%, 240 ops/step, mean op 2.1 us, 2.4 FLOP/B': what decided the bound class."""
+        if not self.bound:
+            return ""
+        e = self.bound.evidence
+        parts = []
+        if e.get("device_idle_fraction") is not None:
+            parts.append(f"idle {e['device_idle_fraction'] * 100:.0f}%")
+        ops = e.get("kernels_per_step") if self.spec.device.startswith("cuda") else e.get("aten_ops_per_step")
+        if ops is not None:
+            parts.append(f"{format_count(ops)} {'kernels' if self.spec.device.startswith('cuda') else 'ops'}/step")
+        if e.get("mean_op_s") is not None:
+            parts.append(f"mean op {format_seconds(e['mean_op_s'])}")
+        if e.get("arithmetic_intensity") is not None:
+            parts.append(f"{e['arithmetic_intensity']:.3g} FLOP/B")
+        return ", ".join(parts)
+
+    @property
     def trace_dir(self) -> str | None:
         return self.case.profile.get("trace_dir")
 
@@ -368,6 +396,14 @@ class Group:
         return f"{self.workload} [{self.size}, {self.device}]"
 
     @property
+    def bound_advice(self) -> str | None:
+        """What the eager case's bound class says will pay (roofline.ADVICE), for the recommendation."""
+        eager = next((r for r in self.rows if r.spec.toggles == ("eager",)), None)
+        if eager is None or eager.bound is None:
+            return None
+        return f"eager is {roofline.ADVICE[eager.bound.bound]} ({eager.bound.reason})"
+
+    @property
     def anchor(self) -> str:
         return "w-" + "".join(ch if ch.isalnum() else "-" for ch in f"{self.workload}-{self.size}-{self.device}")
 
@@ -425,11 +461,18 @@ class ReportInput:
                 case=c, step_time=summaries[c.key], speedup=speedup, verdicts=vs,
                 memory_bytes=mem, memory_change=mem_change,
                 recommendation=recommend(c, speedup, mem_change, self.threshold),
-                baseline_case=base_case,
+                baseline_case=base_case, bound=roofline.case_bound(c, run.ceilings),
             )
             if c.status == STATUS_OK and row.has_regression:
                 row.op_diff = op_diff(base_case, c)
             rows.append(row)
+        # the recommendation says what the eager step's bound class predicted for each toggle
+        eager_bounds = {r.key: r.bound.bound for r in rows if r.spec.toggles == ("eager",) and r.bound}
+        for r in rows:
+            eb = eager_bounds.get(f"{r.spec.workload}/{r.spec.size}/eager/{r.spec.device}")
+            hint = roofline.toggle_hint(eb, r.spec.toggles, r.recommendation.action) if eb else ""
+            if hint and r.spec.toggles != ("eager",) and r.case.accuracy.get("verdict") != "drift":
+                r.recommendation = Recommendation(r.recommendation.action, f"{r.recommendation.reason}; {hint}")
         return rows
 
     @cached_property
@@ -442,6 +485,11 @@ class ReportInput:
     @property
     def status_counts(self) -> dict[str, int]:
         return self.run.counts()
+
+    @cached_property
+    def expectations(self) -> expect.Evaluation:
+        """The run's expectation rules evaluated on its cases (perfgate.expect)."""
+        return expect.evaluate(self.run)
 
     @property
     def verdict(self) -> Banner:
@@ -477,12 +525,17 @@ def banner(report: ReportInput) -> Banner:
     comp = report.comparison
     st = report.status_counts
     runs = f"{st['ok']} ok, {st['skipped']} skipped, {st['failed']} failed"
+    ev = report.expectations
+    exp = f"; {ev.headline}" if ev.rules else ""
     if comp is None:
+        if ev.gate_failed:
+            return Banner("fail", f"FAIL: {len(ev.failing)} expectation(s) missed ({runs}); no baseline compared"
+                                  f"{exp}", {})
         return Banner("no-baseline", f"NO BASELINE: {len(report.run.cases)} case(s) measured ({runs}); "
-                                     "nothing was compared", {})
+                                     f"nothing was compared{exp}", {})
     c = comp.counts()
     parts = f"{c['regression']} regression(s), {c['newly-failing']} newly failing, {c['win']} win(s), " \
             f"{c['inconclusive']} inconclusive"
-    if comp.gate_failed:
-        return Banner("fail", f"FAIL: {parts} ({runs})", c)
-    return Banner("pass", f"PASS: {parts} ({runs})", c)
+    if comp.gate_failed or ev.gate_failed:
+        return Banner("fail", f"FAIL: {parts} ({runs}){exp}", c)
+    return Banner("pass", f"PASS: {parts} ({runs}){exp}", c)

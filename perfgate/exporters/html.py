@@ -8,6 +8,7 @@ No scripts, no external fonts, no network: a Content-Security-Policy forbids all
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -15,7 +16,16 @@ from typing import Any
 
 import jinja2
 
-from perfgate.exporters.base import CaseRow, Group, ReportInput, format_bytes, format_count, format_value
+from perfgate import roofline
+from perfgate.exporters.base import (
+    CaseRow,
+    Group,
+    ReportInput,
+    format_bytes,
+    format_count,
+    format_rate,
+    format_value,
+)
 from perfgate.stats import format_seconds
 
 CHART_WIDTH = 640
@@ -108,6 +118,87 @@ def distribution_chart(row: CaseRow) -> Chart | None:
     return chart
 
 
+@dataclass
+class RooflineChart:
+    """A log-log roofline: achieved FLOP/s against arithmetic intensity, one point per toggle, the
+    ceilings as lines (measured solid, spec sheet dashed)."""
+
+    width: int
+    height: int
+    left: float
+    right: float
+    top: float
+    bottom: float
+    points: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    xticks: list[tuple[float, str]] = field(default_factory=list)
+    yticks: list[tuple[float, str]] = field(default_factory=list)
+    unplaced: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+def _decades(lo: float, hi: float) -> tuple[int, int]:
+    return math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+
+
+def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | None:
+    """The roofline of one workload's toggles; None when no case has a byte count to place it by."""
+    rows = [r for r in group.rows if r.bound is not None]
+    if not rows:
+        return None
+    placed, unplaced = [], []
+    for r in rows:
+        ai, fl = r.bound.evidence.get("arithmetic_intensity"), r.bound.evidence.get("achieved_flops_per_s")
+        if ai and fl and ai > 0 and fl > 0:
+            placed.append((r, ai, fl))
+        else:
+            unplaced.append(f"{r.spec.toggle_name} ({r.bound.bound}; no FLOPs counted: elementwise work only)")
+    roofs = []
+    for dtype in sorted({roofline.compute_dtype(r.spec.toggles) for r, _, _ in placed} or {"float32"}):
+        roof = roofline.roof_for(ceilings, group.device, dtype)
+        if roof.peak_flops and roof.peak_bandwidth and roof.source.startswith("measured"):
+            roofs.append((f"measured {dtype}", roof.peak_flops, roof.peak_bandwidth, "roof measured"))
+        if roof.spec_flops and roof.spec_bandwidth:
+            roofs.append((f"spec sheet {dtype}", roof.spec_flops, roof.spec_bandwidth, "roof spec"))
+    xs = [ai for _, ai, _ in placed] + [f / b for _, f, b, _ in roofs]
+    ys = [fl for _, _, fl in placed] + [f for _, f, _, _ in roofs]
+    if not xs:
+        xs, ys = [0.1, 10.0], [1e9, 1e10]
+    x0, x1 = _decades(min(xs) / 3, max(xs) * 3)
+    y0, y1 = _decades(min(ys) / 3, max(ys) * 2)
+    chart = RooflineChart(CHART_WIDTH, 300, 84.0, CHART_WIDTH - 150.0, 12.0, 260.0, unplaced=unplaced)
+    sx = _scale(x0, x1, chart.left, chart.right)
+    sy = _scale(y0, y1, chart.bottom, chart.top)
+
+    def px(ai: float) -> float:
+        return round(sx(math.log10(ai)), 1)
+
+    def py(fl: float) -> float:
+        return round(sy(math.log10(fl)), 1)
+
+    for e in range(x0, x1 + 1):
+        chart.xticks.append((px(10.0 ** e), f"{10.0 ** e:g}"))
+    for e in range(y0, y1 + 1):
+        chart.yticks.append((py(10.0 ** e), format_rate(10.0 ** e)))
+    lo_x, hi_x = 10.0 ** x0, 10.0 ** x1
+    for label, flops, bandwidth, css in roofs:
+        ridge = flops / bandwidth
+        pts = [(lo_x, lo_x * bandwidth)]
+        if lo_x < ridge < hi_x:
+            pts.append((ridge, flops))
+        pts.append((hi_x, min(flops, hi_x * bandwidth)))
+        pts = [(x, max(y, 10.0 ** y0)) for x, y in pts]
+        chart.lines.append({"css": css, "label": f"{label}: {format_rate(flops)}, {format_rate(bandwidth, 'B/s')}",
+                            "points": " ".join(f"{px(x)},{py(y)}" for x, y in pts),
+                            "label_y": py(flops) - 4})
+    for r, ai, fl in placed:
+        chart.points.append({"x": px(ai), "y": py(fl), "label": r.spec.toggle_name, "css": r.bound.bound,
+                             "title": f"{r.spec.toggle_name}: {ai:.3g} FLOP/B, {format_rate(fl)}, {r.bound.bound}"})
+    if not roofs:
+        chart.note = "no ceilings for this device: `perfgate calibrate --write` measures them"
+    return chart
+
+
 def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
     out = []
     for k, v in env.items():
@@ -153,6 +244,8 @@ class HtmlExporter:
             banner=report.verdict,
             groups=groups,
             charts={g.anchor: speedup_chart(g) for g in groups},
+            rooflines={g.anchor: roofline_chart(g, report.run.ceilings) for g in groups},
+            expectations=report.expectations,
             regressions=regressions,
             distributions={r.key: distribution_chart(r) for r in regressions if r.is_time_regression},
             environment=_environment_rows(report.run.environment),

@@ -127,11 +127,38 @@ class JunitExporter:
             suite.set("skipped", str(tally["skipped"]))
             suite.set("time", f"{total_time:.3f}")
             root.append(suite)
+        ev = report.expectations
+        if ev.outcomes:
+            # one test per rule and case it matched: a missed fail rule is a failure, unknown is skipped
+            suite = ET.SubElement(root, "testsuite", name="perfgate expectations", package="perfgate",
+                                  id=str(len(root)), timestamp=timestamp, hostname=hostname)
+            ET.SubElement(suite, "properties")
+            tally = {"failure": 0, "skipped": 0}
+            warned = []
+            for o in ev.outcomes:
+                name = f"{o.case_key} {o.rule.text}" + (" (warn)" if o.rule.severity == "warn" else "")
+                tc = ET.SubElement(suite, "testcase", name=clean(name), classname="perfgate.expectations", time="0")
+                text = clean(f"{o.outcome}: {o.rule.text} on {o.case_key}: value {o.value_text} ({o.reason}); "
+                             f"rule from {o.rule.source}")
+                if o.fails_gate:
+                    ET.SubElement(tc, "failure", type="expectation-missed", message=text).text = text
+                    tally["failure"] += 1
+                elif o.outcome == "unknown":
+                    ET.SubElement(tc, "skipped", message=text)
+                    tally["skipped"] += 1
+                elif o.outcome == "missed":
+                    warned.append(f"WARNING {text}")
+            ET.SubElement(suite, "system-out").text = clean("\n".join([ev.headline, *warned]))
+            ET.SubElement(suite, "system-err").text = ""
+            for attr, value in (("tests", len(ev.outcomes)), ("failures", tally["failure"]), ("errors", 0),
+                                ("skipped", tally["skipped"])):
+                suite.set(attr, str(value))
+            suite.set("time", "0")
         missing = report.missing_verdicts
         if missing:
             # cases the baseline has and this run lacks: shown as skipped, so a shrinking suite is visible
             suite = ET.SubElement(root, "testsuite", name="perfgate cases missing from this run", package="perfgate",
-                                  id=str(len(report.groups)), timestamp=timestamp, hostname=hostname)
+                                  id=str(len(root)), timestamp=timestamp, hostname=hostname)
             ET.SubElement(suite, "properties")
             for v in missing:
                 tc = ET.SubElement(suite, "testcase", name=clean(f"{v.case_key} {v.metric}"),

@@ -44,6 +44,12 @@ def _case_line(r: CaseRow) -> str:
             f"| {cell(r.change_text)} | {cell(r.recommendation.action)} | {cell(r.status_text if r.case.status != 'ok' else '')} |")
 
 
+def _outcome_label(o: object) -> str:
+    """'missed' (fails the gate), 'missed (warn)', 'unknown'."""
+    outcome, severity = o.outcome, o.rule.severity  # type: ignore[attr-defined]
+    return f"{outcome} (warn)" if outcome == "missed" and severity == "warn" else outcome
+
+
 CASE_HEADER = ["| case | status | step time | speedup vs eager | vs baseline | recommendation | note |",
                "|---|---|---|---|---|---|---|"]
 
@@ -107,6 +113,19 @@ class MarkdownExporter:
             out.table(["### Wins", ""], header, _verdict_table(wins)[2:] + [""] if wins else [])
             if not gated and not wins:
                 out.add("No regressions and no wins against the baseline.")
+                out.add("")
+        ev = report.expectations
+        if ev.rules:
+            out.add(f"### Expectations: {ev.counts()['met']} met, {ev.counts()['missed']} missed, "
+                    f"{ev.counts()['unknown']} unknown")
+            out.add("")
+            shown = sorted((o for o in ev.outcomes if o.outcome != "met"),
+                           key=lambda o: (not o.fails_gate, o.outcome != "missed", o.case_key))
+            out.table([], ["| outcome | case | rule | value [interval] | why |", "|---|---|---|---|---|"],
+                      [f"| **{cell(_outcome_label(o))}** | `{cell(o.case_key)}` | {cell(o.rule.text)} "
+                       f"| {cell(o.value_text)} | {cell(o.reason)} |" for o in shown] + ([""] if shown else []))
+            if not shown:
+                out.add("Every expectation that matched a case was met.")
                 out.add("")
         details_open = out.add(f"<details><summary>All {len(report.rows)} case(s)</summary>")
         if details_open:

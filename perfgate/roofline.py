@@ -1,0 +1,333 @@
+"""Roofline and bound class of a case: where its step sits against this machine's ceilings. No torch.
+
+The measurements come from the worker (perfgate.profiling: FLOPs and bytes per step, the profile
+window's op timing; perfgate.ceilings: peak FLOP/s and bandwidth measured by `perfgate calibrate`);
+this module only decides, so the report layer can use it on any results.json. docs/roofline.md has
+the rule, its thresholds and how good each figure is.
+
+Bound class, first match wins:
+  overhead-bound  the device idles between ops for more than IDLE_OVERHEAD of the step (launch, dispatch,
+                  Python), or the ops are tiny: mean op time under the device's MEAN_OP_OVERHEAD_S
+  compute-bound   arithmetic intensity (FLOPs / bytes per step) at or past the ridge point of the
+                  ceilings (peak FLOP/s / peak bandwidth): the math units are the limit
+  memory-bound    below the ridge point: moving bytes is the limit
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from perfgate.model import STATUS_OK, CaseResult
+
+BOUNDS = ("compute-bound", "memory-bound", "overhead-bound")
+
+# More than half the step with the device waiting for the host: the ops themselves are not the limit.
+IDLE_OVERHEAD = 0.5
+# An op shorter than this spends most of its time being dispatched (CPU: a few us of the dispatcher per
+# aten op; CUDA: ~5 us per launch), not computing or moving data.
+MEAN_OP_OVERHEAD_S = {"cpu": 20e-6, "cuda": 10e-6}
+# Ridge points used when this machine's ceilings are unknown (no `perfgate calibrate`, an unknown GPU):
+# roughly a modern core's FMA rate over its share of DRAM bandwidth, and a data-centre GPU's (docs/roofline.md).
+DEFAULT_RIDGE = {"cpu": 10.0, "cuda": 100.0}
+
+# Spec-sheet peaks of known GPUs: the upper line of the roofline (dense math, no sparsity; FLOP/s by the
+# dtype a matmul computes in, bandwidth of device memory in bytes/s). Matched on torch's device name.
+# Sources: NVIDIA H100 Tensor Core GPU datasheet (SXM5 / PCIe columns); NVIDIA H200 Tensor Core GPU
+# product brief; NVIDIA A100 Tensor Core GPU datasheet (40GB / 80GB SXM and PCIe); NVIDIA Ampere GA102
+# GPU architecture whitepaper, appendix (GeForce RTX 3060 Ti / 3080 Ti: FP16 tensor with FP32 accumulate);
+# NVIDIA L4 and T4 datasheets; NVIDIA V100 datasheet. The sheets print sparse tensor figures as twice these.
+SPEC_SHEET: tuple[tuple[str, tuple[str, ...], dict[str, float], float], ...] = (
+    ("H200", ("H200",), {"float32": 67e12, "tf32": 494.7e12, "float16": 989.4e12, "bfloat16": 989.4e12}, 4.8e12),
+    ("H100 PCIe", ("H100 PCIe",), {"float32": 51.2e12, "tf32": 378e12, "float16": 756.5e12, "bfloat16": 756.5e12},
+     2.0e12),
+    ("H100 NVL", ("H100 NVL",), {"float32": 60e12, "tf32": 417.5e12, "float16": 835e12, "bfloat16": 835e12}, 3.9e12),
+    ("H100 SXM", ("H100",), {"float32": 67e12, "tf32": 494.7e12, "float16": 989.4e12, "bfloat16": 989.4e12},
+     3.35e12),
+    ("A100 80GB", ("A100 80GB", "A100-SXM4-80GB", "A100-PCIE-80GB"),
+     {"float32": 19.5e12, "tf32": 156e12, "float16": 312e12, "bfloat16": 312e12}, 1.935e12),
+    ("A100 40GB", ("A100",), {"float32": 19.5e12, "tf32": 156e12, "float16": 312e12, "bfloat16": 312e12}, 1.555e12),
+    ("RTX 3080 Ti", ("RTX 3080 Ti",), {"float32": 34.1e12, "tf32": 34.1e12, "float16": 68.2e12, "bfloat16": 68.2e12},
+     912e9),
+    ("RTX 3060 Ti", ("RTX 3060 Ti",), {"float32": 16.2e12, "tf32": 16.2e12, "float16": 32.4e12, "bfloat16": 32.4e12},
+     448e9),
+    ("L4", ("L4",), {"float32": 30.3e12, "tf32": 60e12, "float16": 121e12, "bfloat16": 121e12}, 300e9),
+    ("T4", ("Tesla T4", " T4"), {"float32": 8.1e12, "float16": 65e12}, 320e9),
+    ("V100", ("V100",), {"float32": 15.7e12, "float16": 125e12}, 900e9),
+)
+
+
+def spec_sheet(device_name: str | None) -> dict[str, Any] | None:
+    """The spec-sheet peaks of a GPU by torch's device name ("NVIDIA H100 80GB HBM3"), or None."""
+    if not device_name:
+        return None
+    for name, needles, flops, bandwidth in SPEC_SHEET:
+        if any(n in device_name for n in needles):
+            return {"name": name, "flops": dict(flops), "bandwidth": bandwidth}
+    return None
+
+
+def compute_dtype(toggles: tuple[str, ...]) -> str:
+    """The dtype the case's matmuls run in, to pick the matching FLOP/s ceiling."""
+    if "amp-fp16" in toggles:
+        return "float16"
+    if "amp-bf16" in toggles:
+        return "bfloat16"
+    if "tf32" in toggles:
+        return "tf32"
+    return "float32"
+
+
+@dataclass(frozen=True)
+class Roof:
+    """The ceilings one case is placed against: peak FLOP/s for its dtype and peak bandwidth."""
+
+    peak_flops: float | None
+    peak_bandwidth: float | None
+    source: str  # "measured (perfgate calibrate)", "spec sheet (H100 SXM)", or "default ridge"
+    dtype: str = "float32"
+    spec_flops: float | None = None  # the spec sheet's, drawn as the upper line where known
+    spec_bandwidth: float | None = None
+
+    @property
+    def ridge(self) -> float | None:
+        if self.peak_flops and self.peak_bandwidth:
+            return self.peak_flops / self.peak_bandwidth
+        return None
+
+
+def device_kind(device: str) -> str:
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
+def _table(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _numbers(value: Any) -> dict[str, float]:
+    """The positive finite numbers of a table (results.json and ceilings.json are untrusted input)."""
+    import math
+
+    return {k: float(v) for k, v in _table(value).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0}
+
+
+def roof_for(ceilings: dict[str, Any] | None, device: str, dtype: str = "float32") -> Roof:
+    """The ceilings of ``device`` for ``dtype``: measured first, then the spec sheet, else none."""
+    ceilings = ceilings if isinstance(ceilings, dict) else {}
+    kind = device_kind(device)
+    measured = _table(ceilings.get(kind))
+    spec = _table(ceilings.get("spec")) if kind == "cuda" else {}
+    spec_table = _numbers(spec.get("flops"))
+    spec_flops = spec_table.get(dtype) or spec_table.get("float32")
+    spec_bw = _numbers({"bw": spec.get("bandwidth")}).get("bw")
+    flops_table = _numbers(measured.get("flops"))
+    bw_table = _numbers(measured.get("bandwidth"))
+    peak_flops = flops_table.get(dtype) or flops_table.get("float32")
+    peak_bw = max(bw_table.values()) if bw_table else None
+    if peak_flops and peak_bw:
+        return Roof(peak_flops, peak_bw, "measured (perfgate calibrate)", dtype, spec_flops, spec_bw)
+    if spec_flops and spec_bw:
+        return Roof(spec_flops, spec_bw, f"spec sheet ({spec.get('name', 'GPU')})", dtype, spec_flops, spec_bw)
+    return Roof(None, None, "default ridge", dtype)
+
+
+@dataclass
+class Bound:
+    """A case's bound class with the evidence that decided it."""
+
+    bound: str
+    reason: str
+    ridge: float | None
+    ridge_source: str
+    evidence: dict[str, float | None] = field(default_factory=dict)
+    flops_fraction: float | None = None  # achieved FLOP/s / peak FLOP/s
+    bandwidth_fraction: float | None = None  # achieved bytes/s / peak bandwidth
+
+    @property
+    def headroom(self) -> float | None:
+        """How many times faster the step could get before it hits the ceiling that binds it."""
+        frac = self.flops_fraction if self.bound == "compute-bound" else self.bandwidth_fraction
+        if self.bound == "overhead-bound":
+            fracs = [f for f in (self.flops_fraction, self.bandwidth_fraction) if f]
+            frac = max(fracs) if fracs else None
+        return 1.0 / frac if frac and frac > 0 else None
+
+    @property
+    def headroom_text(self) -> str:
+        h = self.headroom
+        which = {"compute-bound": "peak FLOP/s", "memory-bound": "peak bandwidth",
+                 "overhead-bound": "the nearer ceiling"}[self.bound]
+        if h is None:
+            return "-"
+        frac = 1 / h
+        if frac > 1:  # the ceiling was measured on a busier machine than the case, or the count is high
+            return (f"{frac * 100:.3g}% of {which}: above the ceiling (measured on a busier machine? "
+                    "re-run `perfgate calibrate` quietly)")
+        return f"{frac * 100:.2g}% of {which} ({h:.3g}x headroom)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "headroom": self.headroom}
+
+
+def _metric(case: CaseResult, name: str) -> float | None:
+    v = case.metrics.get(name)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def classify(evidence: dict[str, float | None], device: str, roof: Roof) -> tuple[str, str, float | None, str]:
+    """(bound class, reason, ridge used, where the ridge came from) from a case's evidence; the class is
+    "" when the evidence cannot tell (no op timing and no byte count)."""
+    kind = device_kind(device)
+    idle = evidence.get("device_idle_fraction")
+    mean_op = evidence.get("mean_op_s")
+    limit = MEAN_OP_OVERHEAD_S[kind]
+    ridge, ridge_source = roof.ridge, roof.source
+    if ridge is None:
+        ridge, ridge_source = DEFAULT_RIDGE[kind], f"default ridge for {kind} (no measured ceilings)"
+    if idle is not None and idle > IDLE_OVERHEAD:
+        return ("overhead-bound", f"the device idles {idle * 100:.0f}% of the step (> {IDLE_OVERHEAD * 100:.0f}%)",
+                ridge, ridge_source)
+    if mean_op is not None and mean_op < limit:
+        return ("overhead-bound", f"mean op time {mean_op * 1e6:.3g} us < {limit * 1e6:.0f} us: dispatch and launch "
+                f"dominate", ridge, ridge_source)
+    ai = evidence.get("arithmetic_intensity")
+    if ai is None:
+        ai = 0.0 if evidence.get("bytes_per_step") and not evidence.get("flops_per_step") else None
+    if ai is None:
+        return "", "no byte count for this case", ridge, ridge_source
+    if ai >= ridge:
+        return "compute-bound", f"arithmetic intensity {ai:.3g} FLOP/B >= ridge {ridge:.3g} FLOP/B", ridge, ridge_source
+    return "memory-bound", f"arithmetic intensity {ai:.3g} FLOP/B < ridge {ridge:.3g} FLOP/B", ridge, ridge_source
+
+
+EVIDENCE = ("device_idle_fraction", "mean_op_s", "aten_ops_per_step", "kernels_per_step", "flops_per_step",
+            "bytes_per_step", "arithmetic_intensity", "achieved_flops_per_s", "achieved_bytes_per_s")
+
+
+def case_bound(case: CaseResult, ceilings: dict[str, Any] | None = None) -> Bound | None:
+    """The bound class of an ok case with a profile; None when it has no evidence to judge by."""
+    if case.status != STATUS_OK:
+        return None
+    evidence = {k: _metric(case, k) for k in EVIDENCE}
+    if evidence["mean_op_s"] is None and evidence["bytes_per_step"] is None:
+        return None
+    roof = roof_for(ceilings, case.spec.device, compute_dtype(case.spec.toggles))
+    bound, reason, ridge, ridge_source = classify(evidence, case.spec.device, roof)
+    if not bound:
+        return None
+    flops_frac = bw_frac = None
+    if roof.peak_flops and evidence["achieved_flops_per_s"]:
+        flops_frac = evidence["achieved_flops_per_s"] / roof.peak_flops
+    if roof.peak_bandwidth and evidence["achieved_bytes_per_s"]:
+        bw_frac = evidence["achieved_bytes_per_s"] / roof.peak_bandwidth
+        if bw_frac > 1 and str(case.profile.get("bytes_counted_on", "")).startswith("eager reference"):
+            bw_frac = None  # bytes counted before fusion, time measured after it: no bandwidth to compare
+    return Bound(bound, reason, ridge, ridge_source, evidence, flops_frac, bw_frac)
+
+
+# The toggles that attack the limit each bound class names (the recommendation's hint, docs/roofline.md).
+PAYS_OFF = {
+    "memory-bound": ("amp-fp16", "amp-bf16", "channels-last"),
+    "compute-bound": ("amp-fp16", "amp-bf16", "tf32", "compile-max-autotune"),
+    "overhead-bound": ("compile", "compile-reduce-overhead", "compile-max-autotune", "cuda-graphs"),
+}
+
+
+def toggle_hint(eager_bound: str, toggles: tuple[str, ...], action: str) -> str:
+    """What the eager step's bound class says about a toggle's measured recommendation ("" for nothing)."""
+    fits = [t for t in toggles if t in PAYS_OFF.get(eager_bound, ())]
+    if not fits:
+        return ""
+    if action == "adopt":
+        return f"as the roofline predicts: eager is {eager_bound} and {'+'.join(fits)} attacks that"
+    if action in ("neutral", "avoid"):
+        return (f"eager is {eager_bound}, so {'+'.join(fits)} should pay; it does not here: its profile says why")
+    return ""
+
+
+# What a bound class means for the recommendation: the toggles that attack the limit it names.
+ADVICE = {
+    "memory-bound": "memory-bound: fewer bytes pay here (amp-fp16 / amp-bf16 halve them, channels-last avoids "
+                    "layout copies); more FLOP/s (a custom kernel, TF32) will not",
+    "compute-bound": "compute-bound: faster math pays here (amp on tensor cores, TF32, max-autotune); "
+                     "fewer launches will not",
+    "overhead-bound": "overhead-bound: fewer launches and less Python pay here (compile, cuda-graphs, "
+                      "compile-reduce-overhead, larger batches); faster kernels will not",
+}
+
+
+# ---------------------------------------------------------------- where the ceilings are kept
+
+CEILINGS_FILE = "ceilings.json"
+CEILINGS_SCHEMA = "perfgate.ceilings/1"
+
+
+def ceilings_path(baselines_dir: Any, machine_key: str) -> Any:
+    """``<baselines_dir>/<machine-key>/ceilings.json``: written by `perfgate calibrate --write`, beside the
+    machine's baselines and committed with them."""
+    from perfgate.baselines import baseline_path
+
+    return baseline_path(baselines_dir, machine_key, "ceilings").with_name(CEILINGS_FILE)
+
+
+def ceilings_for_run(baselines_dir: Any, environment: dict[str, Any]) -> dict[str, Any]:
+    """What a run carries in results.json ``ceilings``: this machine's measured ceilings when calibrate
+    stored them, and the spec sheet of its GPU when known. A missing or unreadable file: none measured."""
+    import json
+
+    out: dict[str, Any] = {}
+    path = ceilings_path(baselines_dir, str(environment.get("machine_key", "unknown-machine")))
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = None
+    if isinstance(data, dict) and data.get("schema") == CEILINGS_SCHEMA:
+        for kind in ("cpu", "cuda"):
+            if isinstance(data.get(kind), dict):
+                out[kind] = data[kind]
+        out["source"] = str(path)
+    spec = spec_sheet(environment.get("device_name"))
+    if spec:
+        out["spec"] = spec
+    return out
+
+
+def write_ceilings(path: Any, measured: dict[str, Any]) -> Any:
+    """Store measured ceilings (perfgate.ceilings.measure) atomically at ``path``; returns the path."""
+    from perfgate.storage import atomic_write_json
+
+    data = {"schema": CEILINGS_SCHEMA, **{k: v for k, v in measured.items() if k in ("cpu", "cuda")}}
+    return atomic_write_json(path, data)
+
+
+def _rate(x: float, unit: str) -> str:
+    for prefix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if x >= size:
+            return f"{x / size:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def ceilings_lines(measured: dict[str, Any], device_name: str | None = None) -> list[str]:
+    """What `perfgate calibrate` prints about the ceilings: per device, FLOP/s per dtype, bandwidth, ridge."""
+    lines = []
+    for kind in ("cpu", "cuda"):
+        entry = measured.get(kind)
+        if not isinstance(entry, dict):
+            continue
+        flops = ", ".join(f"{dt} {_rate(v, 'FLOP/s')}" for dt, v in entry.get("flops", {}).items())
+        bw = ", ".join(f"{k} {_rate(v, 'B/s')}" for k, v in entry.get("bandwidth", {}).items())
+        who = f" ({entry['device_name']})" if entry.get("device_name") else (
+            f" ({entry['threads']} thread(s))" if entry.get("threads") else "")
+        lines.append(f"ceilings {kind}{who}: peak {flops}; bandwidth {bw}; measured in {entry.get('seconds', '?')} s")
+        roof = roof_for(measured, kind)
+        if roof.ridge:
+            lines.append(f"    ridge point (float32): {roof.ridge:.3g} FLOP/B; below it a step is memory-bound")
+        for err in entry.get("errors", []):
+            lines.append(f"    not measured: {err}")
+    spec = spec_sheet(device_name)
+    if spec:
+        lines.append(f"spec sheet {spec['name']}: " + ", ".join(f"{dt} {_rate(v, 'FLOP/s')}" for dt, v in
+                                                               spec["flops"].items())
+                     + f"; bandwidth {_rate(spec['bandwidth'], 'B/s')}")
+    return lines
