@@ -14,7 +14,12 @@ def test_run_eager_rollout_writes_results(tmp_path):
     (case,) = data["cases"]
     assert case["status"] == "ok"
     assert case["key"] == "operator_rollout/smoke/eager/cpu"
-    assert len(case["processes"]) == 2
+    # adaptive sampling (docs/gate.md): 2 processes first, more until the median is precise enough or the
+    # budget (16) is spent; the count and the reason are recorded with the case
+    sampling = case["metadata"]["sampling"]
+    assert sampling["rule"] == "precision" and sampling["budget"]["max_processes"] == 16
+    assert 2 <= len(case["processes"]) == sampling["processes"] <= 16
+    assert sampling["looks"] and sampling["stopped"]
     assert "operator_rollout [smoke, cpu]" in proc.stdout
     # the reports next to results.json, rewritten after each case (exporters)
     assert f"reports: {out.resolve() / 'report.html'}" in proc.stdout
