@@ -115,6 +115,16 @@ class Workload:
         return state
 
     @classmethod
+    def own_expectations(cls) -> dict[str, Any]:
+        """The claims this workload carries: those of the class that declares ``expectations``, when that
+        class measures the same workload (same ``name``). A subclass under a new name (a variant of a
+        standard workload) starts with none: its parent's claims were measured on the parent's cases."""
+        for klass in cls.__mro__:
+            if "expectations" in vars(klass):
+                return dict(klass.expectations) if getattr(klass, "name", None) == cls.name else {}
+        return {}
+
+    @classmethod
     def describe(cls) -> dict[str, Any]:
         return {
             "name": cls.name,
@@ -126,7 +136,7 @@ class Workload:
             "channels_last_applies": cls.channels_last_applies,
             "unsupported_toggles": dict(cls.unsupported_toggles),
             "applies_compile": cls.applies_compile,
-            "expectations": cls.expectations,
+            "expectations": cls.own_expectations(),
         }
 
 
@@ -151,7 +161,7 @@ def _validate(cls: type[Workload], path: Path) -> str | None:
     from perfgate.expect import ExpectError, parse_rules
 
     try:
-        parse_rules(cls.expectations or None, source=f"{path}: workload {cls.name!r} expectations", workload=cls.name)
+        parse_rules(cls.own_expectations() or None, source=f"{path}: workload {cls.name!r} expectations", workload=cls.name)
     except ExpectError as exc:
         return str(exc)
     return None

@@ -22,6 +22,7 @@ from perfgate.exporters.junit import JunitExporter
 from perfgate.exporters.markdown import MarkdownExporter
 from perfgate.model import RunResult, load_results
 
+ROOT = Path(__file__).resolve().parent.parent
 JUNIT_SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "data" / "junit-ant.xsd")
 
 
@@ -134,6 +135,26 @@ def test_a_workload_file_with_a_bad_rule_fails_to_load(tmp_path):
     assert not found.workloads
     assert "workload 'bad' expectations" in found.errors[0]["error"]
     assert "needs a number, got '2x'" in found.errors[0]["error"]
+
+
+def test_a_renamed_subclass_of_a_standard_workload_starts_without_its_claims(tmp_path):
+    """A variant of operator_rollout under its own name loads (its parent's claims are about the parent's
+    cases); one that keeps the name keeps the claims; its own claims are checked against its name."""
+    from perfgate.workload import discover
+
+    head = f"import sys\nsys.path.insert(0, {str(ROOT / 'workloads')!r})\nfrom operator_rollout import OperatorRollout\n"
+    (tmp_path / "variant.py").write_text(head + "class Variant(OperatorRollout):\n    name = 'variant'\n")
+    (tmp_path / "same.py").write_text(head + "class Same(OperatorRollout):\n    pass\n")
+    (tmp_path / "own.py").write_text(head + "class Own(OperatorRollout):\n    name = 'own'\n"
+                                     "    expectations = {'operator_rollout/*/eager/*': ['status == ok']}\n")
+    found = discover([tmp_path])
+    variant, _ = found.workloads["variant"]
+    assert variant.describe()["expectations"] == {}
+    same, _ = found.workloads["operator_rollout"]
+    claims = same.describe()["expectations"]
+    assert claims and all(p.startswith("operator_rollout/") for p in claims)
+    assert [e["error"] for e in found.errors if "own" in e["error"]][0].endswith(
+        "a workload's expectations apply to its own cases (own/SIZE/TOGGLES/DEVICE)")
 
 
 # ---------------------------------------------------------------- every comparison, CI-aware
