@@ -90,6 +90,9 @@ class Zygote:
         work_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = work_dir / f"zygote-{os.getpid()}-{id(self):x}.log"
         cmd = [sys.executable, "-m", "perfgate.worker", "--zygote", str(theirs.fileno()), "--tag", str(work_dir)]
+        from perfgate.runner import layout_padded_env  # here: runner imports this module
+
+        env = layout_padded_env(cmd, env)
         try:
             with open(self.log_path, "wb") as log:
                 self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

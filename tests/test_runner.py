@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, TEST_WORKLOADS, cli_env
 
+from perfgate import runner
 from perfgate.model import load_results
 from perfgate.runner import latest_run_dir, mark_latest, new_run_id, unique_run_dir, worker_env
 
@@ -161,3 +163,35 @@ def test_compile_cache_is_fresh_per_case_unless_a_persistent_one_is_named(tmp_pa
                                2, 0.0, "fresh")
     assert (failed.status, failed.failure_class, len(failed.processes)) == ("failed", "oom", 1)
     assert failed.metadata == {"failed_process": 1}
+
+
+# ---------------------------------------------------------------- the address-space layout (docs/gate.md)
+
+_START_STACK = "import sys; print(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[25])"
+
+
+def _start_stack(arg: str, env: dict[str, str], padded: bool) -> int:
+    """The new process's mm->start_stack (/proc/self/stat field 28), started as perfgate starts workers."""
+    cmd = [sys.executable, "-c", _START_STACK, arg]
+    out = subprocess.run(cmd, env=runner.layout_padded_env(cmd, env) if padded else env, capture_output=True,
+                         text=True, check=True, preexec_fn=functools.partial(runner._die_with_parent, os.getpid()))
+    return int(out.stdout)
+
+
+@pytest.mark.skipif(runner.address_layout() != "fixed", reason="no fixed address-space layout here (not Linux, "
+                    "PERFGATE_LAYOUT=random, or personality(2) refused)")
+def test_workers_start_with_the_same_stack_whatever_their_argv_and_environment_sizes():
+    env = runner.worker_env(1)
+    short, long_ = ("runs/a", {**env}), ("runs/" + "b" * 700, {**env, "CI_JOB_URL": "https://ci.example/" + "9" * 99})
+    # unpadded, the stack starts where the strings end: a longer run folder or one more variable moves it
+    assert _start_stack(short[0], short[1], padded=False) != _start_stack(long_[0], long_[1], padded=False)
+    padded = {_start_stack(arg, e, padded=True) for arg, e in (short, long_, short)}
+    assert len(padded) == 1
+
+
+def test_layout_padding_fills_the_exec_strings_to_a_page():
+    for extra in (0, 1, 4095, 4096, 5000):
+        cmd = ["python", "-m", "perfgate.worker", "x" * extra]
+        env = runner.layout_padded_env(cmd, {"A": "1", runner.LAYOUT_PAD_ENV: "stale"})
+        size = sum(len(a) + 1 for a in cmd) + sum(len(k) + len(v) + 2 for k, v in env.items())
+        assert size % 4096 == 0 and env["A"] == "1"
