@@ -637,6 +637,11 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
         first = f"first measurement {v.ratio:.3f}x [{v.ratio_low:.3f}, {v.ratio_high:.3f}]"
         if n.kind == "regression":
             verdicts[i] = replace(n, rule=f"{n.rule}; confirmed by a re-measure ({first})")
+        elif n.kind == "win":  # two measurements that contradict each other decide nothing
+            verdicts[i] = replace(n, kind="inconclusive",
+                                  rule=f"the {first} regressed, the re-measure was faster ({n.rule})",
+                                  advice="the two measurements disagree: the machine's speed changed while the "
+                                         "case ran; `perfgate run --against` measures base and head in lockstep")
         else:
             verdicts[i] = replace(n, rule=f"{n.rule}; the {first} regressed, the re-measure did not",
                                   advice=n.advice or "a one-off slowdown: the machine was busy, or the change is "

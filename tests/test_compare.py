@@ -286,6 +286,22 @@ def test_a_regression_must_regress_again_on_remeasure():
     assert len(again) == 2
 
 
+def test_a_re_measure_faster_than_the_baseline_makes_the_regression_inconclusive_never_a_win():
+    """The machine slowed during the first measurement and sped up during the re-measure: the two contradict
+    each other, and a case that just regressed must not come out a win."""
+    rnd = random.Random(12)
+    base = run(case("eager", groups(rnd, 4, 1e-3, 0.002, 0.002)))
+    cur = run(case("eager", groups(rnd, 4, 1.3e-3, 0.002, 0.002)))
+    gate = GateSettings(bootstrap_resamples=1000)
+    cmp = compare_runs(cur, base, gate)
+    assert [v.kind for v in cmp.verdicts if v.metric == "step_time"] == ["regression"]
+    confirmed, _ = confirm_regressions(cmp, cur, gate,
+                                       lambda key: (case("eager", groups(rnd, 4, 0.7e-3, 0.002, 0.002)), None))
+    (v,) = [v for v in confirmed.verdicts if v.metric == "step_time"]
+    assert v.kind == "inconclusive" and v.ratio < 0.8
+    assert "regressed, the re-measure was faster" in v.rule and "disagree" in v.advice
+
+
 def test_many_raw_samples_do_not_overflow_the_rank_test_check():
     rnd = random.Random(11)
     change = time_change([[1e-3 * (1 + rnd.random() * 0.01) for _ in range(600)]],
