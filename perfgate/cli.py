@@ -220,7 +220,7 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
             click.echo(f"perfgate: nothing to run in shard {shard_obj.text}; results: {run_dir / 'results.json'}")
             return
     click.echo(f"perfgate: {len(cases)} case(s) of suite {suite_obj.name!r} on {cases[0].device}, "
-               f"{settings.processes} process(es) each, {settings.threads} thread(s) -> {run_dir}")
+               f"{sampling_plan(settings)}, {settings.threads} thread(s) -> {run_dir}")
 
     def progress(event: str, k: int, n: int, spec: Any, result: Any, elapsed: float) -> None:
         if event == "start":
@@ -262,6 +262,16 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
         if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
             publish_summary(run_dir)
         sys.exit(code)
+
+
+def sampling_plan(settings: Any) -> str:
+    """How many worker processes each case gets, in words, for the run's first line."""
+    from perfgate.compare import gate_settings
+
+    gs = gate_settings(settings)
+    if not gs.adaptive:
+        return f"{settings.processes} process(es) each"
+    return f"{settings.processes} to {gs.max_processes} process(es) each as needed (at most {gs.max_case_s:g} s)"
 
 
 def with_sampling(settings: Any, max_processes: int | None, max_case_s: float | None, fixed: bool) -> Any:

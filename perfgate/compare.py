@@ -434,12 +434,14 @@ def budget_advice(change: TimeChange, threshold: float, sampling: dict[str, Any]
     sampling_half = math.sqrt(max(half ** 2 - floor ** 2, 0.0))
     if needed_half <= floor or sampling_half == 0:
         return text + ("; no budget settles this one: the run-to-run spread alone is wider "
-                       "(use `perfgate run --against REF`, or a wider threshold)")
+                       + ("(a wider threshold)" if change.paired else
+                          "(use `perfgate run --against REF`, or a wider threshold)"))
     needed = math.ceil(n * (sampling_half / math.sqrt(needed_half ** 2 - floor ** 2)) ** 2)
     if needed <= n:
         return text
     return (text + f"; settling it would take about {needed} processes a side (~{seconds / n * needed:.0f} s): "
-            f"raise [tool.perfgate.gate] max_processes / max_case_s, or use `perfgate run --against REF`")
+            f"raise [tool.perfgate.gate] max_processes / max_case_s"
+            + ("" if change.paired else ", or use `perfgate run --against REF`"))
 
 
 # ---------------------------------------------------------------- other metric kinds

@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from dataclasses import replace
 
 import pytest
 
 from perfgate.compare import (
     GateSettings,
     TimeChange,
+    budget_advice,
     compare_runs,
     confirm_regressions,
     judge_case,
@@ -352,3 +354,21 @@ def test_lockstep_bursts_cancel_a_change_of_machine_speed_within_a_pair():
     # burst sizes that do not match the samples: the plain ratio of medians, never a crash
     assert pair_log_ratio(base_g[0], head_g[0], [10] * 19, [10] * 20) == pytest.approx(
         math.log(statistics.median(head_g[0]) / statistics.median(base_g[0])))
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_an_inconclusive_step_time_says_what_budget_would_settle_it(paired):
+    gate = GateSettings(run_to_run=0.01)
+    wide = replace(_change(1.02, 0.95, 1.10), paired=paired)
+    advice = budget_advice(wide, 0.05, {"processes": 5, "seconds": 40.0}, gate)
+    # half-width ln(1.10/0.95)/2 = 7.6%; to clear 1.05 from 1.02 it must shrink to ln(1.05/1.02) = 2.9%, of
+    # which the run-to-run term (1.96 x 1%) does not shrink: 5 x (7.07 / sqrt(2.9^2 - 1.95^2))^2 = 55 processes
+    assert "known to +/-7.6%" in advice
+    assert "about 55 processes a side (~440 s)" in advice
+    assert ("--against" in advice) is not paired  # a paired run is --against already
+    # the run-to-run term alone is wider than the distance to the line: no budget settles it
+    # (1.01 under a 2% threshold: 1% from either line, less than the run-to-run term's 1.95%)
+    stuck = replace(_change(1.01, 0.98, 1.04), paired=paired)
+    assert "no budget settles this one" in budget_advice(stuck, 0.02, {"processes": 16, "seconds": 60.0}, gate)
+    assert budget_advice(wide, 0.05, {}, gate) is None
+
