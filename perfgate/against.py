@@ -133,6 +133,15 @@ def side_compile_caches(spec: CaseSpec, run_dir: Path, base_dir: Path, persisten
             runner.compile_cache_env(base_dir, spec, persistent / "against-base" if persistent else None))
 
 
+def lockstep_pair(base_job: runner.LockstepJob, head_job: runner.LockstepJob, settings: Settings,
+                  index: int) -> tuple[runner.ProcessOutcome, runner.ProcessOutcome]:
+    """Pair ``index``: base and head workers sampling in turns (runner.run_lockstep), the side that goes
+    first alternating from pair to pair; returns (base, head)."""
+    first_base = index % 2 == 0
+    outs = runner.run_lockstep([base_job, head_job] if first_base else [head_job, base_job], settings, rotate=index)
+    return (outs[0], outs[1]) if first_base else (outs[1], outs[0])
+
+
 def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Settings, run_dir: Path,
              base_dir: Path, sampler: Any = None) -> tuple[CaseResult, CaseResult | None]:
     """Run one case on head and base, processes alternating A B B A ...; base None when REF lacks the case.
@@ -164,13 +173,11 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
                                                                  profile=(i == 0)),
                                               base_dir / ".work", base_env, base.path)
                 # base and head side by side, sampling in turns: the same moments of the machine for both
-                jobs = [base_job, head_job] if i % 2 == 0 else [head_job, base_job]
-                outs = runner.run_lockstep(jobs, settings, rotate=i)
-                by_side = dict(zip(("base", "head") if i % 2 == 0 else ("head", "base"), outs, strict=True))
-                head_results.append(by_side["head"].result)
-                base_results.append(by_side["base"].result)
-                t_head += by_side["head"].wall_s
-                t_base += by_side["base"].wall_s
+                base_out, head_out = lockstep_pair(base_job, head_job, settings, i)
+                head_results.append(head_out.result)
+                base_results.append(base_out.result)
+                t_head += head_out.wall_s
+                t_base += base_out.wall_s
             if any(r.get("status") != STATUS_OK for r in head_results + base_results):
                 break  # a skip or failure on either side ends the case for both
         head = runner.case_from_results(spec, head_results, len(head_results), t0, head_cache)

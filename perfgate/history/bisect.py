@@ -184,12 +184,10 @@ def measure(spec: CaseSpec, good: against.BaseCheckout, other: against.BaseCheck
                                           base_dir / ".work", base_env, good.path)
             head_job = runner.LockstepJob(runner.case_config(spec, other_file, settings, i, head_dir, profile=False),
                                           head_dir / ".work", head_env, other.path)
-            jobs = [base_job, head_job] if i % 2 == 0 else [head_job, base_job]
-            outs = runner.run_lockstep(jobs, settings, rotate=i)
-            by_side = dict(zip(("base", "head") if i % 2 == 0 else ("head", "base"), outs, strict=True))
-            base_results.append(by_side["base"].result)
-            head_results.append(by_side["head"].result)
-            if any(r.get("status") != STATUS_OK for r in (by_side["base"].result, by_side["head"].result)):
+            base_out, head_out = against.lockstep_pair(base_job, head_job, settings, i)
+            base_results.append(base_out.result)
+            head_results.append(head_out.result)
+            if any(r.get("status") != STATUS_OK for r in (base_out.result, head_out.result)):
                 break
     finally:
         runner.close_zygotes()  # each checkout had its own fork server: do not keep them all alive
