@@ -11,7 +11,7 @@ from fixtures.shards import ENVIRONMENT, settings_for, suite_cases, write_shard_
 
 from perfgate.config import ConfigError
 from perfgate.merge import load_comparison_file, merge_runs, merged_comparison
-from perfgate.model import Comparison, Verdict, load_results
+from perfgate.model import Comparison, SchemaError, Verdict, load_results
 from perfgate.runner import write_results
 
 
@@ -218,7 +218,7 @@ def test_comparison_file_round_trips(tmp_path):
     assert comp.verdicts == verdicts and comp.baseline_source == "git:abc (abc)"
     assert load_comparison_file(tmp_path) is None
     (tmp_path / "comparison.json").write_text("{")
-    with pytest.raises(ConfigError, match="cannot read the comparison"):
+    with pytest.raises(SchemaError, match="comparison is not valid JSON"):
         load_comparison_file(tmp_path)
 
 

@@ -138,4 +138,4 @@ class MarkdownExporter:
             out.add(note.format(n=out.left_out), force=True)
         if details_open:
             out.add("</details>", force=True)
-        return ("\n".join(out.lines) + "\n").encode("utf-8")
+        return ("\n".join(out.lines) + "\n").encode("utf-8", "backslashreplace")
