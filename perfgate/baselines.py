@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.model import STATUS_FAILED, STATUS_OK, RunResult, SchemaError, read_json_file
+from perfgate.paths import component, contained
 from perfgate.stats import format_seconds
 from perfgate.storage import atomic_write_text
 from perfgate.validation import Fields
@@ -67,7 +68,7 @@ def baseline_path(baselines_dir: Path, machine_key: str, suite: str) -> Path:
     """Where the baseline of ``suite`` on the machine ``machine_key`` lives. Both names may come from a
     results.json, so each is made one safe path component and the path must stay inside ``baselines_dir``
     (SchemaError otherwise)."""
-    return Path(baselines_dir) / machine_key / f"{suite}.json"
+    return contained(Path(baselines_dir), machine_key, component(suite) + ".json", what="baseline")
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
