@@ -8,6 +8,7 @@ Anything else is refused with one line naming the first file that disagrees and 
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import replace
@@ -78,11 +79,30 @@ def run_folders_below(root: Path) -> list[Path]:
     return sorted(found)
 
 
+def refuse_links(root: Path) -> None:
+    """ConfigError when ``root`` or anything below it is a symbolic link. Shard folders come from other
+    jobs (untrusted): a link would have merge copy its target's content (any file this job can read) into
+    the merged run, or recurse through a link to a parent folder."""
+    if root.is_symlink():
+        raise ConfigError(f"cannot merge {root}: it is a symbolic link; give the shard folder itself")
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        for name in (*dirs, *files):
+            entry = Path(folder) / name
+            if entry.is_symlink():
+                raise ConfigError(f"cannot merge {root}: {entry} is a symbolic link (to {os.readlink(entry)!r}); "
+                                  "shard folders must hold plain files and folders only")
+
+
 def find_results(paths: Sequence[str | Path]) -> list[Path]:
-    """results.json files named by ``paths``: a file, a run folder, or a folder of downloaded run folders."""
+    """results.json files named by ``paths``: a file, a run folder, or a folder of downloaded run folders.
+    ConfigError for a symbolic link anywhere in them (``refuse_links``)."""
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
+        if p.is_symlink() or p.is_dir():
+            refuse_links(p)
+        elif p.is_file():
+            refuse_links(p.parent)  # the folder merge copies the traces from
         if p.is_file():
             found.append(p)
         elif (p / "results.json").is_file():
