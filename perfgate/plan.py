@@ -221,7 +221,7 @@ def costs_from_results(data: dict[str, Any]) -> dict[str, float]:
         if key is None and isinstance(case.get("spec"), dict):
             try:
                 key = CaseSpec.from_json(case["spec"]).key
-            except (KeyError, TypeError):
+            except (KeyError, TypeError, ValueError):  # SchemaError: a malformed spec
                 continue
         duration = case.get("duration_s")
         if isinstance(key, str) and isinstance(duration, (int, float)) and duration > 0:

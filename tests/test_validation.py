@@ -75,11 +75,15 @@ def test_a_damaged_results_file_is_exit_2_and_one_line(tmp_path, name):
     _assert_exit_2(run_cli("compare", str(results), str(baseline)), needle)  # never exit 1, "regression"
 
 
-def test_a_malformed_shard_record_is_exit_2_at_merge(tmp_path):
-    a = _write(tmp_path / "a" / "results.json", _mutated(lambda d: d["settings"].update(shard="x")))
-    _write(tmp_path / "b" / "results.json", _run_doc())
-    proc = run_cli("merge", str(a.parent), str(tmp_path / "b"), "--out", str(tmp_path / "m"))
-    _assert_exit_2(proc, "settings.shard must be an object")
+@pytest.mark.parametrize("shard, needle", [
+    ("x", "settings.shard must be an object"),
+    ({"index": 1, "count": 10**12, "plan": []}, "settings.shard.count must be an integer from 1 to 10000"),
+    ({"index": 3, "count": 2}, "settings.shard.index must be an integer from 1 to count (2)"),
+])
+def test_a_malformed_shard_record_is_exit_2_at_merge(tmp_path, shard, needle):
+    a = _write(tmp_path / "a" / "results.json", _mutated(lambda d: d["settings"].update(shard=shard)))
+    proc = run_cli("merge", str(a.parent), "--out", str(tmp_path / "m"), timeout=60)
+    _assert_exit_2(proc, needle)
 
 
 def test_a_bogus_verdict_in_a_shards_comparison_is_exit_2(tmp_path):
