@@ -169,3 +169,11 @@ def test_the_real_fixtures_still_read(tmp_path):
     shutil.copy(DATA / "current.json", tmp_path / "results.json")
     proc = run_cli("report", str(tmp_path), "--against-results", str(DATA / "baseline.json"), "--format", "md")
     assert proc.returncode == 0, proc.stderr
+
+
+def test_history_add_refuses_a_damaged_run_with_one_line(tmp_path):
+    results = _write(tmp_path / "run" / "results.json", _mutated(
+        lambda d: d["cases"][0]["processes"][0].update(loops=0)))
+    proc = run_cli("history", "add", str(results.parent), "--history-url", f"sqlite:///{tmp_path / 'h.db'}",
+                   "--commit", "abc", "--branch", "main", cwd=tmp_path)
+    _assert_exit_2(proc, "cases[0].processes[0].loops must be an integer >= 1")
