@@ -22,6 +22,8 @@ from typing import Any
 DEFAULT_MAX_FILE_MB = 64
 # results documents nest about 8 deep (cases -> profile -> top_ops -> entry); deeper is not ours
 MAX_DEPTH = 64
+# names (workload, size, toggle, case key, suite...): the history store's widest column (a case key)
+MAX_NAME = 512
 
 
 class SchemaError(ValueError):
@@ -145,9 +147,9 @@ class Fields:
         return value
 
     def name(self, value: Any, where: str) -> str:
-        """A non-empty string of printable text, at most 200 characters (a workload, size, toggle...)."""
-        if not isinstance(value, str) or not value or len(value) > 200 or not value.isprintable():
-            self.fail(where, "a non-empty printable string of at most 200 characters", value)
+        """A non-empty string of printable text, at most MAX_NAME characters (a workload, size, toggle...)."""
+        if not isinstance(value, str) or not value or len(value) > MAX_NAME or not value.isprintable():
+            self.fail(where, f"a non-empty printable string of at most {MAX_NAME} characters", value)
         return value
 
     def integer(self, value: Any, where: str, low: int | None = None) -> int:
