@@ -74,3 +74,38 @@ def test_baseline_update_keeps_a_hostile_machine_key_and_suite_inside_baselines(
         assert len(new) == 1 and new.pop().startswith("project/baselines/"), new
     assert not (tmp_path / "escape").exists() and not (tmp_path / "abs").exists()
     assert os.path.exists(project / "baselines")
+
+
+EVIL_WORKLOAD = '''
+import torch
+from perfgate.workload import Built, Tolerance, Workload
+
+
+class Evil(Workload):
+    name = "x/../../escape"
+    description = "a workload whose name climbs out of tb/"
+    sizes = {"smoke": {"n": 8}, "pr": {"n": 8}, "full": {"n": 8}}
+    tolerance = Tolerance(rel_l2=1e-6)
+    channels_last_applies = False
+
+    def build(self, params, device, dtype, variants):
+        return Built(model=None, state=torch.zeros(params["n"], device=device, dtype=dtype))
+
+    def step(self, model, state, built, params):
+        return state + 1.0
+'''
+
+
+def test_a_workload_named_to_climb_out_of_tb_profiles_inside_it(tmp_path):
+    (tmp_path / "wl").mkdir()
+    (tmp_path / "wl" / "evil.py").write_text(EVIL_WORKLOAD)
+    run = tmp_path / "run"
+    proc = run_cli("run", "--workloads-dir", str(tmp_path / "wl"), "-w", "x*", "-t", "eager", "--processes", "1",
+                   "--samples", "2", "--out", str(run), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in run.iterdir() if not p.name.startswith(".")) == [
+        "junit.xml", "report.html", "results.json", "summary.md", "tb"]
+    # what is written for the case (here its TensorBoard scalars) lands in its one folder inside tb/
+    (case_folder,) = {p.parent for p in (run / "tb").rglob("*") if p.is_file()}
+    assert case_folder.relative_to(run / "tb").parts == (component("x/../../escape"), "smoke", "eager")
+    assert json.loads((run / "results.json").read_text())["cases"][0]["status"] == "ok"
