@@ -11,7 +11,6 @@ No torch here.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from typing import Any
 from perfgate import runner
 from perfgate.config import ConfigError, Settings
 from perfgate.model import STATUS_OK, CaseResult, CaseSpec
-from perfgate.plan import Catalog
+from perfgate.plan import Catalog, parse_probe_answer
 
 
 def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -102,7 +101,7 @@ def probe_base(base: BaseCheckout, threads: int) -> Catalog:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=runner.PROBE_TIMEOUT_S, env=env, cwd=base.path)
     if proc.returncode != 0:
         raise runner.InfrastructureError(f"the worker probe of {base.ref} failed: {proc.stderr.strip()[-400:]}")
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    data = parse_probe_answer(proc.stdout, f"the worker probe of {base.ref}")
     base.catalog = Catalog.from_probe(data)
     for err in base.catalog.errors:
         base.notes.append(f"{base.ref}: {err['error']}")

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.model import STATUS_FAILED, STATUS_OK, RunResult, SchemaError, read_json_file
+from perfgate.paths import component, contained
 from perfgate.stats import format_seconds
 from perfgate.storage import atomic_write_text
+from perfgate.validation import Fields
 
 SCHEMA = "perfgate.baseline/2"
 SCHEMA_HISTORY = {
@@ -63,8 +65,10 @@ class Baseline:
 
 
 def baseline_path(baselines_dir: Path, machine_key: str, suite: str) -> Path:
-    """Where the baseline of ``suite`` on the machine ``machine_key`` lives."""
-    return Path(baselines_dir) / machine_key / f"{suite}.json"
+    """Where the baseline of ``suite`` on the machine ``machine_key`` lives. Both names may come from a
+    results.json, so each is made one safe path component and the path must stay inside ``baselines_dir``
+    (SchemaError otherwise)."""
+    return contained(Path(baselines_dir), machine_key, component(suite) + ".json", what="baseline")
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +92,7 @@ def parse_baseline(data: Any, source: str) -> Baseline:
     if not isinstance(data, dict):
         raise SchemaError(f"{source}: not a perfgate baseline (expected a JSON object, got {type(data).__name__})")
     schema = data.get("schema")
-    if schema not in SCHEMA_HISTORY:
+    if not isinstance(schema, str) or schema not in SCHEMA_HISTORY:
         raise SchemaError(f"{source}: unknown baseline schema {schema!r}; this perfgate reads "
                           f"{', '.join(SCHEMA_HISTORY)} (a newer perfgate wrote it? upgrade perfgate)")
     data = upgrade(data)
@@ -99,9 +103,22 @@ def parse_baseline(data: Any, source: str) -> Baseline:
     calibration = data.get("calibration") or {}
     if not isinstance(calibration, dict):
         raise SchemaError(f"{source}: 'calibration' must be an object of case key -> thresholds")
-    return Baseline(run=run, machine_key=data.get("machine_key") or run.environment.get("machine_key", ""),
-                    suite=data.get("suite", run.suite), calibration=calibration,
-                    updated_at=data.get("updated_at", ""), source=data.get("source"), path=None)
+    f = Fields(data, source, "")
+    for key, entry in calibration.items():
+        _check_calibration(Fields(entry, source, f"calibration.{key}"))
+    return Baseline(run=run, machine_key=f.get("machine_key", f.name) or run.environment.get("machine_key", ""),
+                    suite=f.get("suite", f.name, run.suite), calibration=calibration,
+                    updated_at=f.get("updated_at", f.string, ""), source=f.get("source", f.string), path=None)
+
+
+def _check_calibration(f: Fields) -> None:
+    """One case's entry as `perfgate calibrate --write` stores it: numbers, with a threshold in (0, 10]."""
+    threshold = f.get("threshold", f.number)
+    if threshold is not None and not 0 < threshold <= 10:
+        f.fail(f.path("threshold"), "a relative change between 0 and 10", threshold)
+    for key, value in f.data.items():
+        if key != "threshold" and not isinstance(value, (str, list, dict)) and value is not None:
+            f.get(key, f.number_or_nan)
 
 
 def load_baseline(path: str | Path) -> Baseline:

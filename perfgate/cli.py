@@ -6,6 +6,7 @@ Exit codes: 0 ok | 1 the gate failed | 2 usage or configuration error | 3 infras
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import sys
 import time
@@ -40,8 +41,21 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(exc), EXIT_USAGE)
         except InfrastructureError as exc:
             fail(str(exc), EXIT_INFRA)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the last line of defence: one line and exit 3, no traceback
+            if os.environ.get("PERFGATE_DEBUG"):
+                raise
+            fail(unexpected_error_line(exc), EXIT_INFRA)
 
     return wrapper
+
+
+def unexpected_error_line(exc: BaseException) -> str:
+    """One line for an exception no check foresaw (exit 3): what it was, and where to look."""
+    text = " ".join(str(exc).split())[:300]
+    return (f"unexpected {type(exc).__name__}: {text or '(no message)'}; this is a perfgate bug or an input it "
+            "failed to check; PERFGATE_DEBUG=1 shows the traceback")
 
 
 def load_settings(config: str | None) -> config_mod.Settings:

@@ -120,8 +120,8 @@ def find_pyproject(start: Path) -> Path | None:
         candidate = d / "pyproject.toml"
         if candidate.is_file():
             try:
-                data = tomllib.loads(candidate.read_text())
-            except (tomllib.TOMLDecodeError, OSError):
+                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+            except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
                 continue
             if "perfgate" in data.get("tool", {}):
                 return candidate
@@ -190,9 +190,13 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
             suites=dict(DEFAULT_SUITES),
         )
     try:
-        data = tomllib.loads(source.read_text())
+        data = tomllib.loads(source.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read ({exc.strerror or exc})") from exc
     raw = data.get("tool", {}).get("perfgate")
     if raw is None:
         raise ConfigError(f"{source}: has no [tool.perfgate] table")

@@ -201,12 +201,12 @@ def compare_files(current: str, baseline: str, settings: Settings, *, strict_env
 def _is_results(path: Path) -> bool:
     """A run's results (a run folder or a results.json) rather than a baseline file? Anything else, a
     corrupt file included, goes to the baseline reader, whose error names the file."""
-    import json
+    from perfgate.validation import SchemaError, read_json_file
 
     if path.is_dir():
         return True
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        data = read_json_file(path, "results")
+    except SchemaError:
         return False
     return isinstance(data, dict) and str(data.get("schema", "")).startswith("perfgate.results")

@@ -8,17 +8,19 @@ Anything else is refused with one line naming the first file that disagrees and 
 
 from __future__ import annotations
 
-import json
+import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from perfgate.baselines import baseline_path
 from perfgate.config import ConfigError, Settings
 from perfgate.model import CaseResult, CaseSpec, Comparison, RunResult, SchemaError, Verdict, load_results
 from perfgate.plan import Shard, costs_from_results, expected_costs, load_costs, partition_cases
 from perfgate.runner import write_results
+from perfgate.validation import Fields, read_json_file
 
 # Environment keys that make two shards one measurement. Host names, paths and PIDs may differ between
 # runners of one pool; the hardware and software that set the numbers may not.
@@ -48,11 +50,11 @@ def select_shard(cases: Sequence[CaseSpec], shard: Shard, costs_path: str | Path
     if costs_path is not None:
         timed, source = load_costs(costs_path), str(costs_path)
     else:
-        baseline = settings.baselines_dir / machine_key / f"{suite}.json"
+        baseline = baseline_path(settings.baselines_dir, machine_key, suite)
         if baseline.is_file():
             try:
-                timed, source = costs_from_results(json.loads(baseline.read_text())), str(baseline)
-            except (OSError, json.JSONDecodeError):
+                timed, source = costs_from_results(read_json_file(baseline, "baseline")), str(baseline)
+            except SchemaError:
                 timed = {}  # an unreadable baseline fails the gate later, with its own message
     if not any(c.key in timed for c in cases):
         source = "estimate"
@@ -77,11 +79,30 @@ def run_folders_below(root: Path) -> list[Path]:
     return sorted(found)
 
 
+def refuse_links(root: Path) -> None:
+    """ConfigError when ``root`` or anything below it is a symbolic link. Shard folders come from other
+    jobs (untrusted): a link would have merge copy its target's content (any file this job can read) into
+    the merged run, or recurse through a link to a parent folder."""
+    if root.is_symlink():
+        raise ConfigError(f"cannot merge {root}: it is a symbolic link; give the shard folder itself")
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        for name in (*dirs, *files):
+            entry = Path(folder) / name
+            if entry.is_symlink():
+                raise ConfigError(f"cannot merge {root}: {entry} is a symbolic link (to {os.readlink(entry)!r}); "
+                                  "shard folders must hold plain files and folders only")
+
+
 def find_results(paths: Sequence[str | Path]) -> list[Path]:
-    """results.json files named by ``paths``: a file, a run folder, or a folder of downloaded run folders."""
+    """results.json files named by ``paths``: a file, a run folder, or a folder of downloaded run folders.
+    ConfigError for a symbolic link anywhere in them (``refuse_links``)."""
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
+        if p.is_symlink() or p.is_dir():
+            refuse_links(p)
+        elif p.is_file():
+            refuse_links(p.parent)  # the folder merge copies the traces from
         if p.is_file():
             found.append(p)
         elif (p / "results.json").is_file():
@@ -101,9 +122,10 @@ def find_results(paths: Sequence[str | Path]) -> list[Path]:
 
 def _raw_schema(path: Path) -> Any:
     try:
-        return json.loads(path.read_text()).get("schema")
-    except (OSError, json.JSONDecodeError, AttributeError):
+        data = read_json_file(path, "results")
+    except SchemaError:
         return None  # load_results reports it properly
+    return data.get("schema") if isinstance(data, dict) else None
 
 
 def _first_difference(a: dict[str, Any], b: dict[str, Any], keys: Sequence[str]) -> str | None:
@@ -251,18 +273,23 @@ def merge_runs(paths: Sequence[str | Path], out_dir: str | Path) -> tuple[RunRes
 COMPARISON_FILE = "comparison.json"
 
 
-def comparison_from_json(data: dict[str, Any], source: str) -> Comparison:
-    """A Comparison read back from a comparison.json; ConfigError naming ``source`` if malformed."""
-    try:
-        return Comparison(
-            verdicts=[Verdict.from_json(v) for v in data["verdicts"]],
-            mode=data.get("mode", "baseline"),
-            baseline_source=data.get("baseline_source"),
-            environment_diff=dict(data.get("environment_diff", {})),
-            warnings=list(data.get("warnings", [])),
-        )
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"{source}: malformed comparison ({type(exc).__name__}: {exc})") from exc
+def comparison_from_json(data: Any, source: str) -> Comparison:
+    """A Comparison read back from a comparison.json; SchemaError naming ``source`` and the field if malformed."""
+    f = Fields(data, source, "")
+    verdicts = f.get("verdicts", f.array, required=True)
+    env_diff = f.get("environment_diff", f.values(f.each(lambda v, w: v)), {})
+    return Comparison(
+        verdicts=[Verdict.from_json(v, source, f"verdicts[{i}]") for i, v in enumerate(verdicts)],
+        mode=f.get("mode", f.one_of(("baseline", "against")), "baseline"),
+        baseline_source=f.get("baseline_source", f.string),
+        environment_diff=dict(env_diff),
+        warnings=list(f.get("warnings", f.each(f.string), [])),
+    )
+
+
+def read_comparison(path: Path) -> Comparison:
+    """The Comparison in the comparison.json at ``path``; SchemaError (exit 2) naming it when unreadable."""
+    return comparison_from_json(read_json_file(path, "comparison"), str(path))
 
 
 def merged_comparison(paths: Sequence[str | Path]) -> Comparison | None:
@@ -278,12 +305,7 @@ def merged_comparison(paths: Sequence[str | Path]) -> Comparison | None:
         missing = next(f for f in files if not f.is_file())
         raise ConfigError(f"cannot merge: {missing.parent} has no {COMPARISON_FILE} while other shards do; "
                           "run every shard with the same --against/--gate options")
-    parts = []
-    for f in present:
-        try:
-            parts.append(comparison_from_json(json.loads(f.read_text()), str(f)))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"{f}: cannot read the shard's comparison ({exc})") from exc
+    parts = [read_comparison(f) for f in present]
     first = parts[0]
     for f, part in zip(present, parts, strict=True):
         if (part.mode, part.baseline_source) != (first.mode, first.baseline_source):
@@ -300,10 +322,7 @@ def load_comparison_file(run_dir: str | Path) -> Comparison | None:
     f = Path(run_dir) / COMPARISON_FILE
     if not f.is_file():
         return None
-    try:
-        return comparison_from_json(json.loads(f.read_text()), str(f))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{f}: cannot read the comparison ({exc})") from exc
+    return read_comparison(f)
 
 
 def judge_against(out_dir: str | Path, run: RunResult, settings: Settings) -> Comparison:

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.stats import Ratio, SampleSummary, ratio_of, summarize
+from perfgate.validation import Fields, SchemaError
+from perfgate.validation import read_json_file as read_json_file  # the one reader of JSON files
 
 SCHEMA = "perfgate.results/2"
 SCHEMA_HISTORY = {
@@ -102,12 +104,14 @@ class Verdict:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Verdict:
-        return cls(**data)
-
-
-class SchemaError(ValueError):
-    """A results file that cannot be read: corrupt JSON, an unknown schema or a malformed entry."""
+    def from_json(cls, data: Any, source: str = "comparison", where: str = "verdict") -> Verdict:
+        """A Verdict read back from a comparison.json; SchemaError naming the field when malformed."""
+        f = Fields(data, source, where)
+        numbers = {k: f.get(k, f.number_or_nan) for k in
+                   ("baseline", "current", "ratio", "ratio_low", "ratio_high", "p_value", "threshold")}
+        return cls(case_key=f.get("case_key", f.name, required=True), metric=f.get("metric", f.name, required=True),
+                   kind=f.get("kind", f.one_of(VERDICT_KINDS), required=True), **numbers,
+                   rule=f.get("rule", f.string, ""), advice=f.get("advice", f.string))
 
 
 def _freeze_params(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -149,14 +153,16 @@ class CaseSpec:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CaseSpec:
+    def from_json(cls, data: Any, source: str = "results", where: str = "spec") -> CaseSpec:
+        f = Fields(data, source, where)
+        params = f.get("params", f.obj, {})
         return cls(
-            workload=data["workload"],
-            size=data["size"],
-            toggles=tuple(data["toggles"]),
-            device=data["device"],
-            dtype=data.get("dtype", "float32"),
-            params=_freeze_params(data.get("params", {})),
+            workload=f.get("workload", f.name, required=True),
+            size=f.get("size", f.name, required=True),
+            toggles=tuple(f.get("toggles", f.each(f.name), required=True)),
+            device=f.get("device", f.name, required=True),
+            dtype=f.get("dtype", f.name, "float32"),
+            params=_freeze_params(params),
         )
 
 
@@ -186,8 +192,20 @@ class ProcessSamples:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProcessSamples:
-        return cls(**data)
+    def from_json(cls, data: Any, source: str = "results", where: str = "process") -> ProcessSamples:
+        f = Fields(data, source, where)
+        samples = f.get("samples_ns", f.each(f.non_negative), required=True)
+        bursts = f.get("bursts", f.each(lambda v, w: f.integer(v, w, low=0)))  # compare.py checks their sum
+        return cls(
+            samples_ns=samples,
+            loops=f.get("loops", f.positive_int, 1),
+            steps_per_unit=f.get("steps_per_unit", f.positive_int, 1),
+            first_call_s=f.get("first_call_s", f.non_negative),
+            warmup_units=f.get("warmup_units", lambda v, w: f.integer(v, w, low=0), 0),
+            timer=f.get("timer", f.string, "perf_counter_ns"),
+            process_index=f.get("process_index", lambda v, w: f.integer(v, w, low=0), 0),
+            bursts=bursts,
+        )
 
 
 @dataclass
@@ -257,22 +275,38 @@ class CaseResult:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CaseResult:
-        status = data["status"]
-        if status not in STATUSES:
-            raise SchemaError(f"unknown case status {status!r}; valid: {', '.join(STATUSES)}")
+    def from_json(cls, data: Any, source: str = "results", where: str = "case") -> CaseResult:
+        f = Fields(data, source, where)
+        spec = CaseSpec.from_json(f.get("spec", f.obj, required=True), source, f.path("spec"))
+        processes = f.get("processes", f.array, [])
         return cls(
-            spec=CaseSpec.from_json(data["spec"]),
-            status=status,
-            processes=[ProcessSamples.from_json(p) for p in data.get("processes", [])],
-            failure_class=data.get("failure_class"),
-            message=data.get("message"),
-            metrics=dict(data.get("metrics", {})),
-            profile=dict(data.get("profile", {})),
-            accuracy=dict(data.get("accuracy", {})),
-            duration_s=float(data.get("duration_s", 0.0)),
-            metadata=dict(data.get("metadata", {})),
+            spec=spec,
+            status=f.get("status", f.one_of(STATUSES), required=True),
+            processes=[ProcessSamples.from_json(p, source, f"{f.path('processes')}[{i}]")
+                       for i, p in enumerate(processes)],
+            failure_class=f.get("failure_class", f.name),
+            message=f.get("message", f.string),
+            metrics=dict(f.get("metrics", f.values(f.number_or_nan), {})),
+            profile=dict(f.get("profile", f.obj, {})),
+            accuracy=_accuracy(f.get("accuracy", f.obj, {}), f),
+            duration_s=float(f.get("duration_s", f.non_negative, 0.0)),
+            metadata=dict(f.get("metadata", f.obj, {})),
         )
+
+
+def _accuracy(data: dict[str, Any], f: Fields) -> dict[str, Any]:
+    """The accuracy detail (perfgate.profiling.compare_outputs) with the fields readers use checked."""
+    acc = Fields(data, f.source, f.path("accuracy"))
+    for key in ("max_abs", "mean_abs", "rel_l2"):
+        acc.get(key, acc.number_or_nan)  # NaN and inf allowed: the drift of a broken toggle
+    acc.get("verdict", acc.one_of(("ok", "drift")))
+    acc.get("message", acc.string)
+    acc.get("tolerance", lambda v, w: v if isinstance(v, dict) else acc.number_or_nan(v, w))
+    if isinstance(data.get("tolerance"), dict):
+        tol = Fields(data["tolerance"], f.source, acc.path("tolerance"))
+        for key in data["tolerance"]:
+            tol.get(key, tol.number_or_nan)
+    return dict(data)
 
 
 @dataclass
@@ -351,30 +385,67 @@ class RunResult:
         if not isinstance(data, dict):
             raise SchemaError(f"{source}: expected a JSON object, got {type(data).__name__}")
         schema = data.get("schema")
-        if schema not in SCHEMA_HISTORY:
+        if not isinstance(schema, str) or schema not in SCHEMA_HISTORY:
             raise SchemaError(
                 f"{source}: unknown schema {schema!r}; this perfgate reads {', '.join(SCHEMA_HISTORY)}"
             )
         data = upgrade(data)
+        f = Fields(data, source, "")
+        expectations = Fields(f.get("expectations", f.obj, required=True), source, "expectations")
+        rules = expectations.get("rules", expectations.each(expectations.obj), [])
         try:
             from perfgate.expect import Rule
 
-            for r in data["expectations"]["rules"]:  # a malformed rule is a malformed file, said at load
+            for r in rules:  # a malformed rule is a malformed file, said at load
                 Rule.from_json(r)
-            return cls(
-                run_id=data["run_id"],
-                suite=data.get("suite"),
-                environment=dict(data.get("environment", {})),
-                cases=[CaseResult.from_json(c) for c in data.get("cases", [])],
-                started_at=data.get("started_at", ""),
-                finished_at=data.get("finished_at"),
-                settings=dict(data.get("settings", {})),
-                expectations=[dict(r) for r in data["expectations"]["rules"]],
-                ceilings=dict(data["ceilings"]),
-                schema=SCHEMA,
-            )
         except (KeyError, TypeError, ValueError) as exc:
             raise SchemaError(f"{source}: malformed results ({type(exc).__name__}: {exc})") from exc
+        settings = dict(f.get("settings", f.obj, {}))
+        if settings.get("shard") is not None:
+            _check_shard(Fields(settings["shard"], source, "settings.shard"))
+        environment = f.get("environment", f.values(_env_value(f)), {})
+        cases = f.get("cases", f.array, [])
+        return cls(
+            run_id=f.get("run_id", f.name, required=True),
+            suite=f.get("suite", f.name),
+            environment=dict(environment),
+            cases=[CaseResult.from_json(c, source, f"cases[{i}]") for i, c in enumerate(cases)],
+            started_at=f.get("started_at", f.string, ""),
+            finished_at=f.get("finished_at", f.string),
+            settings=settings,
+            expectations=[dict(r) for r in rules],
+            ceilings=dict(f.get("ceilings", f.obj, {})),
+            schema=SCHEMA,
+        )
+
+
+def _env_value(f: Fields) -> Any:
+    """Environment values are what the fingerprint holds: strings, numbers, flags, null, short lists."""
+
+    def check(value: Any, where: str) -> Any:
+        if isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value)):
+            f.fail(where, "a string, number, true/false or null", value)
+        return value
+
+    return check
+
+
+MAX_SHARDS = 10_000
+
+
+def _check_shard(f: Fields) -> None:
+    """settings.shard as `run --shard` and `merge` write it (perfgate.merge reads every field)."""
+    index = f.get("index", f.positive_int)
+    count = f.get("count", f.positive_int, required=True)
+    if count > MAX_SHARDS:  # merge walks 1..count: a huge count would hang it
+        f.fail(f.path("count"), f"an integer from 1 to {MAX_SHARDS}", count)
+    if index is not None and index > count:
+        f.fail(f.path("index"), f"an integer from 1 to count ({count})", index)
+    f.get("merged", f.each(f.positive_int))
+    f.get("plan", f.each(f.name))
+    f.get("missing_cases", f.each(f.name))
+    f.get("cases_total", lambda v, w: f.integer(v, w, low=0))
+    f.get("cost_source", f.string)
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
@@ -390,20 +461,6 @@ def load_results(path: str | Path) -> RunResult:
     if p.is_dir():
         p = p / "results.json"
     return RunResult.from_json(read_json_file(p, "results"), source=str(p))
-
-
-def read_json_file(p: Path, what: str, missing_hint: str = "") -> Any:
-    """The parsed JSON of ``p``; SchemaError naming the file (and ``what`` it should be) otherwise."""
-    try:
-        text = p.read_text()
-    except FileNotFoundError as exc:
-        raise SchemaError(f"{p}: cannot read {what} (no such file){'; ' + missing_hint if missing_hint else ''}") from exc
-    except OSError as exc:
-        raise SchemaError(f"{p}: cannot read {what} ({exc.strerror or exc})") from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SchemaError(f"{p}: {what} is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
 
 
 @dataclass

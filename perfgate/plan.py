@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,34 @@ class Catalog:
             cuda_available=bool(probe.get("environment", {}).get("cuda_available")),
             errors=tuple(probe.get("workload_errors", [])),
         )
+
+
+def parse_probe_answer(stdout: str, who: str) -> dict[str, Any]:
+    """The probe answer a worker printed (its last line, a JSON object), checked for the fields a Catalog
+    reads; ConfigError (exit 2) naming ``who`` when it is empty, not JSON or malformed."""
+    from perfgate.validation import Fields, SchemaError, parse_json
+
+    lines = stdout.strip().splitlines()
+    if not lines:
+        raise ConfigError(f"{who} answered nothing (expected a JSON line); is perfgate importable there?")
+    try:
+        data = parse_json(lines[-1], who, "the probe answer")
+        f = Fields(data, who, "probe answer")
+
+        def workload(value: Any, where: str) -> dict[str, Any]:
+            w = Fields(value, who, where)
+            return {**value, "sizes": w.get("sizes", w.values(w.obj), {}), "variants": w.get("variants", w.obj, {})}
+
+        toggles = f.get("toggles", f.each(f.obj), [])
+        for i, t in enumerate(toggles):
+            Fields(t, who, f"toggles[{i}]").get("name", f.name, required=True)
+        errors = f.get("workload_errors", f.each(f.obj), [])
+        for i, e in enumerate(errors):
+            Fields(e, who, f"workload_errors[{i}]").get("error", f.string, required=True)
+        return {**data, "workloads": f.get("workloads", f.values(workload), {}), "toggles": toggles,
+                "environment": f.get("environment", f.obj, {}), "workload_errors": errors}
+    except SchemaError as exc:
+        raise ConfigError(f"{exc} (last line: {ascii(lines[-1][:80])})") from exc
 
 
 def canonical_toggles(text: str, catalog: Catalog, workload: str | None = None) -> tuple[str, ...]:
@@ -194,7 +221,7 @@ def costs_from_results(data: dict[str, Any]) -> dict[str, float]:
         if key is None and isinstance(case.get("spec"), dict):
             try:
                 key = CaseSpec.from_json(case["spec"]).key
-            except (KeyError, TypeError):
+            except (KeyError, TypeError, ValueError):  # SchemaError: a malformed spec
                 continue
         duration = case.get("duration_s")
         if isinstance(key, str) and isinstance(duration, (int, float)) and duration > 0:
@@ -247,10 +274,10 @@ def load_costs(path: str | Path) -> dict[str, float]:
     p = Path(path)
     if p.is_dir():
         p = p / "results.json"
+    from perfgate.validation import SchemaError, read_json_file
+
     try:
-        data = json.loads(p.read_text())
-    except OSError as exc:
-        raise ConfigError(f"--shard-costs {path}: cannot read ({exc.strerror or exc}); give a results.json or baseline file") from exc
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"--shard-costs {path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+        data = read_json_file(p, "a results.json or baseline file")
+    except SchemaError as exc:
+        raise ConfigError(f"--shard-costs {exc}") from exc
     return costs_from_results(data)

@@ -293,7 +293,9 @@ def cpu_bytes_allocated_per_step(trace_file: Path, steps: int) -> float | None:
 
 def trace_dir_for(run_dir: Path, spec: Any) -> Path:
     """``<run dir>/tb/<workload>/<size>/<toggles>/``: one trace per folder, a run per case in TensorBoard."""
-    return run_dir / "tb" / spec.workload / spec.size / spec.toggle_name
+    from perfgate.paths import case_tb_dir
+
+    return case_tb_dir(run_dir / "tb", spec.workload, spec.size, spec.toggle_name)
 
 
 def _reseed(seed: int) -> None:

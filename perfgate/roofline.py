@@ -274,13 +274,13 @@ def ceilings_path(baselines_dir: Any, machine_key: str) -> Any:
 def ceilings_for_run(baselines_dir: Any, environment: dict[str, Any]) -> dict[str, Any]:
     """What a run carries in results.json ``ceilings``: this machine's measured ceilings when calibrate
     stored them, and the spec sheet of its GPU when known. A missing or unreadable file: none measured."""
-    import json
+    from perfgate.validation import SchemaError, read_json_file
 
     out: dict[str, Any] = {}
     path = ceilings_path(baselines_dir, str(environment.get("machine_key", "unknown-machine")))
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = read_json_file(path, "ceilings") if path.is_file() else None
+    except SchemaError:
         data = None
     if isinstance(data, dict) and data.get("schema") == CEILINGS_SCHEMA:
         for kind in ("cpu", "cuda"):

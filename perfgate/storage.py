@@ -15,6 +15,9 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
+        # mkstemp makes the file 0600; reports and baselines are shared files: give them the mode a plain
+        # open() would (0666 less the umask)
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -27,6 +30,19 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
             pass
         raise
     return p
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux tells it (/proc), else set and restored."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_json(path: str | Path, data: Any) -> Path:

@@ -151,3 +151,6 @@ def test_bad_toml_and_missing_config_file(tmp_path):
     other = write(tmp_path / "plain.toml", "[project]\nname = 'x'\n")
     with pytest.raises(ConfigError, match=r"has no \[tool.perfgate\] table"):
         load(config=other)
+    (tmp_path / "binary.toml").write_bytes(b"[tool.perfgate]\nthreads = \xff\xfe\n")
+    with pytest.raises(ConfigError, match=r"binary.toml: not UTF-8 text \(byte 26\)"):
+        load(config=tmp_path / "binary.toml")

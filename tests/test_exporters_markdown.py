@@ -14,6 +14,29 @@ def render(run, comp=None) -> str:
     return MarkdownExporter().render(ReportInput(run, comp)).decode("utf-8")
 
 
+def outside_code_spans(line: str) -> str:
+    """``line`` with its inline code spans removed, as CommonMark finds them: a run of n backticks opens
+    a span that the next run of exactly n backticks closes. What is left is what GitHub renders."""
+    out, i = [], 0
+    while i < len(line):
+        if line[i] != "`":
+            out.append(line[i])
+            i += 1
+            continue
+        n = len(line[i:]) - len(line[i:].lstrip("`"))
+        j = i + n
+        while j < len(line):
+            if line[j] == "`":
+                m = len(line[j:]) - len(line[j:].lstrip("`"))
+                if m == n:
+                    break
+                j += m
+            else:
+                j += 1
+        i = j + n if j < len(line) else i + n  # an unclosed run is literal backticks
+    return "".join(out)
+
+
 def test_golden_summary_with_a_comparison():
     run, comp = fixed_run()
     text = render(run, comp)
@@ -32,8 +55,8 @@ def test_golden_summary_without_a_baseline():
 def test_markup_and_pipes_in_names_cannot_break_the_table():
     run = synthetic_run(["evil|<script>alert(1)</script>"], toggles=("eager", "torchscript"))
     text = render(run)
-    assert "<script>" not in text
-    assert "evil\\|&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "<script>" not in outside_code_spans(text)
+    assert "`evil\\|<script>alert(1)</script>/smoke/eager/cpu`" in text  # a code span shows it as text
     for line in text.splitlines():
         if line.startswith("| `evil"):
             assert line.count(" | ") == 6, line  # seven cells, no pipe leaked from the name
@@ -54,3 +77,25 @@ def test_a_huge_suite_stays_under_the_comment_limit_with_a_pointer_to_the_html()
     assert text.startswith("## perfgate: ❌ FAIL: 5400 regression(s)")
     assert "### Regressions" in text and "### Wins" not in text
     assert "not shown to stay under GitHub's comment size limit" in text
+
+
+HOSTILE = ("@octocat please merge ![x](https://evil.example/pixel.png) [click](https://evil.example) "
+           "<img src=https://evil.example/i.png> https://evil.example/raw `` ``` `tick` **bold** | pipe")
+
+
+def test_free_text_cannot_mention_link_or_load_images_in_the_pr_comment():
+    run = synthetic_run(["rollout"], toggles=("eager", "compile"), fail={"rollout/smoke/compile/cpu"})
+    run.cases[1].message = "Traceback:\n  ...\nRuntimeError: " + HOSTILE
+    run.cases[1].failure_class = "@team"
+    run.suite = "[s](https://evil.example)"
+    comp = Comparison(verdicts=[Verdict(run.cases[0].key, "@metric", "regression", ratio=1.5, ratio_low=1.4,
+                                        ratio_high=1.6, rule=HOSTILE)],
+                      baseline_source="@base ![i](https://evil.example/b.png)", warnings=[HOSTILE])
+    text = render(run, comp)
+    shown = "\n".join(outside_code_spans(line) for line in text.splitlines())
+    for needle in ("@", "](", "<img", "https://", "**bold**"):
+        assert needle not in shown, (needle, shown)
+    assert "pipe" in text and text.count("RuntimeError: @octocat") == 1
+    for line in text.splitlines():
+        if line.startswith("| `rollout"):
+            assert outside_code_spans(line).count("|") == 8, line  # seven cells: no pipe leaked from the text

@@ -11,7 +11,7 @@ from fixtures.shards import ENVIRONMENT, settings_for, suite_cases, write_shard_
 
 from perfgate.config import ConfigError
 from perfgate.merge import load_comparison_file, merge_runs, merged_comparison
-from perfgate.model import Comparison, Verdict, load_results
+from perfgate.model import Comparison, SchemaError, Verdict, load_results
 from perfgate.runner import write_results
 
 
@@ -218,7 +218,7 @@ def test_comparison_file_round_trips(tmp_path):
     assert comp.verdicts == verdicts and comp.baseline_source == "git:abc (abc)"
     assert load_comparison_file(tmp_path) is None
     (tmp_path / "comparison.json").write_text("{")
-    with pytest.raises(ConfigError, match="cannot read the comparison"):
+    with pytest.raises(SchemaError, match="comparison is not valid JSON"):
         load_comparison_file(tmp_path)
 
 
@@ -363,3 +363,31 @@ def test_rejudge_needs_the_shards_base_runs(tmp_path):
     both = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m2"), "--rejudge", "--baseline", "x.json",
                    timeout=120)
     assert both.returncode == 2 and not (tmp_path / "m2").exists()
+
+
+# ---------------------------------------------------------------- shard folders are untrusted: no symbolic links
+
+@pytest.mark.parametrize("link", ["file", "parent", "folder"])
+def test_merge_refuses_a_symbolic_link_in_a_shard_folder(tmp_path, link):
+    paths = write_shard_runs(tmp_path, suite_cases(workloads=1, toggles=2), 2)
+    shard = paths[0].parent
+    secret = tmp_path / "secret.txt"
+    secret.write_text("token")
+    (shard / "tb").mkdir(exist_ok=True)
+    entry = shard / "tb" / "trace.pt.trace.json"
+    {"file": lambda: entry.symlink_to(secret), "parent": lambda: entry.symlink_to(tmp_path),
+     "folder": lambda: (shard / "tb" / "more").symlink_to(tmp_path, target_is_directory=True)}[link]()
+    out = tmp_path / "merged"
+    with pytest.raises(ConfigError, match="is a symbolic link"):
+        merge_runs([tmp_path / "shards"], out)
+    with pytest.raises(ConfigError, match="is a symbolic link"):
+        merge_runs([str(p) for p in paths], out)  # results.json files named one by one: same check
+    assert not out.exists() or not any(out.rglob("*"))
+
+
+def test_merge_refuses_a_shard_folder_that_is_a_link(tmp_path, cli):
+    paths = write_shard_runs(tmp_path, suite_cases(workloads=1, toggles=2), 1)
+    (tmp_path / "link").symlink_to(paths[0].parent, target_is_directory=True)
+    proc = cli("merge", str(tmp_path / "link"), "--out", str(tmp_path / "m"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "it is a symbolic link" in proc.stderr

@@ -43,4 +43,4 @@ class CsvExporter:
                 "message": r.case.message,
             })
         frame = pd.DataFrame.from_records(records)
-        return frame.to_csv(index=False).encode("utf-8")
+        return frame.to_csv(index=False).encode("utf-8", "backslashreplace")

@@ -256,4 +256,4 @@ class HtmlExporter:
             history_href=report.history_href,
             trend_anchor=_trend_anchor,
         )
-        return html.encode("utf-8")
+        return html.encode("utf-8", "backslashreplace")

@@ -46,4 +46,4 @@ class JsonExporter:
             "comparison": report.comparison.to_json() if report.comparison else None,
             "rows": [_row(r) for r in report.rows],
         }
-        return (json.dumps(doc, indent=1, default=str) + "\n").encode("utf-8")
+        return (json.dumps(doc, indent=1, default=str) + "\n").encode("utf-8", "backslashreplace")

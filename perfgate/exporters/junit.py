@@ -170,4 +170,4 @@ class JunitExporter:
                 suite.set(attr, str(value))
             suite.set("time", "0")
         ET.indent(root)
-        return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode").encode("utf-8") + b"\n"
+        return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode").encode("utf-8", "backslashreplace") + b"\n"

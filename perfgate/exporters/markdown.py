@@ -6,6 +6,8 @@ rest. When a suite is too large the details are cut at a row boundary with a not
 
 from __future__ import annotations
 
+import re
+
 from perfgate.exporters.base import CaseRow, ReportInput, format_ratio, format_value
 from perfgate.model import Verdict
 
@@ -16,11 +18,25 @@ SIZE_BUDGET = GITHUB_COMMENT_LIMIT - 1536
 
 
 def cell(text: object) -> str:
-    """Text safe inside a Markdown table cell and inert as HTML (GitHub renders inline HTML)."""
+    """Text perfgate itself wrote (numbers, verdict kinds), safe in a Markdown table cell and inert as HTML.
+    Free text from a results file, a workload or an error message goes through ``code`` instead."""
     s = "-" if text is None else str(text)
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = s.replace("|", "\\|").replace("\r", " ").replace("\n", " ").replace("`", "'")
     return s
+
+
+def code(text: object, in_table: bool = True) -> str:
+    """``text`` as one inline code span: inside it GitHub renders no links, images, @-mentions, emphasis
+    or HTML, so a failure message or a name from a results file shows as the characters it is. The fence
+    is longer than any run of backticks in the text; line breaks become spaces."""
+    s = " ".join(("-" if text is None else str(text)).split()) or "-"
+    if in_table:  # GitHub's tables split cells on | even inside code spans, unless escaped
+        s = s.replace("|", "\\|")
+    longest = max((len(run) for run in re.findall("`+", s)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
 
 
 def _verdict_value(v: Verdict) -> str:
@@ -34,14 +50,15 @@ def _verdict_value(v: Verdict) -> str:
 def _verdict_table(items: list[tuple[CaseRow | None, Verdict]]) -> list[str]:
     lines = ["| verdict | case | metric | change (ratio [CI]) | rule |", "|---|---|---|---|---|"]
     for _, v in items:
-        lines.append(f"| **{cell(v.kind)}** | `{cell(v.case_key)}` | {cell(v.metric)} | {cell(_verdict_value(v))} "
-                     f"| {cell(v.rule)} |")
+        lines.append(f"| **{cell(v.kind)}** | {code(v.case_key)} | {code(v.metric)} | {cell(_verdict_value(v))} "
+                     f"| {code(v.rule)} |")
     return lines
 
 
 def _case_line(r: CaseRow) -> str:
-    return (f"| `{cell(r.key)}` | {cell(r.case.status)} | {cell(r.step_time_text)} | {cell(r.speedup_text)} "
-            f"| {cell(r.change_text)} | {cell(r.recommendation.action)} | {cell(r.status_text if r.case.status != 'ok' else '')} |")
+    note = code(r.status_text) if r.case.status != "ok" else ""
+    return (f"| {code(r.key)} | {cell(r.case.status)} | {cell(r.step_time_text)} | {cell(r.speedup_text)} "
+            f"| {cell(r.change_text)} | {cell(r.recommendation.action)} | {note} |")
 
 
 def _outcome_label(o: object) -> str:
@@ -96,14 +113,14 @@ class MarkdownExporter:
         run = report.run
         out.add(f"## perfgate: {icon} {cell(b.headline)}", force=True)
         out.add("", force=True)
-        out.add(f"Run `{cell(run.run_id)}`, suite `{cell(run.suite)}`"
-                + (f", baseline `{cell(report.comparison.baseline_source)}`" if report.comparison else "")
+        out.add(f"Run {code(run.run_id, False)}, suite {code(run.suite, False)}"
+                + (f", baseline {code(report.comparison.baseline_source, False)}" if report.comparison else "")
                 + f". Full report: `{report.html_filename}` in the run's artifacts.", force=True)
         out.add("", force=True)
         comp = report.comparison
         if comp:
             for w in comp.warnings:
-                out.add(f"> ⚠️ {cell(w)}")
+                out.add(f"> ⚠️ {code(w, False)}")
             if comp.warnings:
                 out.add("")
             gated = [(None, v) for v in comp.verdicts if v.fails_gate]
@@ -122,8 +139,8 @@ class MarkdownExporter:
             shown = sorted((o for o in ev.outcomes if o.outcome != "met"),
                            key=lambda o: (not o.fails_gate, o.outcome != "missed", o.case_key))
             out.table([], ["| outcome | case | rule | value [interval] | why |", "|---|---|---|---|---|"],
-                      [f"| **{cell(_outcome_label(o))}** | `{cell(o.case_key)}` | {cell(o.rule.text)} "
-                       f"| {cell(o.value_text)} | {cell(o.reason)} |" for o in shown] + ([""] if shown else []))
+                      [f"| **{cell(_outcome_label(o))}** | {code(o.case_key)} | {code(o.rule.text)} "
+                       f"| {cell(o.value_text)} | {code(o.reason)} |" for o in shown] + ([""] if shown else []))
             if not shown:
                 out.add("Every expectation that matched a case was met.")
                 out.add("")
@@ -138,4 +155,4 @@ class MarkdownExporter:
             out.add(note.format(n=out.left_out), force=True)
         if details_open:
             out.add("</details>", force=True)
-        return ("\n".join(out.lines) + "\n").encode("utf-8")
+        return ("\n".join(out.lines) + "\n").encode("utf-8", "backslashreplace")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.model import STATUS_OK, CaseResult, RunResult
+from perfgate.paths import case_tb_dir
 
 # scalar tag -> metric name in CaseResult.metrics, for the metrics worth a chart
 METRIC_TAGS = {
@@ -35,7 +36,7 @@ METRIC_TAGS = {
 def case_dir(tb_dir: Path, case: CaseResult) -> Path:
     """The case's TensorBoard run folder; the same one its profiler trace is in."""
     spec = case.spec
-    return tb_dir / spec.workload / spec.size / spec.toggle_name
+    return case_tb_dir(tb_dir, spec.workload, spec.size, spec.toggle_name)
 
 
 def case_scalars(run: RunResult, case: CaseResult) -> dict[str, float]:

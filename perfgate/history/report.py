@@ -127,4 +127,4 @@ def render(charts: Sequence[TrendChart], store_name: str, filters: str) -> bytes
                               regressions=regressions, generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                               width=WIDTH, height=HEIGHT, left=LEFT, bottom=HEIGHT - BOTTOM, top=TOP,
                               right=WIDTH - RIGHT)
-    return html.encode("utf-8")
+    return html.encode("utf-8", "backslashreplace")

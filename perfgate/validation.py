@@ -1,0 +1,217 @@
+"""Reading files perfgate did not necessarily write: results.json, baselines, comparison.json, ceilings.json,
+shard folders from other jobs. No torch.
+
+Every such file is untrusted (docs/ci.md, "Untrusted files"): it is read with a size cap, must be UTF-8
+JSON nested no deeper than a results document needs, and each field is checked for its type before any
+code relies on it. Anything wrong is a ``SchemaError`` naming the file and the field (exit 2, one line),
+never a traceback deep in the comparison or an exporter.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# A results.json of a large suite is a few MB (raw samples of every process); 64 MiB leaves ample room
+# and keeps a hostile file from filling memory. PERFGATE_MAX_FILE_MB raises it where needed.
+DEFAULT_MAX_FILE_MB = 64
+# results documents nest about 8 deep (cases -> profile -> top_ops -> entry); deeper is not ours
+MAX_DEPTH = 64
+# names (workload, size, toggle, case key, suite...): the history store's widest column (a case key)
+MAX_NAME = 512
+
+
+class SchemaError(ValueError):
+    """A file that cannot be read: corrupt JSON, an unknown schema or a malformed entry."""
+
+
+def max_file_bytes() -> int:
+    """The size cap for any file perfgate reads: PERFGATE_MAX_FILE_MB (MiB), default 64."""
+    raw = os.environ.get("PERFGATE_MAX_FILE_MB", "")
+    try:
+        mb = int(raw) if raw else DEFAULT_MAX_FILE_MB
+    except ValueError:
+        mb = DEFAULT_MAX_FILE_MB
+    return max(mb, 1) * 1024 * 1024
+
+
+def read_text_capped(p: Path, what: str, missing_hint: str = "") -> str:
+    """The UTF-8 text of ``p``; SchemaError when missing, unreadable, over the size cap or not UTF-8."""
+    limit = max_file_bytes()
+    try:
+        with open(p, "rb") as fh:
+            raw = fh.read(limit + 1)
+    except FileNotFoundError as exc:
+        hint = f"; {missing_hint}" if missing_hint else ""
+        raise SchemaError(f"{p}: cannot read {what} (no such file){hint}") from exc
+    except OSError as exc:
+        raise SchemaError(f"{p}: cannot read {what} ({exc.strerror or exc})") from exc
+    if len(raw) > limit:
+        raise SchemaError(f"{p}: {what} is larger than {limit // (1024 * 1024)} MiB; not a perfgate file "
+                          "(PERFGATE_MAX_FILE_MB raises the limit)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SchemaError(f"{p}: {what} is not UTF-8 text (byte {exc.start}); not a perfgate file") from exc
+
+
+def parse_json(text: str, source: str, what: str) -> Any:
+    """``text`` decoded as JSON, nested at most MAX_DEPTH deep; SchemaError naming ``source`` otherwise."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{source}: {what} is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    except RecursionError as exc:
+        raise SchemaError(f"{source}: {what} is nested too deeply to be a perfgate file") from exc
+    if depth(data) > MAX_DEPTH:
+        raise SchemaError(f"{source}: {what} is nested more than {MAX_DEPTH} deep; not a perfgate file")
+    if _ESCAPED_SURROGATE.search(text):  # JSON can spell a lone surrogate, which no UTF-8 output can hold
+        data = _without_surrogates(data)
+    return data
+
+
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_surrogates(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def read_json_file(p: Path, what: str, missing_hint: str = "") -> Any:
+    """The parsed JSON of ``p``, read under the size cap; SchemaError naming the file otherwise."""
+    return parse_json(read_text_capped(p, what, missing_hint), str(p), what)
+
+
+def depth(data: Any) -> int:
+    """How deep ``data`` nests (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        value, d = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        deepest = max(deepest, d)
+        stack.extend((c, d + 1) for c in children)
+    return deepest
+
+
+def describe(value: Any) -> str:
+    """A short, printable picture of a bad value for an error message."""
+    text = ascii(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class Fields:
+    """Typed access to one JSON object of an untrusted document; errors name the source and field path."""
+
+    def __init__(self, data: Any, source: str, where: str) -> None:
+        self.source, self.where = source, where
+        if not isinstance(data, dict):
+            self.fail(where, "an object", data)
+        self.data: dict[str, Any] = data
+
+    def fail(self, where: str, expected: str, value: Any) -> None:
+        raise SchemaError(f"{self.source}: {where or 'document'} must be {expected}, got {describe(value)}")
+
+    def path(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def get(self, key: str, check: Callable[[Any, str], Any], default: Any = None, required: bool = False) -> Any:
+        if key not in self.data or (self.data[key] is None and not required):
+            if required:
+                raise SchemaError(f"{self.source}: {self.path(key)} is missing")
+            return default
+        return check(self.data[key], self.path(key))
+
+    # checks: (value, where) -> the value, or SchemaError
+
+    def string(self, value: Any, where: str) -> str:
+        if not isinstance(value, str):
+            self.fail(where, "a string", value)
+        return value
+
+    def name(self, value: Any, where: str) -> str:
+        """A non-empty string of printable text, at most MAX_NAME characters (a workload, size, toggle...)."""
+        if not isinstance(value, str) or not value or len(value) > MAX_NAME or not value.isprintable():
+            self.fail(where, f"a non-empty printable string of at most {MAX_NAME} characters", value)
+        return value
+
+    def integer(self, value: Any, where: str, low: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
+            self.fail(where, "an integer" + (f" >= {low}" if low is not None else ""), value)
+        return value
+
+    def positive_int(self, value: Any, where: str) -> int:
+        return self.integer(value, where, low=1)
+
+    def number(self, value: Any, where: str) -> float:
+        """An int or a finite float (not a bool)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            self.fail(where, "a finite number", value)
+        return value
+
+    def number_or_nan(self, value: Any, where: str) -> float:
+        """A number; NaN and infinities allowed (measured drift of a broken toggle can be NaN)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(where, "a number", value)
+        return value
+
+    def non_negative(self, value: Any, where: str) -> float:
+        if self.number(value, where) < 0:
+            self.fail(where, "a number >= 0", value)
+        return value
+
+    def boolean(self, value: Any, where: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(where, "true or false", value)
+        return value
+
+    def obj(self, value: Any, where: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(where, "an object", value)
+        return value
+
+    def array(self, value: Any, where: str) -> list[Any]:
+        if not isinstance(value, list):
+            self.fail(where, "an array", value)
+        return value
+
+    def each(self, check: Callable[[Any, str], Any]) -> Callable[[Any, str], list[Any]]:
+        """A check of an array whose every item passes ``check``."""
+
+        def run(value: Any, where: str) -> list[Any]:
+            return [check(item, f"{where}[{i}]") for i, item in enumerate(self.array(value, where))]
+
+        return run
+
+    def values(self, check: Callable[[Any, str], Any]) -> Callable[[Any, str], dict[str, Any]]:
+        """A check of an object whose every value passes ``check``."""
+
+        def run(value: Any, where: str) -> dict[str, Any]:
+            return {k: check(v, f"{where}.{k}") for k, v in self.obj(value, where).items()}
+
+        return run
+
+    def one_of(self, choices: tuple[str, ...]) -> Callable[[Any, str], str]:
+        def run(value: Any, where: str) -> str:
+            if value not in choices:
+                self.fail(where, f"one of {', '.join(choices)}", value)
+            return value
+
+        return run
