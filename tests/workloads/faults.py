@@ -93,6 +93,14 @@ class CompileFails(Tiny):
         return torch.compile(lambda x: x + 1, backend="no-such-backend")(state)
 
 
+class ReturnsAString(Tiny):
+    name = "fault_not_tensor"
+    description = "its step returns a string instead of the new state (test only)"
+
+    def step(self, model, state, built, params):
+        return "not a tensor"
+
+
 class Sleeps(Tiny):
     """Slow but healthy: 20 s in build, so a test can kill the orchestrator while this case runs."""
 
