@@ -45,7 +45,11 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def load_settings(config: str | None) -> config_mod.Settings:
-    return config_mod.load(config)
+    from perfgate import runner
+
+    settings = config_mod.load(config)
+    runner.set_config_env_names(settings.worker_env)  # what workers get beyond the allow-list
+    return settings
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

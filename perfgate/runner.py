@@ -46,9 +46,44 @@ def package_parent() -> str:
     return str(Path(perfgate.__file__).resolve().parent.parent)
 
 
+# What a worker inherits from perfgate's environment: nothing else (tokens, cloud keys and the history
+# store's URL stay with the orchestrator; docs/configuration.md "Worker environment"). A workload config adds
+# names with ``worker_env = ["NAME", "PREFIX_*"]`` in [tool.perfgate].
+WORKER_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
+    "PYTHONPATH", "PYTHONHASHSEED", "PYTHONNOUSERSITE", "PYTHONDONTWRITEBYTECODE", "PYTHONWARNINGS",
+    "PYTHONMALLOC", "PYTHONFAULTHANDLER", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "LD_PRELOAD", "CC", "CXX",
+    "XDG_CACHE_HOME", "NUMEXPR_MAX_THREADS",
+})
+WORKER_ENV_PREFIXES = (
+    "LC_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "NUMEXPR_", "TORCH_", "TORCHINDUCTOR_", "TORCHDYNAMO_",
+    "PYTORCH_", "TRITON_", "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NVIDIA_", "HIP_", "ROCR_", "ROCM_",
+    "PERFGATE_",
+)
+WORKER_ENV_WITHHELD = frozenset({"PERFGATE_HISTORY_URL"})  # in perfgate's own namespace, but a credential
+_config_env_names: tuple[str, ...] = ()
+
+
+def set_config_env_names(names: Sequence[str]) -> None:
+    """The names (``NAME`` or ``PREFIX*``) the workload config adds to what workers inherit."""
+    global _config_env_names
+    _config_env_names = tuple(names)
+
+
+def passed_to_workers(name: str, extra_names: Sequence[str] | None = None) -> bool:
+    """True when the variable ``name`` goes to workers: on the allow-list or named by the config."""
+    for pattern in _config_env_names if extra_names is None else extra_names:
+        if name == pattern or (pattern.endswith("*") and name.startswith(pattern[:-1])):
+            return True
+    if name in WORKER_ENV_WITHHELD:
+        return False
+    return name in WORKER_ENV_NAMES or name.startswith(WORKER_ENV_PREFIXES)
+
+
 def worker_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The worker's environment: threads pinned for every math library, perfgate importable."""
-    env = dict(os.environ)
+    """The worker's environment: the allow-listed part of this one (``passed_to_workers``), threads pinned
+    for every math library, perfgate importable."""
+    env = {k: v for k, v in os.environ.items() if passed_to_workers(k)}
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
         env[var] = str(threads)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent(), env.get("PYTHONPATH", "")) if p)

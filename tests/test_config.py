@@ -151,3 +151,13 @@ def test_bad_toml_and_missing_config_file(tmp_path):
     other = write(tmp_path / "plain.toml", "[project]\nname = 'x'\n")
     with pytest.raises(ConfigError, match=r"has no \[tool.perfgate\] table"):
         load(config=other)
+
+
+def test_worker_env_names_are_read_and_checked(tmp_path):
+    from perfgate.config import ConfigError, load
+
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworker_env = ["MY_KNOB", "SIM_*"]\n')
+    assert load(cwd=tmp_path).worker_env == ("MY_KNOB", "SIM_*")
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworker_env = ["A=B"]\n')
+    with pytest.raises(ConfigError, match="worker_env entry 'A=B' is not a variable name"):
+        load(cwd=tmp_path)

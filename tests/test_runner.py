@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -91,6 +92,54 @@ def test_worker_env_pins_threads():
     env = worker_env(3)
     assert env["OMP_NUM_THREADS"] == "3" and env["MKL_NUM_THREADS"] == "3"
     assert str(REPO) in env["PYTHONPATH"].split(os.pathsep)
+
+
+def test_workers_get_the_allow_list_and_what_the_config_names_not_secrets(monkeypatch):
+    from perfgate import runner
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cret")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_x")
+    monkeypatch.setenv("PERFGATE_HISTORY_URL", "postgresql://u:pw@db/h")
+    monkeypatch.setenv("MY_KNOB", "1")
+    monkeypatch.setenv("SIM_DATA_DIR", "/data")
+    monkeypatch.setenv("PERFGATE_LAYOUT", "fixed")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.setattr(runner, "_config_env_names", ())
+    env = worker_env(1)
+    for kept in ("PATH", "PERFGATE_LAYOUT", "CUDA_VISIBLE_DEVICES", "LANG", "PYTHONHASHSEED", "OMP_NUM_THREADS"):
+        assert kept in env, kept
+    for secret in ("AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "PERFGATE_HISTORY_URL", "MY_KNOB", "SIM_DATA_DIR"):
+        assert secret not in env, secret
+    runner.set_config_env_names(["MY_KNOB", "SIM_*"])
+    env = worker_env(1)
+    assert env["MY_KNOB"] == "1" and env["SIM_DATA_DIR"] == "/data" and "GITHUB_TOKEN" not in env
+
+
+def test_a_workload_sees_only_the_allow_list_and_the_configured_names(tmp_path):
+    """End to end: `perfgate run` with a secret in its environment; the workload records what it sees."""
+    (tmp_path / "workloads").mkdir()
+    (tmp_path / "workloads" / "envspy.py").write_text(
+        "import json, os\n"
+        "from perfgate.workload import Built, Workload\n"
+        "import torch\n"
+        "class EnvSpy(Workload):\n"
+        "    name = 'envspy'\n"
+        "    description = 'records the environment it sees (test only)'\n"
+        "    sizes = {s: {'steps': 1} for s in ('smoke', 'pr', 'full')}\n"
+        "    def build(self, params, device, dtype, variants):\n"
+        f"        open({str(tmp_path / 'seen.json')!r}, 'w').write(json.dumps(dict(os.environ)))\n"
+        "        return Built(model=None, state=torch.zeros(2))\n"
+        "    def step(self, model, state, built, params):\n"
+        "        return state + 1\n")
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworker_env = ["MY_KNOB"]\n')
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "-w", "envspy", "-t", "eager", "--processes",
+                           "1", "--samples", "3", "--out", str(tmp_path / "run")], cwd=tmp_path,
+                          env=cli_env(GITHUB_TOKEN="ghp_secret", MY_KNOB="7", PERFGATE_WORKER_START="spawn"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert "GITHUB_TOKEN" not in seen and seen["MY_KNOB"] == "7" and "PATH" in seen
 
 
 def _tiny_run(tmp_path: Path, **env: str) -> dict:
