@@ -113,17 +113,18 @@ def _no_address_randomization(libc: Any) -> None:
         libc.personality(current | ADDR_NO_RANDOMIZE)
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def _die_with_parent(parent_pid: int, death_signal: int = signal.SIGKILL) -> None:
     """In the child before exec: its own process group (so a timeout kills everything it started) and,
     on Linux, SIGKILL when the orchestrator dies, so a killed `perfgate run` leaves no worker behind; and
-    the same address-space layout in every worker (``fixed_layout_wanted``)."""
+    the same address-space layout in every worker (``fixed_layout_wanted``). The fork server asks for
+    SIGTERM instead, which it answers by ending its workers' descendants first (perfgate.reaper)."""
     os.setsid()
     if sys.platform.startswith("linux"):
         try:
             import ctypes
 
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            libc.prctl(1, death_signal)  # PR_SET_PDEATHSIG
             if fixed_layout_wanted():
                 _no_address_randomization(libc)
         except OSError:
@@ -219,6 +220,10 @@ class WorkerHandle:
                 pass
 
     def kill(self) -> None:
+        """Kill the worker and every process it started, in its process group or not (perfgate.reaper)."""
+        from perfgate import reaper
+
+        reaper.kill_tree(self.proc.pid)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -270,7 +275,8 @@ def _zygote_for(threads: int, env_extra: dict[str, str] | None, cwd: Path | None
     if z is False or (z is not None and not z.alive()):
         env = worker_env(threads, {"PYTHONPATH": python_path} if python_path else None)
         try:
-            z = zygote.Zygote(env, cwd, work_dir, preexec_fn=functools.partial(_die_with_parent, os.getpid()))
+            z = zygote.Zygote(env, cwd, work_dir,
+                              preexec_fn=functools.partial(_die_with_parent, os.getpid(), signal.SIGTERM))
         except zygote.ZygoteUnavailable as exc:
             print(f"perfgate: {exc}; spawning each worker instead", file=sys.stderr)
             z = None

@@ -241,6 +241,16 @@ def limit_memory(max_memory_mb: int | None) -> None:
 
 
 def _main_case(spec_file: str, out_file: str) -> int:
+    from perfgate import reaper
+
+    reaper.become_subreaper()  # whatever the workload starts stays below this process (perfgate.reaper)
+    try:
+        return _run_case_file(spec_file, out_file)
+    finally:
+        reaper.kill_descendants(os.getpid(), reap=True)
+
+
+def _run_case_file(spec_file: str, out_file: str) -> int:
     cfg = json.loads(Path(spec_file).read_text())
     try:
         limit_memory(cfg.get("max_memory_mb"))

@@ -70,6 +70,68 @@ def test_killing_the_orchestrator_leaves_valid_results_and_no_worker(tmp_path):
     wait_for(lambda: not processes_mentioning(str(out / ".work")), 10, f"workers {workers} to die")
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _started_pids(pids_file: Path) -> list[int]:
+    return [int(p) for p in pids_file.read_text().split()] if pids_file.is_file() else []
+
+
+needs_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreapers and /proc are Linux's")
+
+
+@needs_linux
+@pytest.mark.parametrize("start, hang_s, timeout_s", [("fork", "3600", "10"), ("spawn", "3600", "10"),
+                                                       ("fork", "0", "60")])
+def test_a_worker_leaves_no_process_behind(tmp_path, start, hang_s, timeout_s):
+    """Children in the worker's process group, in a session of their own, and orphaned below it: all end
+    with the worker, at a timeout (fork server or spawned) and when it ends by itself."""
+    pids_file = tmp_path / "pids"
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "--workloads-dir", str(TEST_WORKLOADS), "-w",
+                           "spawns_children", "-t", "eager", "--processes", "1", "--samples", "3",
+                           "--timeout", timeout_s, "--out", str(tmp_path / "run")], cwd=REPO,
+                          env=cli_env(PERFGATE_TEST_PIDS_FILE=str(pids_file), PERFGATE_WORKER_START=start,
+                                      PERFGATE_TEST_HANG_S=hang_s),
+                          capture_output=True, text=True, timeout=300)
+    pids = _started_pids(pids_file)
+    try:
+        assert proc.returncode == (3 if hang_s != "0" else 0), proc.stdout + proc.stderr  # 3: no case could run
+        case = load_results(tmp_path / "run" / "results.json").cases[0]
+        assert case.status == ("failed" if hang_s != "0" else "ok") and len(pids) >= 3  # a build: 3 more
+        wait_for(lambda: not [p for p in pids if _alive(p)], 10, f"the workload's processes {pids} to end")
+    finally:
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+@needs_linux
+def test_killing_the_orchestrator_ends_what_its_workers_started(tmp_path):
+    pids_file = tmp_path / "pids"
+    cmd = [sys.executable, "-m", "perfgate", "run", "--workloads-dir", str(TEST_WORKLOADS), "-w", "spawns_children",
+           "-t", "eager", "--processes", "1", "--samples", "3", "--out", str(tmp_path / "run")]
+    orchestrator = subprocess.Popen(cmd, cwd=REPO, env=cli_env(PERFGATE_TEST_PIDS_FILE=str(pids_file)),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids: list[int] = []
+    try:
+        pids = wait_for(lambda: len(_started_pids(pids_file)) >= 3 and _started_pids(pids_file), 120,
+                        "the workload's three processes")
+        os.kill(orchestrator.pid, signal.SIGKILL)
+        orchestrator.wait(timeout=30)
+        wait_for(lambda: not [p for p in pids if _alive(p)], 15, f"the workload's processes {pids} to end")
+    finally:
+        if orchestrator.poll() is None:
+            orchestrator.kill()
+            orchestrator.wait()
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
 def test_run_ids_folders_and_latest(tmp_path):
     run_id = new_run_id("smoke", now=0)
     assert run_id.endswith("-smoke") and len(run_id.split("-")) == 3
