@@ -20,6 +20,7 @@ from perfgate.config import ConfigError
 from perfgate.model import STATUS_OK, SchemaError
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:
@@ -40,6 +41,8 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(exc), EXIT_USAGE)
         except InfrastructureError as exc:
             fail(str(exc), EXIT_INFRA)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM where a command turns it into one (run --against)
+            fail("interrupted; temporary worktrees were removed", EXIT_INTERRUPTED)
 
     return wrapper
 
