@@ -90,6 +90,7 @@ FAMILIES = {"matmul": WORKLOAD, "rollout": ROLLOUT}
 PYPROJECT = """
 [tool.perfgate]
 workloads_dirs = ["workloads"]
+worker_env = ["GATE_KNOB_EXTRA"]
 {processes}
 [tool.perfgate.suites.smoke]
 workloads = ["gate_knob"]

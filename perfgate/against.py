@@ -11,11 +11,15 @@ No torch here.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,11 +46,105 @@ class BaseCheckout:
     workloads_dirs: tuple[Path, ...]
     catalog: Catalog | None = None
     notes: list[str] = field(default_factory=list)
+    lock_fd: int | None = None  # held while this process uses the worktree (``prune_stale_worktrees``)
 
     def close(self) -> None:
         _git(self.repo_top, "worktree", "remove", "--force", str(self.path))
         shutil.rmtree(self.path.parent, ignore_errors=True)
         _git(self.repo_top, "worktree", "prune")
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
+
+
+HOLDER_PREFIX = "perfgate-against-"  # tempfile folder holding one worktree ("base") and its lock file
+LOCK_FILE = "owner.lock"
+UNLOCKED_STALE_S = 24 * 3600  # a worktree of a perfgate from before lock files: stale after a day
+
+
+def _lock(holder: Path) -> int:
+    """Create and hold ``holder``'s lock (flock: the kernel lets it go when this process ends, however)."""
+    import fcntl
+
+    fd = os.open(holder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _is_stale(holder: Path) -> bool:
+    """True when no running perfgate holds ``holder``'s lock (its owner was killed, or SIGTERM'd before
+    perfgate removed worktrees on SIGTERM)."""
+    import fcntl
+
+    try:
+        fd = os.open(holder / LOCK_FILE, os.O_RDWR)
+    except FileNotFoundError:
+        try:
+            return time.time() - holder.stat().st_mtime > UNLOCKED_STALE_S
+        except OSError:
+            return True  # the folder is gone: only git's registration is left
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True  # released when fd closes, below
+    except OSError:
+        return False  # a running perfgate holds it
+    finally:
+        os.close(fd)
+
+
+def prune_stale_worktrees(repo_top: Path) -> list[Path]:
+    """Remove the perfgate worktrees of ``repo_top`` that no running perfgate owns (``run --against`` and
+    ``bisect`` killed before they could clean up), with their git registration. Returns the removed paths."""
+    listed = _git(repo_top, "worktree", "list", "--porcelain")
+    removed = []
+    for line in listed.stdout.splitlines() if listed.returncode == 0 else []:
+        if not line.startswith("worktree "):
+            continue
+        path = Path(line[len("worktree "):])
+        if path.name != "base" or not path.parent.name.startswith(HOLDER_PREFIX) or not _is_stale(path.parent):
+            continue
+        _git(repo_top, "worktree", "remove", "--force", str(path))
+        shutil.rmtree(path.parent, ignore_errors=True)
+        removed.append(path)
+    _git(repo_top, "worktree", "prune")
+    return removed
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGTERM (what a CI cancellation sends) raises KeyboardInterrupt, as Ctrl-C does, so that the
+    ``finally`` blocks that remove worktrees run."""
+    def stop(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextmanager
+def checked_out(settings: Settings, ref: str) -> Iterator[BaseCheckout]:
+    """``checkout(settings, ref)``, removed on the way out. Ctrl-C and SIGTERM are held back while it is
+    made, so that one arriving then cannot leave a worktree that nothing knows to remove; a held signal
+    is raised once the checkout is in hand, and removes it."""
+    blockable = hasattr(signal, "pthread_sigmask")
+    base: BaseCheckout | None = None
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if blockable else None
+    try:
+        try:
+            base = checkout(settings, ref)
+        finally:
+            if blockable:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        yield base
+    finally:
+        if base is not None:
+            base.close()
 
 
 def _map_into(path: Path, repo_top: Path, base_top: Path) -> Path | None:
@@ -66,10 +164,14 @@ def checkout(settings: Settings, ref: str) -> BaseCheckout:
     if rev.returncode != 0:
         raise ConfigError(f"--against {ref}: not a commit in {repo_top} (a branch, tag or hash is valid)")
     commit = rev.stdout.strip()
-    holder = Path(tempfile.mkdtemp(prefix="perfgate-against-"))
+    for stale in prune_stale_worktrees(repo_top):
+        print(f"perfgate: removed the stale worktree {stale} (its perfgate did not finish)", file=sys.stderr)
+    holder = Path(tempfile.mkdtemp(prefix=HOLDER_PREFIX))
     path = holder / "base"
+    lock_fd = _lock(holder)  # before the worktree exists: no other perfgate's prune can take it for stale
     add = _git(repo_top, "worktree", "add", "--detach", str(path), commit)
     if add.returncode != 0:
+        os.close(lock_fd)
         shutil.rmtree(holder, ignore_errors=True)
         raise ConfigError(f"--against {ref}: git worktree add failed: {add.stderr.strip()[-300:]}")
     notes = []
@@ -89,7 +191,7 @@ def checkout(settings: Settings, ref: str) -> BaseCheckout:
         elif mapped.is_dir():
             dirs.append(mapped)
     return BaseCheckout(ref=ref, commit=commit, path=path, repo_top=repo_top, python_path=python_path,
-                        workloads_dirs=tuple(dirs), notes=notes)
+                        workloads_dirs=tuple(dirs), notes=notes, lock_fd=lock_fd)
 
 
 def probe_base(base: BaseCheckout, threads: int) -> Catalog:

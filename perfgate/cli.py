@@ -21,6 +21,7 @@ from perfgate.config import ConfigError
 from perfgate.model import STATUS_OK, SchemaError
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:
@@ -41,6 +42,8 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(exc), EXIT_USAGE)
         except InfrastructureError as exc:
             fail(str(exc), EXIT_INFRA)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM where a command turns it into one (run --against)
+            fail("interrupted; temporary worktrees were removed", EXIT_INTERRUPTED)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Exception as exc:  # noqa: BLE001 - the last line of defence: one line and exit 3, no traceback
@@ -59,7 +62,11 @@ def unexpected_error_line(exc: BaseException) -> str:
 
 
 def load_settings(config: str | None) -> config_mod.Settings:
-    return config_mod.load(config)
+    from perfgate import runner
+
+    settings = config_mod.load(config)
+    runner.set_config_env_names(settings.worker_env)  # what workers get beyond the allow-list
+    return settings
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -7,6 +7,7 @@ Without any such file, the built-in defaults below apply (the smoke suite, CPU, 
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -79,6 +80,8 @@ class Settings:
     extra: dict[str, Any] = field(default_factory=dict)
     # [tool.perfgate.expect]: expectation rules (perfgate.expect.Rule), validated at load
     expectations: tuple[Any, ...] = ()
+    # environment variables workers get beyond perfgate's allow-list: names, or prefixes ending in "*"
+    worker_env: tuple[str, ...] = ()
 
     def suite(self, name: str) -> Suite:
         if name not in self.suites:
@@ -111,6 +114,7 @@ DEFAULT_SUITES = {
 _KNOWN_KEYS = {
     "workloads_dirs", "baselines_dir", "reports_dir", "threads", "processes", "timeout_s", "seed",
     "max_memory_mb", "compile_cache", "default_suite", "suites", "timing", "gate", "history", "expect",
+    "worker_env",
 }
 
 
@@ -147,6 +151,18 @@ def _positive(value: Any, where: str, what: str, kind: type = int) -> Any:
     if v <= 0:
         raise ConfigError(f"{where}: {what} must be positive, got {v!r}")
     return kind(v)
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?")
+
+
+def _env_names(value: Any, where: str) -> tuple[str, ...]:
+    names = _str_list(value, where, "worker_env")
+    for name in names:
+        if not _ENV_NAME.fullmatch(name):
+            raise ConfigError(f"{where}: worker_env entry {name!r} is not a variable name (letters, digits, _) "
+                              "or a prefix ending in *")
+    return names
 
 
 def parse_suites(raw: dict[str, Any], where: str) -> dict[str, Suite]:
@@ -244,4 +260,5 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
         timing=timing,
         extra={k: raw[k] for k in ("gate", "history") if k in raw},
         expectations=expectations,
+        worker_env=_env_names(raw.get("worker_env", []), where),
     )

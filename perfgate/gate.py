@@ -125,55 +125,61 @@ def execute_against(ref: str, cases: list[CaseSpec], workload_files: dict[str, s
     """`perfgate run --against REF`: base and head interleaved per case, compared directly."""
     from perfgate import against
 
-    base = against.checkout(settings, ref)
-    try:
-        against.probe_base(base, settings.threads)
-        for note in base.notes:
-            echo(f"note: {note}")
-        base_dir = run_dir / "base"
-        base_run = replace(run, run_id=f"{run.run_id}-base", environment={**run.environment, "git_commit": base.commit,
-                                                                       "git_ref": ref}, cases=[])
-        run = replace(run, settings={**run.settings, "against": ref})
+    with against.interruptible(), against.checked_out(settings, ref) as base:
+        return _judge_against(base, ref, cases, workload_files, settings, run, run_dir, progress, echo, gate=gate)
+
+
+def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: dict[str, str],
+                   settings: Settings, run: RunResult, run_dir: Path, progress: Any, echo: Echo, *,
+                   gate: bool) -> int:
+    """execute_against's work once REF is checked out in ``base`` (perfgate.against.BaseCheckout)."""
+    from perfgate import against
+
+    against.probe_base(base, settings.threads)
+    for note in base.notes:
+        echo(f"note: {note}")
+    base_dir = run_dir / "base"
+    base_run = replace(run, run_id=f"{run.run_id}-base", environment={**run.environment, "git_commit": base.commit,
+                                                                   "git_ref": ref}, cases=[])
+    run = replace(run, settings={**run.settings, "against": ref})
+    runner.write_results(run, run_dir / "results.json")
+    t0 = time.perf_counter()
+    sampler_for = sampler_factory(settings, "against")
+    for k, spec in enumerate(cases, start=1):
+        progress("start", k, len(cases), spec, None, time.perf_counter() - t0)
+        head, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings, run_dir, base_dir,
+                                           sampler=sampler_for(spec))
+        run = run.with_case(head)
+        if base_case is not None:
+            base_run = base_run.with_case(base_case)
         runner.write_results(run, run_dir / "results.json")
-        t0 = time.perf_counter()
-        sampler_for = sampler_factory(settings, "against")
-        for k, spec in enumerate(cases, start=1):
-            progress("start", k, len(cases), spec, None, time.perf_counter() - t0)
-            head, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings, run_dir, base_dir,
-                                               sampler=sampler_for(spec))
-            run = run.with_case(head)
+        runner.write_results(base_run, base_dir / "results.json")
+        progress("done", k, len(cases), spec, head, time.perf_counter() - t0)
+        if base_case is not None and base_case.status == "ok":
+            echo(f"      base     {console.outcome_text(base_case)}  ({base_case.duration_s:.1f} s)")
+    echo(console.run_tables(run))
+    gs = gate_settings(settings)
+    comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=f"git:{ref} ({base.commit[:12]})")
+    if gs.remeasure and any(v.metric == "step_time" and v.kind == "regression" for v in comparison.verdicts):
+        specs = {s.key: s for s in cases}
+        base_again: list[CaseResult] = []
+
+        def remeasure(key: str) -> tuple[CaseResult, CaseResult | None] | None:
+            spec = specs[key]
+            echo(f"re-measuring {key} against {ref}: it must regress again to fail the gate")
+            head_case, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings,
+                                                    run_dir / "remeasure", base_dir / "remeasure",
+                                                    sampler=sampler_for(spec))
             if base_case is not None:
-                base_run = base_run.with_case(base_case)
-            runner.write_results(run, run_dir / "results.json")
-            runner.write_results(base_run, base_dir / "results.json")
-            progress("done", k, len(cases), spec, head, time.perf_counter() - t0)
-            if base_case is not None and base_case.status == "ok":
-                echo(f"      base     {console.outcome_text(base_case)}  ({base_case.duration_s:.1f} s)")
-        echo(console.run_tables(run))
-        gs = gate_settings(settings)
-        comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=f"git:{ref} ({base.commit[:12]})")
-        if gs.remeasure and any(v.metric == "step_time" and v.kind == "regression" for v in comparison.verdicts):
-            specs = {s.key: s for s in cases}
-            base_again: list[CaseResult] = []
+                base_again.append(base_case)
+            return head_case, base_case
 
-            def remeasure(key: str) -> tuple[CaseResult, CaseResult | None] | None:
-                spec = specs[key]
-                echo(f"re-measuring {key} against {ref}: it must regress again to fail the gate")
-                head_case, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings,
-                                                        run_dir / "remeasure", base_dir / "remeasure",
-                                                        sampler=sampler_for(spec))
-                if base_case is not None:
-                    base_again.append(base_case)
-                return head_case, base_case
-
-            comparison, again = confirm_regressions(comparison, run, gs, remeasure)
-            record_remeasures(run, run_dir, again)
-            # both sides of each re-measure, so that `perfgate merge --rejudge` can confirm it again
-            record_remeasures(base_run, base_dir, base_again)
-        write_comparison(comparison, run_dir, run, echo)
-        return conclude(comparison, gate, echo, run)
-    finally:
-        base.close()
+        comparison, again = confirm_regressions(comparison, run, gs, remeasure)
+        record_remeasures(run, run_dir, again)
+        # both sides of each re-measure, so that `perfgate merge --rejudge` can confirm it again
+        record_remeasures(base_run, base_dir, base_again)
+    write_comparison(comparison, run_dir, run, echo)
+    return conclude(comparison, gate, echo, run)
 
 
 def compare_files(current: str, baseline: str, settings: Settings, *, strict_env: bool, gate: bool,

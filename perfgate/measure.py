@@ -92,6 +92,7 @@ def measure(
     sync: Callable[[], None] = lambda: None,
     clock: Callable[[], float] = time.perf_counter,
     lockstep: Lockstep | None = None,
+    check: Callable[[Any], None] | None = None,
 ) -> Measurement:
     """Time ``unit``: first call alone (compile lands there), warm-up until three consecutive units agree
     within ``warmup_tolerance`` (or ``max_warmup`` units), then ``samples`` samples of ``loops`` units each,
@@ -100,11 +101,16 @@ def measure(
     stops early past ``max_time_s`` (after at least 3 samples). GC is off while sampling.
 
     With ``lockstep``, the orchestrator decides when to sample and how much (perfgate.lockstep): it is
-    called once warm-up is done and returns the number of samples of each burst it asked for."""
+    called once warm-up is done and returns the number of samples of each burst it asked for.
+
+    ``check`` is called with what the first call returned (it raises when that is not a valid output)."""
     t0 = clock()
-    unit()
+    first = unit()
     sync()
     first_call_s = clock() - t0
+    if check is not None:
+        check(first)
+    del first
 
     warmup: list[int] = []
     stable = False

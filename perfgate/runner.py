@@ -46,9 +46,44 @@ def package_parent() -> str:
     return str(Path(perfgate.__file__).resolve().parent.parent)
 
 
+# What a worker inherits from perfgate's environment: nothing else (tokens, cloud keys and the history
+# store's URL stay with the orchestrator; docs/configuration.md "Worker environment"). A workload config adds
+# names with ``worker_env = ["NAME", "PREFIX_*"]`` in [tool.perfgate].
+WORKER_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
+    "PYTHONPATH", "PYTHONHASHSEED", "PYTHONNOUSERSITE", "PYTHONDONTWRITEBYTECODE", "PYTHONWARNINGS",
+    "PYTHONMALLOC", "PYTHONFAULTHANDLER", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "LD_PRELOAD", "CC", "CXX",
+    "XDG_CACHE_HOME", "NUMEXPR_MAX_THREADS",
+})
+WORKER_ENV_PREFIXES = (
+    "LC_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "NUMEXPR_", "TORCH_", "TORCHINDUCTOR_", "TORCHDYNAMO_",
+    "PYTORCH_", "TRITON_", "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NVIDIA_", "HIP_", "ROCR_", "ROCM_",
+    "PERFGATE_",
+)
+WORKER_ENV_WITHHELD = frozenset({"PERFGATE_HISTORY_URL"})  # in perfgate's own namespace, but a credential
+_config_env_names: tuple[str, ...] = ()
+
+
+def set_config_env_names(names: Sequence[str]) -> None:
+    """The names (``NAME`` or ``PREFIX*``) the workload config adds to what workers inherit."""
+    global _config_env_names
+    _config_env_names = tuple(names)
+
+
+def passed_to_workers(name: str, extra_names: Sequence[str] | None = None) -> bool:
+    """True when the variable ``name`` goes to workers: on the allow-list or named by the config."""
+    for pattern in _config_env_names if extra_names is None else extra_names:
+        if name == pattern or (pattern.endswith("*") and name.startswith(pattern[:-1])):
+            return True
+    if name in WORKER_ENV_WITHHELD:
+        return False
+    return name in WORKER_ENV_NAMES or name.startswith(WORKER_ENV_PREFIXES)
+
+
 def worker_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The worker's environment: threads pinned for every math library, perfgate importable."""
-    env = dict(os.environ)
+    """The worker's environment: the allow-listed part of this one (``passed_to_workers``), threads pinned
+    for every math library, perfgate importable."""
+    env = {k: v for k, v in os.environ.items() if passed_to_workers(k)}
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
         env[var] = str(threads)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent(), env.get("PYTHONPATH", "")) if p)
@@ -78,17 +113,18 @@ def _no_address_randomization(libc: Any) -> None:
         libc.personality(current | ADDR_NO_RANDOMIZE)
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def _die_with_parent(parent_pid: int, death_signal: int = signal.SIGKILL) -> None:
     """In the child before exec: its own process group (so a timeout kills everything it started) and,
     on Linux, SIGKILL when the orchestrator dies, so a killed `perfgate run` leaves no worker behind; and
-    the same address-space layout in every worker (``fixed_layout_wanted``)."""
+    the same address-space layout in every worker (``fixed_layout_wanted``). The fork server asks for
+    SIGTERM instead, which it answers by ending its workers' descendants first (perfgate.reaper)."""
     os.setsid()
     if sys.platform.startswith("linux"):
         try:
             import ctypes
 
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            libc.prctl(1, death_signal)  # PR_SET_PDEATHSIG
             if fixed_layout_wanted():
                 _no_address_randomization(libc)
         except OSError:
@@ -100,19 +136,23 @@ def _die_with_parent(parent_pid: int) -> None:
 
 LAYOUT_PAD_ENV = "PERFGATE_LAYOUT_PAD"
 _PAGE = 4096
+_SLOTS = 64  # argv and environment entries, together, are padded to a multiple of this
 
 
 def layout_padded_env(cmd: Sequence[str], env: dict[str, str]) -> dict[str, str]:
-    """``env`` plus a padding variable that brings the strings execve copies onto the new process's stack
-    (argv and the environment) to a multiple of a page. Why: with a fixed layout, the stack's start is
-    the same in every worker only if those strings are the same size, and they are not (a run folder's
-    name is on the worker's command line, CI sets different variables on different jobs); moving the
-    stack by a few hundred bytes moved the conv rollout's step time by about 5% here, as Mytkowicz et al.
-    ("Producing wrong data without doing anything obviously wrong", ASPLOS 2009) found for environment size
-    (docs/gate.md)."""
+    """``env`` padded so that the new process's stack starts at the same address whatever its command line
+    and environment: filler variables bring the number of argv and environment entries to a multiple of
+    64 (execve puts one pointer per entry below the strings) and one padding variable brings the strings
+    themselves to a multiple of a page. Why: with a fixed layout, the stack's start is the same in every
+    worker only if both are the same size, and they are not (a run folder's name is on the worker's command
+    line, CI sets different variables on different jobs); moving the stack by a few hundred bytes moved the
+    conv rollout's step time by about 5% here, as Mytkowicz et al. ("Producing wrong data without doing
+    anything obviously wrong", ASPLOS 2009) found for environment size (docs/gate.md)."""
     if not fixed_layout_wanted():
         return env
-    env = {k: v for k, v in env.items() if k != LAYOUT_PAD_ENV}
+    env = {k: v for k, v in env.items() if not k.startswith(LAYOUT_PAD_ENV)}
+    fillers = -(len(cmd) + len(env) + 1) % _SLOTS
+    env.update({f"{LAYOUT_PAD_ENV}_{i}": "" for i in range(fillers)})
     used = sum(len(os.fsencode(a)) + 1 for a in cmd)
     used += sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in env.items())
     used += len(LAYOUT_PAD_ENV) + 2  # "NAME=" and its terminating NUL
@@ -205,6 +245,10 @@ class WorkerHandle:
                 pass
 
     def kill(self) -> None:
+        """Kill the worker and every process it started, in its process group or not (perfgate.reaper)."""
+        from perfgate import reaper
+
+        reaper.kill_tree(self.proc.pid)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -256,7 +300,8 @@ def _zygote_for(threads: int, env_extra: dict[str, str] | None, cwd: Path | None
     if z is False or (z is not None and not z.alive()):
         env = worker_env(threads, {"PYTHONPATH": python_path} if python_path else None)
         try:
-            z = zygote.Zygote(env, cwd, work_dir, preexec_fn=functools.partial(_die_with_parent, os.getpid()))
+            z = zygote.Zygote(env, cwd, work_dir,
+                              preexec_fn=functools.partial(_die_with_parent, os.getpid(), signal.SIGTERM))
         except zygote.ZygoteUnavailable as exc:
             print(f"perfgate: {exc}; spawning each worker instead", file=sys.stderr)
             z = None

@@ -10,6 +10,7 @@ classifies what the worker cannot report itself (timeouts, signals, a dead inter
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -132,7 +133,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     from perfgate import toggles as toggles_mod
     from perfgate.measure import measure, timer_for
     from perfgate.model import CaseSpec
-    from perfgate.workload import load_file
+    from perfgate.workload import check_step_output, load_file
     from perfgate.zygote import FORKED_ENV  # set when a fork server started this process
 
     spec = CaseSpec.from_json(cfg["spec"])
@@ -183,7 +184,8 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
             return lockstep_mod.serve(channel, sample_ns, take, rewarm)
 
     with timed_context():
-        m = measure(timed_unit, timer, sync=sync, lockstep=lockstep, **timing)
+        m = measure(timed_unit, timer, sync=sync, lockstep=lockstep,
+                    check=functools.partial(check_step_output, spec.workload), **timing)
     result["process"] = {
         "samples_ns": m.samples_ns,
         "loops": m.loops,
@@ -239,6 +241,16 @@ def limit_memory(max_memory_mb: int | None) -> None:
 
 
 def _main_case(spec_file: str, out_file: str) -> int:
+    from perfgate import reaper
+
+    reaper.become_subreaper()  # whatever the workload starts stays below this process (perfgate.reaper)
+    try:
+        return _run_case_file(spec_file, out_file)
+    finally:
+        reaper.kill_descendants(os.getpid(), reap=True)
+
+
+def _run_case_file(spec_file: str, out_file: str) -> int:
     cfg = json.loads(Path(spec_file).read_text())
     try:
         limit_memory(cfg.get("max_memory_mb"))

@@ -144,6 +144,25 @@ class WorkloadError(Exception):
     """A workload file that cannot be loaded or a workload that breaks the API."""
 
 
+def _is_tensors(value: Any) -> bool:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return True
+    return isinstance(value, (tuple, list)) and len(value) > 0 and all(_is_tensors(v) for v in value)
+
+
+def check_step_output(workload: str, value: Any) -> None:
+    """Raise WorkloadError unless ``value`` (what a unit of work, i.e. its last step, returned) is a tensor
+    or a tuple of tensors: anything else (a string, None, a number) would be timed and compared as if it
+    were the workload's output."""
+    if not _is_tensors(value):
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise WorkloadError(f"workload {workload!r}: step returned {type(value).__name__} {shown}, "
+                            "not a tensor or a tuple of tensors")
+
+
 @dataclass
 class Discovered:
     workloads: dict[str, tuple[type[Workload], Path]]

@@ -196,6 +196,7 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket, zygote_pid:
     """In the forked child: become a worker process of its own, run the case, exit. Never returns."""
     code = 1
     try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the zygote's own handler is not the worker's
         os.setsid()
         try:
             import ctypes
@@ -236,8 +237,26 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket, zygote_pid:
             os._exit(code)
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
+
+
 def serve(fd: int) -> int:
-    """The zygote's loop: preload, say ready, then fork a child per request and report its exit."""
+    """The zygote's loop: preload, say ready, then fork a child per request and report its exit. A subreaper
+    (perfgate.reaper): what a worker leaves behind when it dies comes back here and is ended; when the
+    orchestrator goes (the socket closes, or SIGTERM from PR_SET_PDEATHSIG), every descendant is ended
+    before this process exits."""
+    from perfgate import reaper
+
+    reaper.become_subreaper()
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _serve(fd, reaper)
+    finally:
+        reaper.kill_descendants(os.getpid(), reap=True)
+
+
+def _serve(fd: int, reaper: Any) -> int:
     import torch  # noqa: F401 - the point of the zygote: paid once
 
     from perfgate import worker  # noqa: F401 - the children's code path, imported once too
@@ -255,7 +274,7 @@ def serve(fd: int) -> int:
         if sock in readable:
             data, new_fds, _, _ = socket.recv_fds(sock, 65536, 16)
             if not data:
-                return 0  # the orchestrator is gone; the children die with this process
+                return 0  # the orchestrator is gone; serve() ends what is left
             buf += data
             fds += new_fds
             while b"\n" in buf:
@@ -280,11 +299,18 @@ def serve(fd: int) -> int:
                     except (AttributeError, OSError):
                         pass
                     _send(sock, {"id": req["id"], "pid": pid})
-        while children:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+        worker_ended = False
+        while True:  # workers, and the orphans re-parented here (ended below)
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
             if pid == 0:
                 break
             if pid in pidfds:
                 os.close(pidfds.pop(pid))
             if pid in children:
+                worker_ended = True
                 _send(sock, {"id": children.pop(pid), "exit": os.waitstatus_to_exitcode(status)})
+        if worker_ended:  # what it left running is a child of this subreaper now, but no worker's
+            reaper.kill_descendants(me, keep=frozenset(children))

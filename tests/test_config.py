@@ -154,3 +154,13 @@ def test_bad_toml_and_missing_config_file(tmp_path):
     (tmp_path / "binary.toml").write_bytes(b"[tool.perfgate]\nthreads = \xff\xfe\n")
     with pytest.raises(ConfigError, match=r"binary.toml: not UTF-8 text \(byte 26\)"):
         load(config=tmp_path / "binary.toml")
+
+
+def test_worker_env_names_are_read_and_checked(tmp_path):
+    from perfgate.config import ConfigError, load
+
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworker_env = ["MY_KNOB", "SIM_*"]\n')
+    assert load(cwd=tmp_path).worker_env == ("MY_KNOB", "SIM_*")
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworker_env = ["A=B"]\n')
+    with pytest.raises(ConfigError, match="worker_env entry 'A=B' is not a variable name"):
+        load(cwd=tmp_path)

@@ -19,6 +19,7 @@ EXPECTED = {
     "fault_oom": ("oom", "can't allocate memory"),
     "fault_unsupported": ("unsupported", "clamp is not supported for complex types"),
     "fault_compile": ("compile-error", "InvalidBackend"),
+    "fault_not_tensor": ("error", "workload 'fault_not_tensor': step returned str 'not a tensor', not a tensor"),
 }
 
 

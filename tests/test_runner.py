@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import subprocess
@@ -71,6 +72,68 @@ def test_killing_the_orchestrator_leaves_valid_results_and_no_worker(tmp_path):
     wait_for(lambda: not processes_mentioning(str(out / ".work")), 10, f"workers {workers} to die")
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _started_pids(pids_file: Path) -> list[int]:
+    return [int(p) for p in pids_file.read_text().split()] if pids_file.is_file() else []
+
+
+needs_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreapers and /proc are Linux's")
+
+
+@needs_linux
+@pytest.mark.parametrize("start, hang_s, timeout_s", [("fork", "3600", "10"), ("spawn", "3600", "10"),
+                                                       ("fork", "0", "60")])
+def test_a_worker_leaves_no_process_behind(tmp_path, start, hang_s, timeout_s):
+    """Children in the worker's process group, in a session of their own, and orphaned below it: all end
+    with the worker, at a timeout (fork server or spawned) and when it ends by itself."""
+    pids_file = tmp_path / "pids"
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "--workloads-dir", str(TEST_WORKLOADS), "-w",
+                           "spawns_children", "-t", "eager", "--processes", "1", "--samples", "3",
+                           "--timeout", timeout_s, "--out", str(tmp_path / "run")], cwd=REPO,
+                          env=cli_env(PERFGATE_TEST_PIDS_FILE=str(pids_file), PERFGATE_WORKER_START=start,
+                                      PERFGATE_TEST_HANG_S=hang_s),
+                          capture_output=True, text=True, timeout=300)
+    pids = _started_pids(pids_file)
+    try:
+        assert proc.returncode == (3 if hang_s != "0" else 0), proc.stdout + proc.stderr  # 3: no case could run
+        case = load_results(tmp_path / "run" / "results.json").cases[0]
+        assert case.status == ("failed" if hang_s != "0" else "ok") and len(pids) >= 3  # a build: 3 more
+        wait_for(lambda: not [p for p in pids if _alive(p)], 10, f"the workload's processes {pids} to end")
+    finally:
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+@needs_linux
+def test_killing_the_orchestrator_ends_what_its_workers_started(tmp_path):
+    pids_file = tmp_path / "pids"
+    cmd = [sys.executable, "-m", "perfgate", "run", "--workloads-dir", str(TEST_WORKLOADS), "-w", "spawns_children",
+           "-t", "eager", "--processes", "1", "--samples", "3", "--out", str(tmp_path / "run")]
+    orchestrator = subprocess.Popen(cmd, cwd=REPO, env=cli_env(PERFGATE_TEST_PIDS_FILE=str(pids_file)),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids: list[int] = []
+    try:
+        pids = wait_for(lambda: len(_started_pids(pids_file)) >= 3 and _started_pids(pids_file), 120,
+                        "the workload's three processes")
+        os.kill(orchestrator.pid, signal.SIGKILL)
+        orchestrator.wait(timeout=30)
+        wait_for(lambda: not [p for p in pids if _alive(p)], 15, f"the workload's processes {pids} to end")
+    finally:
+        if orchestrator.poll() is None:
+            orchestrator.kill()
+            orchestrator.wait()
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
 def test_run_ids_folders_and_latest(tmp_path):
     run_id = new_run_id("smoke", now=0)
     assert run_id.endswith("-smoke") and len(run_id.split("-")) == 3
@@ -93,6 +156,54 @@ def test_worker_env_pins_threads():
     env = worker_env(3)
     assert env["OMP_NUM_THREADS"] == "3" and env["MKL_NUM_THREADS"] == "3"
     assert str(REPO) in env["PYTHONPATH"].split(os.pathsep)
+
+
+def test_workers_get_the_allow_list_and_what_the_config_names_not_secrets(monkeypatch):
+    from perfgate import runner
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cret")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_x")
+    monkeypatch.setenv("PERFGATE_HISTORY_URL", "postgresql://u:pw@db/h")
+    monkeypatch.setenv("MY_KNOB", "1")
+    monkeypatch.setenv("SIM_DATA_DIR", "/data")
+    monkeypatch.setenv("PERFGATE_LAYOUT", "fixed")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.setattr(runner, "_config_env_names", ())
+    env = worker_env(1)
+    for kept in ("PATH", "PERFGATE_LAYOUT", "CUDA_VISIBLE_DEVICES", "LANG", "PYTHONHASHSEED", "OMP_NUM_THREADS"):
+        assert kept in env, kept
+    for secret in ("AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "PERFGATE_HISTORY_URL", "MY_KNOB", "SIM_DATA_DIR"):
+        assert secret not in env, secret
+    runner.set_config_env_names(["MY_KNOB", "SIM_*"])
+    env = worker_env(1)
+    assert env["MY_KNOB"] == "1" and env["SIM_DATA_DIR"] == "/data" and "GITHUB_TOKEN" not in env
+
+
+def test_a_workload_sees_only_the_allow_list_and_the_configured_names(tmp_path):
+    """End to end: `perfgate run` with a secret in its environment; the workload records what it sees."""
+    (tmp_path / "workloads").mkdir()
+    (tmp_path / "workloads" / "envspy.py").write_text(
+        "import json, os\n"
+        "from perfgate.workload import Built, Workload\n"
+        "import torch\n"
+        "class EnvSpy(Workload):\n"
+        "    name = 'envspy'\n"
+        "    description = 'records the environment it sees (test only)'\n"
+        "    sizes = {s: {'steps': 1} for s in ('smoke', 'pr', 'full')}\n"
+        "    def build(self, params, device, dtype, variants):\n"
+        f"        open({str(tmp_path / 'seen.json')!r}, 'w').write(json.dumps(dict(os.environ)))\n"
+        "        return Built(model=None, state=torch.zeros(2))\n"
+        "    def step(self, model, state, built, params):\n"
+        "        return state + 1\n")
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworker_env = ["MY_KNOB"]\n')
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "-w", "envspy", "-t", "eager", "--processes",
+                           "1", "--samples", "3", "--out", str(tmp_path / "run")], cwd=tmp_path,
+                          env=cli_env(GITHUB_TOKEN="ghp_secret", MY_KNOB="7", PERFGATE_WORKER_START="spawn"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert "GITHUB_TOKEN" not in seen and seen["MY_KNOB"] == "7" and "PATH" in seen
 
 
 def _tiny_run(tmp_path: Path, **env: str) -> dict:
@@ -182,10 +293,13 @@ def _start_stack(arg: str, env: dict[str, str], padded: bool) -> int:
                     "PERFGATE_LAYOUT=random, or personality(2) refused)")
 def test_workers_start_with_the_same_stack_whatever_their_argv_and_environment_sizes():
     env = runner.worker_env(1)
-    short, long_ = ("runs/a", {**env}), ("runs/" + "b" * 700, {**env, "CI_JOB_URL": "https://ci.example/" + "9" * 99})
-    # unpadded, the stack starts where the strings end: a longer run folder or one more variable moves it
+    short = ("runs/a", {**env})
+    long_ = ("runs/" + "b" * 700, {**env, "CI_JOB_URL": "https://ci.example/" + "9" * 99})
+    more = [("runs/a", {**env, **{f"CI_VAR_{i}": "1" for i in range(n)}}) for n in (1, 2, 3)]
+    # unpadded, the stack starts below the strings and one pointer per entry (the kernel rounds the pointer
+    # block to 16 bytes, hence 1, 2 and 3 more variables: both parities): a longer run folder moves it
     assert _start_stack(short[0], short[1], padded=False) != _start_stack(long_[0], long_[1], padded=False)
-    padded = {_start_stack(arg, e, padded=True) for arg, e in (short, long_, short)}
+    padded = {_start_stack(arg, e, padded=True) for arg, e in (short, long_, *more, short)}
     assert len(padded) == 1
 
 
@@ -194,4 +308,5 @@ def test_layout_padding_fills_the_exec_strings_to_a_page():
         cmd = ["python", "-m", "perfgate.worker", "x" * extra]
         env = runner.layout_padded_env(cmd, {"A": "1", runner.LAYOUT_PAD_ENV: "stale"})
         size = sum(len(a) + 1 for a in cmd) + sum(len(k) + len(v) + 2 for k, v in env.items())
-        assert size % 4096 == 0 and env["A"] == "1"
+        assert size % 4096 == 0 and (len(cmd) + len(env)) % 64 == 0 and env["A"] == "1"
+        assert runner.layout_padded_env(cmd, env) == env  # padding a padded environment changes nothing

@@ -123,3 +123,20 @@ def test_defaults_of_the_api():
     assert d["tolerance"] == Tolerance().to_json() and d["needs_grad"] is False and d["channels_last_applies"]
     with pytest.raises(NotImplementedError):
         Workload().build({}, "cpu", None, frozenset())
+
+
+@pytest.mark.parametrize("value", ["a string", None, 3.0, (), ("x",)])
+def test_a_step_output_that_is_not_tensors_is_refused_naming_the_workload(value):
+    from perfgate.workload import WorkloadError, check_step_output
+
+    with pytest.raises(WorkloadError, match=f"workload 'w': step returned {type(value).__name__} "):
+        check_step_output("w", value)
+
+
+def test_tensors_and_tuples_of_tensors_are_step_outputs():
+    import torch
+
+    from perfgate.workload import check_step_output
+
+    check_step_output("w", torch.zeros(2))
+    check_step_output("w", (torch.zeros(2), [torch.ones(1)]))

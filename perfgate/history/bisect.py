@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -108,39 +107,6 @@ def plan_case(suite: Suite, catalog: Catalog) -> CaseSpec:
 
 
 @contextmanager
-def _interruptible() -> Iterator[None]:
-    """SIGTERM raises like Ctrl-C does, so that every worktree is removed on the way out."""
-    def stop(signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    old = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-@contextmanager
-def _worktree(settings: Settings, commit: str) -> Iterator[against.BaseCheckout]:
-    """``commit`` in a temporary worktree (against.checkout), removed on the way out. Ctrl-C and SIGTERM
-    are held back while `git worktree add` runs, so that one arriving then cannot leave a worktree that
-    nothing knows to remove; a held signal is raised once the checkout is in hand, and closes it."""
-    blockable = hasattr(signal, "pthread_sigmask")
-    checkout: against.BaseCheckout | None = None
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if blockable else None
-    try:
-        try:
-            checkout = against.checkout(settings, commit)
-        finally:
-            if blockable:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        yield checkout
-    finally:
-        if checkout is not None:
-            checkout.close()
-
-
-@contextmanager
 def _removed(path: Path) -> Iterator[None]:
     try:
         yield
@@ -225,14 +191,14 @@ def bisect(settings: Settings, good_ref: str, bad_ref: str, case: Suite, echo: E
     commits = commit_range(top, good_ref, bad_ref)
     measurements: list[Measurement] = []
     work_root = Path(tempfile.mkdtemp(prefix="perfgate-bisect-"))  # scratch for workers, removed at the end
-    with _interruptible(), _removed(work_root):
-        with _worktree(settings, commits[0]) as good:
+    with against.interruptible(), _removed(work_root):
+        with against.checked_out(settings, commits[0]) as good:
             spec = plan_case(case, against.probe_base(good, settings.threads))
             echo(f"perfgate bisect: {spec.key}, {len(commits) - 1} commit(s) after GOOD {commits[0][:12]} up to "
                  f"BAD {commits[-1][:12]}; {settings.processes} lockstep pair(s) per measurement")
 
             def measure_commit(index: int) -> Measurement:
-                with _worktree(settings, commits[index]) as other:
+                with against.checked_out(settings, commits[index]) as other:
                     m = measure(spec, good, other, settings, work_root)
                 measurements.append(m)
                 echo(f"  {commits[index][:12]} ({index} of {len(commits) - 1}) against GOOD: {m.text()}  "

@@ -93,6 +93,35 @@ class CompileFails(Tiny):
         return torch.compile(lambda x: x + 1, backend="no-such-backend")(state)
 
 
+class ReturnsAString(Tiny):
+    name = "fault_not_tensor"
+    description = "its step returns a string instead of the new state (test only)"
+
+    def step(self, model, state, built, params):
+        return "not a tensor"
+
+
+class LeavesChildren(Tiny):
+    """Starts three ``sleep`` processes in build: one in the worker's process group, one in a session of its
+    own, one orphaned by its shell (re-parented); writes their pids to $PERFGATE_TEST_PIDS_FILE, then sleeps
+    for PERFGATE_TEST_HANG_S seconds (default: past any timeout the tests set) or returns."""
+
+    name = "spawns_children"
+    description = "starts processes in and out of its process group, then hangs (test only)"
+
+    def build(self, params, device, dtype, variants):
+        import subprocess
+
+        same_group = subprocess.Popen(["sleep", "300"])
+        own_session = subprocess.Popen(["sleep", "301"], start_new_session=True)
+        orphan = subprocess.run(["sh", "-c", "setsid sleep 302 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        with open(os.environ["PERFGATE_TEST_PIDS_FILE"], "a") as fh:
+            fh.write(f"{same_group.pid} {own_session.pid} {orphan}\n")
+        time.sleep(float(os.environ.get("PERFGATE_TEST_HANG_S", "3600")))
+        return super().build(params, device, dtype, variants)
+
+
 class Sleeps(Tiny):
     """Slow but healthy: 20 s in build, so a test can kill the orchestrator while this case runs."""
 
