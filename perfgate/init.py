@@ -207,9 +207,9 @@ def apply(top: Path, planned: list[Planned]) -> None:
     nothing, when any file is a conflict."""
     conflicts = [p for p in planned if p.state == "conflict"]
     if conflicts:
-        first = conflicts[0]
-        raise ConfigError(f"{top / first.path}: {first.why}; perfgate init --force replaces "
-                          f"{'it' if len(conflicts) == 1 else f'it and {len(conflicts) - 1} more'}")
+        listed = ", ".join(f"{p.path} ({p.why})" for p in conflicts)
+        raise ConfigError(f"{top}: refusing to overwrite {listed}; perfgate init --force replaces "
+                          f"{'it' if len(conflicts) == 1 else 'them'}")
     for p in planned:
         if p.state in ("create", "update"):
             atomic_write_text(top / p.path, p.text)
