@@ -3,7 +3,10 @@
 Writes ``[tool.perfgate]`` into the repository's pyproject.toml (created, or appended to without touching
 any other table), ``workloads/example_mlp.py`` (one commented example workload that runs), and, unless
 ``suite_only``, ``.github/workflows/perfgate.yml`` (the CPU pull-request gate) and
-``.github/workflows/perfgate-baselines.yml``, both calling perfgate's reusable action pinned by commit.
+``.github/workflows/perfgate-baselines.yml``, both calling perfgate's reusable action pinned by commit;
+with a GPU runner label also ``perfgate-gpu.yml`` and ``perfgate-label.yml``, the label-approved GPU gate
+of perfgate's own repository (pull_request_target, the approved commit pinned, judged by the pinned
+perfgate with the base's rules, one aggregate commit status).
 
 Everything is planned and checked before the first write: a file that exists with other content stops
 the command (exit 2) unless ``force``; a file that already holds what would be written is left alone,
@@ -149,17 +152,24 @@ def merged_pyproject(existing: str | None, table: str, force: bool, path: Path) 
 
 def workflow_texts(action: str, gpu_runner: str | None, default_branch: str) -> dict[Path, str]:
     """The workflow files init writes, keyed by their path in the repository."""
+    repo, sha = action.split("@", 1)
     subs = {
         "@@ACTION@@": action,
+        "@@ACTION_REPO@@": repo,
+        "@@ACTION_SHA@@": sha,
         "@@ACTION_VERSION@@": ACTION_VERSION,
         "@@DEFAULT_BRANCH@@": default_branch,
-        "@@BASELINE_RUNNER@@": f"[self-hosted, {gpu_runner}]" if gpu_runner else "ubuntu-latest",
+        "@@GPU_LABEL@@": gpu_runner or "",
+        # baselines are measured on a pool apart from the one that runs pull-request code (docs/ci.md)
+        "@@BASELINE_RUNNER@@": f"[self-hosted, {gpu_runner}, perfgate-main]" if gpu_runner else "ubuntu-latest",
         "@@BASELINE_SUITE@@": "gpu" if gpu_runner else "smoke",
         "@@TORCH_INDEX@@": CUDA_TORCH_INDEX if gpu_runner else CPU_TORCH_INDEX,
     }
+    names = [("perfgate.yml", "workflow-perfgate.yml"), ("perfgate-baselines.yml", "workflow-baselines.yml")]
+    if gpu_runner:
+        names += [("perfgate-gpu.yml", "workflow-gpu.yml"), ("perfgate-label.yml", "workflow-label.yml")]
     out = {}
-    for name, template in (("perfgate.yml", "workflow-perfgate.yml"),
-                           ("perfgate-baselines.yml", "workflow-baselines.yml")):
+    for name, template in names:
         text = _template(template)
         for key, value in subs.items():
             text = text.replace(key, value)

@@ -20,6 +20,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 WORKFLOW_FILES = ("perfgate.yml", "perfgate-baselines.yml")
+GPU_WORKFLOW_FILES = ("perfgate-gpu.yml", "perfgate-label.yml")  # with --gpu-runner
+REPO_WORKFLOWS = Path(__file__).resolve().parent.parent / ".github" / "workflows"
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -178,32 +180,49 @@ def generated(request, tmp_path_factory):
     return repo, request.param
 
 
+def _generated_files(args: list[str]) -> tuple[str, ...]:
+    return WORKFLOW_FILES + (GPU_WORKFLOW_FILES if args else ())
+
+
 def test_generated_workflows_match_the_github_schema(generated):
-    repo, _ = generated
-    files = [str(repo / ".github" / "workflows" / f) for f in WORKFLOW_FILES]
+    repo, args = generated
+    assert sorted(p.name for p in (repo / ".github" / "workflows").iterdir()) == sorted(_generated_files(args))
+    files = [str(repo / ".github" / "workflows" / f) for f in _generated_files(args)]
     proc = subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *files],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_generated_workflows_are_zizmor_clean_offline(generated):
-    repo, args = generated
-    proc = subprocess.run([_tool("zizmor"), "--offline", "--format", "json", "--no-exit-codes", "--persona=auditor",
+def _zizmor(repo: Path, *extra: str, ignored: bool = False) -> set[tuple[str, str]]:
+    """(audit, file) of zizmor's findings: those not suppressed, or with ``ignored`` only the suppressed."""
+    proc = subprocess.run([_tool("zizmor"), "--offline", "--format", "json", "--no-exit-codes", *extra,
                            str(repo / ".github" / "workflows")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    found = {(f["ident"], Path(f["locations"][0]["symbolic"]["key"]["Local"]["verbatim_path"]).name)
-             for f in json.loads(proc.stdout or "[]") if not f.get("ignored")}
-    # a self-hosted runner is what --gpu-runner asks for; it only measures the default branch
-    assert found == ({("self-hosted-runner", "perfgate-baselines.yml")} if args else set())
+    return {(f["ident"], Path(f["locations"][0]["symbolic"]["key"]["Local"]["verbatim_path"]).name)
+            for f in json.loads(proc.stdout or "[]") if bool(f.get("ignored")) == ignored}
+
+
+def test_generated_workflows_are_zizmor_clean_offline(generated):
+    repo, args = generated
+    assert _zizmor(repo) == set()
+    # What the auditor persona adds is what --gpu-runner asks for: the self-hosted GPU runners (the PR pool
+    # for the approved commit, the main pool for baselines), as in perfgate's own workflows.
+    expected = {("self-hosted-runner", "perfgate-baselines.yml"), ("self-hosted-runner", "perfgate-gpu.yml")}
+    assert _zizmor(repo, "--persona=auditor") == (expected if args else set())
+    # the only suppressions: pull_request_target in the two GPU-gate workflows, each with its reason inline
+    suppressed = _zizmor(repo, "--no-ignores", ignored=True)
+    assert suppressed == ({("dangerous-triggers", f) for f in GPU_WORKFLOW_FILES} if args else set())
 
 
 def test_generated_workflows_carry_the_protections_of_perfgates_own(generated):
     yaml = pytest.importorskip("ruamel.yaml")
     repo, args = generated
-    wfs = {f: yaml.YAML(typ="safe").load((repo / ".github" / "workflows" / f).read_text()) for f in WORKFLOW_FILES}
+    wfs = {f: yaml.YAML(typ="safe").load((repo / ".github" / "workflows" / f).read_text())
+           for f in _generated_files(args)}
     for name, wf in wfs.items():
         assert wf["permissions"] == {}, name
-        assert wf["env"]["PYTHONNOUSERSITE"] == "1", name
+        if name != "perfgate-label.yml":  # it runs no Python: one API call
+            assert wf["env"]["PYTHONNOUSERSITE"] == "1", name
         for job in wf["jobs"].values():
             for step in job["steps"]:
                 if step.get("uses", "").startswith("actions/checkout"):
@@ -217,8 +236,42 @@ def test_generated_workflows_carry_the_protections_of_perfgates_own(generated):
     assert step["uses"] == init.ACTION and step["with"]["against"] == "${{ github.event.pull_request.base.sha }}"
     baselines = wfs["perfgate-baselines.yml"]
     assert set(baselines["on"]) == {"push", "workflow_dispatch"} and baselines["on"]["push"]["branches"] == ["main"]
-    assert baselines["jobs"]["measure"]["runs-on"] == (["self-hosted", "gpu-a100"] if args else "ubuntu-latest")
+    assert baselines["jobs"]["measure"]["runs-on"] == (["self-hosted", "gpu-a100", "perfgate-main"] if args
+                                                       else "ubuntu-latest")
     assert baselines["env"]["PIP_NO_CACHE_DIR"] == "1"
+
+
+def test_generated_gpu_gate_keeps_the_approval_pinning_and_base_judging_of_perfgates_own(tmp_path):
+    """The GPU gate init writes is perfgate's own perfgate-gpu.yml with the user's runner label and the pinned
+    action: the approve script is the very one tests/test_workflows.py runs against a fake gh."""
+    yaml = pytest.importorskip("ruamel.yaml")
+    load = yaml.YAML(typ="safe").load
+    repo = _new_repo(tmp_path / "r")
+    assert run_cli("init", "--gpu-runner", "gpu-a100", cwd=repo).returncode == 0
+    gen = load((repo / ".github" / "workflows" / "perfgate-gpu.yml").read_text())
+    own = load((REPO_WORKFLOWS / "perfgate-gpu.yml").read_text())
+    assert gen["on"] == own["on"] == {"pull_request_target": {"types": ["labeled"]}}
+    assert gen["concurrency"] == own["concurrency"] and gen["env"]["PIP_NO_CACHE_DIR"] == "1"
+    for job_id in ("approve", "comment", "gpu-gate"):
+        mine = json.dumps(own["jobs"][job_id]).replace("the pr suite passed", "the gpu suite passed")
+        assert json.dumps(gen["jobs"][job_id]) == mine, job_id
+    gpu = gen["jobs"]["gpu"]
+    assert gpu["runs-on"] == ["self-hosted", "gpu-a100", "perfgate-pr"] and gpu["permissions"] == {"contents": "read"}
+    assert gpu["steps"][0]["with"]["ref"] == "${{ needs.approve.outputs.sha }}"
+    assert gpu["steps"][1] == own["jobs"]["gpu"]["steps"][1]  # refuse anything but the approved commit
+    (run,) = [s for s in gpu["steps"] if s.get("uses", "").split("@")[0] == init.ACTION.split("@")[0]]
+    assert run["with"]["against"] == "${{ needs.approve.outputs.base }}" and run["with"]["gate"] == "false"
+    assert run["with"]["suite"] == "gpu" and run["with"]["shard"] == "${{ matrix.shard }}/${{ env.PERFGATE_SHARDS }}"
+    merge = gen["jobs"]["merge"]
+    assert merge["runs-on"] == "ubuntu-latest" and merge["steps"][0]["with"]["ref"] == "${{ needs.approve.outputs.base }}"
+    install = [s["run"] for s in merge["steps"] if "install the pinned perfgate" in s.get("name", "")][0]
+    sha = init.ACTION.split("@")[1]
+    assert f"git+https://github.com/{init.ACTION.split('@')[0]}@{sha}" in install and "-e ." not in install
+    assert merge["steps"][-4:] == own["jobs"]["merge"]["steps"][-4:]  # merge --gate --rejudge, upload, junit, fail
+    label = load((repo / ".github" / "workflows" / "perfgate-label.yml").read_text())
+    assert label["jobs"] == load((REPO_WORKFLOWS / "perfgate-label.yml").read_text())["jobs"]
+    data = tomllib.loads((repo / "pyproject.toml").read_text())
+    assert data["tool"]["perfgate"]["suites"]["gpu"]["device"] == "cuda"
 
 
 # ---------------------------------------------------------------- the first hour, as a new user would
