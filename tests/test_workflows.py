@@ -724,3 +724,54 @@ def test_smoke_script_passes_perfgate_usage_errors_through(tmp_path):
                           timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "no-such-suite" in proc.stderr
+
+
+# ---------------------------------------------------------------- the action's run step, run here
+
+
+def _action_run_step() -> dict:
+    (step,) = [s for s in _load(ACTION)["runs"]["steps"] if s.get("id") == "run"]
+    return step
+
+
+def _action_env(repo: Path, **inputs: str) -> dict[str, str]:
+    """The step's environment as GitHub builds it from the inputs (defaults from action.yml)."""
+    defaults = {k: str(v.get("default", "")) for k, v in _load(ACTION)["inputs"].items()}
+    values = {**defaults, **inputs}
+    env = {}
+    for name, expr in _action_run_step()["env"].items():
+        m = re.fullmatch(r"\$\{\{ inputs\.([\w-]+) \}\}", str(expr))
+        env[name] = values[m.group(1)] if m else str(expr)
+    env["PERFGATE_WORKDIR"] = str(repo)  # ${{ github.workspace }}
+    return {**env, "GITHUB_ACTION_PATH": str(REPO), "PERFGATE_PYTHON": sys.executable,
+            "PYTHONPATH": str(REPO)}
+
+
+@pytest.fixture(scope="module")
+def user_repo(tmp_path_factory) -> Path:
+    """A throwaway repository set up by `perfgate init`, where the action runs as in a user's workflow."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path_factory.mktemp("user") / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "init", "--suite-only"], cwd=repo, env=cli_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return repo
+
+
+def test_action_runs_the_users_suite_and_answers_with_verdict_and_report(user_repo, tmp_path):
+    proc, outputs = _run_step(_action_run_step(), _action_env(user_repo, gate="false", out="reports/ci"), tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert outputs == {"exit-code": "0", "verdict": "pass", "report": "reports/ci"}
+    data = json.loads((user_repo / "reports" / "ci" / "results.json").read_text())
+    assert [c["key"] for c in data["cases"]] == ["example_mlp/smoke/eager/cpu"]
+    assert (user_repo / "reports" / "ci" / "junit.xml").is_file()
+
+
+@pytest.mark.parametrize("inputs, verdict", [({"suite": "no-such-suite"}, "usage-error"),
+                                             ({"gate": "maybe"}, "usage-error")])
+def test_action_names_a_usage_error_and_fails_the_step(user_repo, tmp_path, inputs, verdict):
+    proc, outputs = _run_step(_action_run_step(), _action_env(user_repo, **inputs), tmp_path)
+    assert proc.returncode == 2 and outputs["verdict"] == verdict and outputs["exit-code"] == "2"
