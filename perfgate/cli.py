@@ -773,5 +773,46 @@ def bisect_cmd(config: str | None, good: str, bad: str, case: str, metric: str, 
                              click.echo))
 
 
+@main.command("init")
+@click.option("--gpu-runner", "gpu_runner", default=None, metavar="LABEL",
+              help="Label of your self-hosted GPU runner: adds a gpu suite and measures baselines there.")
+@click.option("--suite-only", is_flag=True, help="Write [tool.perfgate] and workloads/ only, no workflows.")
+@click.option("--force", is_flag=True, help="Replace an existing [tool.perfgate] table and files init wrote before.")
+@click.option("--action", "action", default=None, metavar="OWNER/REPO@SHA",
+              help="The perfgate action the workflows call, pinned by commit (default: this release's).")
+@handle_errors
+def init_cmd(gpu_runner: str | None, suite_only: bool, force: bool, action: str | None) -> None:
+    """Set perfgate up in this git repository: [tool.perfgate] in pyproject.toml, an example workload,
+    and the pull-request and baselines workflows. Running it again changes nothing."""
+    from perfgate import init
+
+    top = init.repository_top(Path.cwd())
+    planned = init.plan(top, gpu_runner, suite_only, force, action or init.ACTION)
+    init.apply(top, planned)
+    for p in planned:
+        click.echo(f"{p.state:>9}  {p.path}")
+    click.echo(init.NEXT_STEPS)
+
+
+@main.command("doctor")
+@config_option
+@handle_errors
+def doctor_cmd(config: str | None) -> None:
+    """What this machine can run (torch, CUDA, compiler, threads, clock pinning, TensorBoard, a browser)
+    and what to fix, one line each. Exit 3 when perfgate cannot measure here."""
+    from perfgate import doctor
+    from perfgate.runner import InfrastructureError, run_probe
+
+    settings = load_settings(config)
+    try:
+        probe, error = run_probe([], settings.threads), None
+    except InfrastructureError as exc:
+        probe, error = None, str(exc)
+    findings = doctor.diagnose(probe, error, settings.threads)
+    for finding in findings:
+        click.echo(finding.line())
+    sys.exit(EXIT_INFRA if any(f.status == doctor.FAIL for f in findings) else EXIT_OK)
+
+
 if __name__ == "__main__":
     main()

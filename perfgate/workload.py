@@ -125,6 +125,73 @@ class Workload:
         return {}
 
     @classmethod
+    def from_callable(
+        cls,
+        fn: Callable[..., Any],
+        make_inputs: Callable[[dict[str, Any], Any], Any],
+        *,
+        sizes: dict[str, dict[str, Any]],
+        name: str | None = None,
+        description: str | None = None,
+        tolerance: Tolerance | None = None,
+        needs_grad: bool = False,
+        channels_last_applies: bool = False,
+    ) -> type[Workload]:
+        """A workload class for code that already exists: each step is ``fn(*make_inputs(params, device))``.
+
+        ``fn`` is a function or a ``torch.nn.Module`` (a module is copied to the case's device; a function
+        is wrapped in one, so compile and the other toggles apply to it). ``make_inputs(params, device)``
+        returns the input tensor or a tuple of them, made once per worker (not timed). A unit is
+        ``params["steps"]`` calls (default 1) on the same inputs; the last output is the one checked
+        against the eager reference. Assign the result at the top level of a file in a workloads folder
+        (``my_step = Workload.from_callable(...)``) so discovery finds it.
+        """
+        if not callable(fn) or not callable(make_inputs):
+            raise TypeError("Workload.from_callable(fn, make_inputs, sizes=...): fn and make_inputs must be callable")
+        workload_name = name or getattr(fn, "__name__", None) or type(fn).__name__
+        doc = (getattr(fn, "__doc__", None) or "").strip().splitlines()
+        caller = sys._getframe(1).f_globals.get("__name__", __name__)  # discovery keeps classes of its module
+
+        def build(self: Workload, params: dict[str, Any], device: Any, dtype: Any, variants: frozenset[str]) -> Built:
+            import copy
+
+            import torch
+
+            if isinstance(fn, torch.nn.Module):
+                model = copy.deepcopy(fn).to(device=device, dtype=dtype)
+            else:
+                model = _as_module(fn)
+            inputs = make_inputs(dict(params), device)
+            inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+            inputs = tuple(x.to(dtype) if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs)
+            return Built(model=model, state=inputs)
+
+        def run_unit(self: Workload, model: Any, built: Built, params: dict[str, Any]) -> Any:
+            out = None
+            for _ in range(self.steps_per_unit(params)):
+                out = model(*built.state)
+            return out
+
+        def step(self: Workload, model: Any, state: Any, built: Built, params: dict[str, Any]) -> Any:
+            return model(*built.state)
+
+        attrs = {
+            "__module__": caller,
+            "__doc__": f"Workload.from_callable({workload_name})",
+            "name": workload_name,
+            "description": description or (doc[0] if doc else f"{workload_name} from existing code"),
+            "sizes": {k: dict(v) for k, v in sizes.items()},
+            "tolerance": tolerance or Tolerance(),
+            "needs_grad": needs_grad,
+            "channels_last_applies": channels_last_applies,
+            "build": build,
+            "run_unit": run_unit,
+            "step": step,
+            "output": lambda self, state: state[0] if isinstance(state, (tuple, list)) else state,
+        }
+        return type(f"CallableWorkload_{workload_name}", (Workload,), attrs)
+
+    @classmethod
     def describe(cls) -> dict[str, Any]:
         return {
             "name": cls.name,
@@ -138,6 +205,21 @@ class Workload:
             "applies_compile": cls.applies_compile,
             "expectations": cls.own_expectations(),
         }
+
+
+def _as_module(fn: Callable[..., Any]) -> Any:
+    """``fn`` wrapped in a ``torch.nn.Module`` whose forward calls it (compile and torchscript take modules)."""
+    import torch
+
+    class CallableModule(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, *inputs: Any) -> Any:
+            return self.fn(*inputs)
+
+    return CallableModule()
 
 
 class WorkloadError(Exception):

@@ -21,6 +21,7 @@ from conftest import REPO, cli_env
 
 WORKFLOWS = REPO / ".github" / "workflows"
 WORKFLOW_FILES = sorted(WORKFLOWS.glob("*.yml"))
+ACTION = REPO / "action.yml"  # the reusable composite action perfgate.yml and `perfgate init` use
 CI_DOC = REPO / "docs" / "ci.md"
 SMOKE_SCRIPT = REPO / ".ci" / "smoke-gate.sh"
 SEVERITIES = ("unknown", "informational", "low", "medium", "high")
@@ -31,7 +32,8 @@ ALLOWED_IGNORES = {("dangerous-triggers", "perfgate-label.yml"), ("dangerous-tri
 # What `zizmor --persona=auditor` still reports, each explained in docs/ci.md ("zizmor findings"):
 # the two jobs that run on self-hosted runners by design.
 AUDITOR_FINDINGS = {("self-hosted-runner", "perfgate-gpu.yml", "gpu"),
-                    ("self-hosted-runner", "perfgate-baselines.yml", "measure")}
+                    ("self-hosted-runner", "perfgate-baselines.yml", "measure"),
+                    ("self-repository", "perfgate.yml", "cpu-smoke")}
 # PR text an attacker controls; none of it may be expanded by the runner inside a shell script.
 UNTRUSTED = re.compile(
     r"\$\{\{[^}]*github\.(event\.(pull_request\.(title|body|head\.ref|head\.label|user)|label\.description"
@@ -239,8 +241,34 @@ def test_zizmor_auditor_findings_are_exactly_the_documented_ones():
         assert ident in section and where in section, f"docs/ci.md does not explain {ident} in {where}"
 
 
+def test_action_matches_the_github_action_schema():
+    proc = subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(ACTION)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_zizmor_offline_finds_nothing_in_the_action():
+    proc = subprocess.run([_tool("zizmor"), "--offline", "--format", "json", "--no-exit-codes", "--persona=auditor",
+                           str(ACTION)], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    findings = [f for f in json.loads(proc.stdout or "[]") if not f.get("ignored")]
+    assert findings == [], [(f["ident"], f["desc"]) for f in findings]
+
+
+def test_action_inputs_reach_its_shell_only_through_the_environment():
+    action = _load(ACTION)
+    assert action["runs"]["using"] == "composite"
+    assert {"suite", "against", "shard", "gate", "python-version", "torch-version", "artifact-name"} <= set(
+        action["inputs"])
+    assert {"verdict", "report"} <= set(action["outputs"])
+    for step in action["runs"]["steps"]:
+        assert "${{" not in step.get("run", ""), step.get("name")
+        if "run" in step:
+            assert step["env"]["PYTHONNOUSERSITE"] == "1", step.get("name")
+
+
 def test_every_action_is_pinned_by_full_commit_sha_with_its_version_noted():
-    for path in WORKFLOW_FILES:
+    for path in [*WORKFLOW_FILES, ACTION]:
         for line in path.read_text().splitlines():
             m = re.match(r"\s*(?:-\s+)?uses:\s*(\S+)(.*)", line)
             if not m or m.group(1).startswith("./"):
@@ -616,13 +644,21 @@ def test_gate_shape_shards_merge_comment(gpu_wf):
 
 
 def test_cpu_job_runs_the_repository_script_with_caches(workflows):
+    """The CPU job calls this repository's own action (action.yml), which runs .ci/smoke-gate.sh."""
     job = workflows["perfgate.yml"]["jobs"]["cpu-smoke"]
     assert job["runs-on"] == "ubuntu-latest"
-    runs = [s.get("run", "") for s in _steps(job)]
-    assert ".ci/smoke-gate.sh" in runs
+    (gate,) = [s for s in _steps(job) if s.get("uses") == "./"]
+    assert gate["with"]["against"] == "${{ github.event.pull_request.base.sha }}"
+    assert gate["with"]["compile-cache"] == ".cache/perfgate-compile"
     cached = [s["with"]["path"] for s in _steps(job) if s.get("uses", "").startswith("actions/cache")]
-    assert "~/.cache/pip" in cached and ".cache/perfgate-compile" in cached
-    assert job["env"]["PERFGATE_COMPILE_CACHE"].endswith(".cache/perfgate-compile")
+    assert "~/.cache/pip" in cached
+    action = _load(ACTION)
+    runs = [s.get("run", "") for s in action["runs"]["steps"]]
+    assert any('"$GITHUB_ACTION_PATH/.ci/smoke-gate.sh"' in r for r in runs)
+    cached = [s["with"]["path"] for s in action["runs"]["steps"] if s.get("uses", "").startswith("actions/cache")]
+    assert cached == ["${{ inputs.compile-cache }}"]
+    run_step = [s for s in action["runs"]["steps"] if s.get("id") == "run"][0]
+    assert run_step["env"]["PERFGATE_COMPILE_CACHE"] == "${{ inputs.compile-cache }}"
     script = (REPO / ".ci" / "smoke-gate.sh").read_text()
     assert '--compile-cache "$PERFGATE_COMPILE_CACHE"' in script
 
@@ -688,3 +724,54 @@ def test_smoke_script_passes_perfgate_usage_errors_through(tmp_path):
                           timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "no-such-suite" in proc.stderr
+
+
+# ---------------------------------------------------------------- the action's run step, run here
+
+
+def _action_run_step() -> dict:
+    (step,) = [s for s in _load(ACTION)["runs"]["steps"] if s.get("id") == "run"]
+    return step
+
+
+def _action_env(repo: Path, **inputs: str) -> dict[str, str]:
+    """The step's environment as GitHub builds it from the inputs (defaults from action.yml)."""
+    defaults = {k: str(v.get("default", "")) for k, v in _load(ACTION)["inputs"].items()}
+    values = {**defaults, **inputs}
+    env = {}
+    for name, expr in _action_run_step()["env"].items():
+        m = re.fullmatch(r"\$\{\{ inputs\.([\w-]+) \}\}", str(expr))
+        env[name] = values[m.group(1)] if m else str(expr)
+    env["PERFGATE_WORKDIR"] = str(repo)  # ${{ github.workspace }}
+    return {**env, "GITHUB_ACTION_PATH": str(REPO), "PERFGATE_PYTHON": sys.executable,
+            "PYTHONPATH": str(REPO)}
+
+
+@pytest.fixture(scope="module")
+def user_repo(tmp_path_factory) -> Path:
+    """A throwaway repository set up by `perfgate init`, where the action runs as in a user's workflow."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path_factory.mktemp("user") / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "init", "--suite-only"], cwd=repo, env=cli_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return repo
+
+
+def test_action_runs_the_users_suite_and_answers_with_verdict_and_report(user_repo, tmp_path):
+    proc, outputs = _run_step(_action_run_step(), _action_env(user_repo, gate="false", out="reports/ci"), tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert outputs == {"exit-code": "0", "verdict": "pass", "report": "reports/ci"}
+    data = json.loads((user_repo / "reports" / "ci" / "results.json").read_text())
+    assert [c["key"] for c in data["cases"]] == ["example_mlp/smoke/eager/cpu"]
+    assert (user_repo / "reports" / "ci" / "junit.xml").is_file()
+
+
+@pytest.mark.parametrize("inputs, verdict", [({"suite": "no-such-suite"}, "usage-error"),
+                                             ({"gate": "maybe"}, "usage-error")])
+def test_action_names_a_usage_error_and_fails_the_step(user_repo, tmp_path, inputs, verdict):
+    proc, outputs = _run_step(_action_run_step(), _action_env(user_repo, **inputs), tmp_path)
+    assert proc.returncode == 2 and outputs["verdict"] == verdict and outputs["exit-code"] == "2"

@@ -140,3 +140,77 @@ def test_tensors_and_tuples_of_tensors_are_step_outputs():
 
     check_step_output("w", torch.zeros(2))
     check_step_output("w", (torch.zeros(2), [torch.ones(1)]))
+
+
+FROM_CALLABLE = '''
+import torch
+from torch import nn
+
+from perfgate.workload import Workload
+
+
+def rms_norm_step(x, weight):
+    """RMS-normalize a batch of rows: an existing function, gated as it is."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+
+
+def make_inputs(params, device):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(params["rows"], params["width"], generator=g)
+    return x.to(device), torch.ones(params["width"], device=device)
+
+
+SIZES = {"smoke": {"rows": 32, "width": 64}, "pr": {"rows": 4096, "width": 1024}, "full": {"rows": 65536, "width": 4096}}
+rms_norm = Workload.from_callable(rms_norm_step, make_inputs, sizes=SIZES)
+mlp = Workload.from_callable(nn.Sequential(nn.Linear(64, 64), nn.GELU()), lambda p, d: torch.ones(p["rows"], 64, device=d),
+                             name="existing_mlp", description="an existing module", sizes={**SIZES, "smoke": {"rows": 8, "steps": 3}})
+'''
+
+
+def test_from_callable_makes_discoverable_workloads(tmp_path):
+    (tmp_path / "mine.py").write_text(FROM_CALLABLE)
+    found = discover([tmp_path])
+    assert found.errors == []
+    assert set(found.workloads) == {"rms_norm_step", "existing_mlp"}
+    cls = found.workloads["rms_norm_step"][0]
+    assert cls.description == "RMS-normalize a batch of rows: an existing function, gated as it is."
+    assert cls.sizes["smoke"] == {"rows": 32, "width": 64} and not cls.channels_last_applies
+
+
+def test_from_callable_unit_calls_the_function_on_its_inputs(tmp_path):
+    torch = pytest.importorskip("torch")
+    (tmp_path / "mine.py").write_text(FROM_CALLABLE)
+    found = discover([tmp_path])
+    wl = found.workloads["existing_mlp"][0]()
+    params = wl.sizes["smoke"]
+    built = wl.build(params, torch.device("cpu"), torch.float32, frozenset())
+    assert isinstance(built.model, torch.nn.Module) and built.state[0].shape == (8, 64)
+    out = wl.run_unit(built.model, built, params)
+    assert wl.steps_per_unit(params) == 3
+    assert torch.equal(wl.output(out), built.model(built.state[0]))
+    rms = found.workloads["rms_norm_step"][0]()
+    built = rms.build(rms.sizes["smoke"], torch.device("cpu"), torch.float32, frozenset())
+    x, w = built.state
+    assert torch.allclose(rms.output(rms.run_unit(built.model, built, rms.sizes["smoke"])),
+                          x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w)
+
+
+def test_from_callable_rejects_what_is_not_callable():
+    with pytest.raises(TypeError, match="must be callable"):
+        Workload.from_callable(3, lambda p, d: None, sizes={})
+
+
+@pytest.mark.slow
+def test_from_callable_workload_runs_under_perfgate_run(tmp_path, cli):
+    import json
+
+    (tmp_path / "wl").mkdir()
+    (tmp_path / "wl" / "mine.py").write_text(FROM_CALLABLE)
+    out = tmp_path / "out"
+    proc = cli("run", "--workloads-dir", str(tmp_path / "wl"), "-w", "rms_norm_step", "-w", "existing_mlp",
+               "-t", "eager", "-t", "inference-mode", "--processes", "1", "--samples", "3", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    cases = json.loads((out / "results.json").read_text())["cases"]
+    assert sorted((c["key"], c["status"]) for c in cases) == [
+        ("existing_mlp/smoke/eager/cpu", "ok"), ("existing_mlp/smoke/inference-mode/cpu", "ok"),
+        ("rms_norm_step/smoke/eager/cpu", "ok"), ("rms_norm_step/smoke/inference-mode/cpu", "ok")]

@@ -1,0 +1,186 @@
+"""``perfgate doctor``: what this machine can run, and what to fix, one line per check. No torch here:
+torch, CUDA and the toggles are asked of a worker probe (``python -m perfgate.worker --probe``).
+
+Each check is a :class:`Finding`: ``ok`` (ready), ``warn`` (perfgate runs, but something is skipped or
+noisier than it could be; the line says what to do) or ``fail`` (perfgate cannot measure here).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check: its status, what was found, and (unless ok) what to do about it."""
+
+    status: str
+    check: str
+    found: str
+    fix: str = ""
+
+    def line(self) -> str:
+        text = f"{self.status:<4}  {self.check:<12} {self.found}"
+        return f"{text}; fix: {self.fix}" if self.fix else text
+
+
+def check_python() -> Finding:
+    return Finding(OK, "python", f"{platform.python_version()} at {sys.executable}")
+
+
+def check_torch(probe: dict[str, Any] | None, error: str | None) -> list[Finding]:
+    """torch and CUDA, from the worker probe (or its error)."""
+    if probe is None:
+        last = [line.strip() for line in (error or "").splitlines() if line.strip()]
+        return [Finding(FAIL, "torch", f"a worker cannot start: {last[-1] if last else 'no answer'}",
+                        "pip install torch (a CPU build: pip install torch --index-url https://download.pytorch.org/whl/cpu)")]
+    env = probe.get("environment", {})
+    found = [Finding(OK, "torch", f"{env.get('torch')} (CUDA build: {env.get('torch_cuda') or 'no'})")]
+    from perfgate.environment import nvidia_driver
+
+    driver = nvidia_driver()
+    if env.get("cuda_available"):
+        found.append(Finding(OK, "cuda", f"{env.get('gpu_count')} GPU(s): {env.get('device_name')} "
+                             f"(compute capability {env.get('compute_capability')}), driver {driver or 'unknown'}"))
+    elif driver and not env.get("torch_cuda"):
+        found.append(Finding(WARN, "cuda", f"an NVIDIA driver ({driver}) but a CPU build of torch",
+                             "install a CUDA build of torch (pytorch.org/get-started) to measure on the GPU"))
+    elif env.get("torch_cuda"):
+        found.append(Finding(WARN, "cuda", f"a CUDA {env.get('torch_cuda')} build of torch, but no GPU it can use",
+                             "check nvidia-smi and CUDA_VISIBLE_DEVICES; CUDA cases are skipped until then"))
+    else:
+        found.append(Finding(WARN, "cuda", "no GPU: CUDA toggles (cuda-graphs, tf32, cudnn-benchmark, ...) are skipped",
+                             "run on a machine with an NVIDIA GPU and a CUDA build of torch for the GPU suites"))
+    unmet = {t["name"]: t["unmet_here"] for t in probe.get("toggles", []) if t.get("unmet_here")}
+    if unmet:
+        found.append(Finding(OK if env.get("cuda_available") is False else WARN, "toggles",
+                             f"{len(probe.get('toggles', [])) - len(unmet)} of {len(probe.get('toggles', []))} can run "
+                             f"here; skipped: {', '.join(sorted(unmet))}"))
+    else:
+        found.append(Finding(OK, "toggles", f"all {len(probe.get('toggles', []))} can run here"))
+    return found
+
+
+def check_compiler(cuda: bool, which: Callable[[str], str | None] = shutil.which) -> Finding:
+    """The compiler torch.compile (inductor) needs: a C++ compiler on CPU, triton on CUDA."""
+    for cand in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        path = which(cand) if cand else None
+        if path:
+            cxx = Finding(OK, "compiler", f"C++ compiler for inductor on CPU: {path}")
+            break
+    else:
+        cxx = Finding(WARN, "compiler", "no C++ compiler: compile toggles on CPU are skipped",
+                      "install g++ (apt-get install g++) or set $CXX")
+    if not cuda or cxx.status != OK:
+        return cxx
+    if importlib.util.find_spec("triton") is None:
+        return Finding(WARN, "compiler", "no triton: compile toggles on CUDA are skipped",
+                       "pip install triton (the CUDA builds of torch bring it)")
+    return Finding(OK, "compiler", f"{cxx.found}; triton for inductor on CUDA")
+
+
+def check_threads(cpu_count: int | None, threads: int) -> Finding:
+    cores = cpu_count or 1
+    pinned = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}
+    where = f"{threads} CPU thread(s) per worker of {cores} cores"
+    if threads > max(1, cores // 2):
+        return Finding(WARN, "threads", f"{where}: base and head workers run side by side and compete",
+                       f"set threads = {max(1, cores // 2)} or fewer in [tool.perfgate]")
+    extra = f" (workers set OMP/MKL themselves; this shell has {pinned})" if pinned else ""
+    return Finding(OK, "threads", where + extra)
+
+
+def check_clock(sysfs: Path = Path("/sys/devices/system/cpu"), which: Callable[[str], str | None] = shutil.which,
+                ) -> list[Finding]:
+    """The CPU frequency governor and turbo (clock pinning), and a GPU's locked clocks when nvidia-smi is here."""
+    governors: dict[str, int] = {}
+    for f in sorted(sysfs.glob("cpu[0-9]*/cpufreq/scaling_governor")):
+        try:
+            g = f.read_text().strip()
+        except OSError:
+            continue
+        governors[g] = governors.get(g, 0) + 1
+    if not governors:
+        found = [Finding(WARN, "clock", "the CPU frequency governor is not exposed here (a VM or container): the "
+                         "clock cannot be pinned", "measure with --against REF (base and head side by side) "
+                         "rather than against stored baselines")]
+    elif set(governors) == {"performance"}:
+        found = [Finding(OK, "clock", f"governor performance on {governors['performance']} CPU(s)")]
+    else:
+        listed = ", ".join(f"{g} on {n}" for g, n in sorted(governors.items()))
+        found = [Finding(WARN, "clock", f"governor {listed}: the clock moves with load",
+                         "sudo cpupower frequency-set -g performance")]
+    for turbo, on in ((sysfs / "intel_pstate" / "no_turbo", "0"), (sysfs / "cpufreq" / "boost", "1")):
+        try:
+            value = turbo.read_text().strip()
+        except OSError:
+            continue
+        if value == on:
+            found.append(Finding(WARN, "turbo", f"turbo boost is on ({turbo}): the clock depends on temperature",
+                                 f"echo {'1' if on == '0' else '0'} | sudo tee {turbo}"))
+        else:
+            found.append(Finding(OK, "turbo", f"turbo boost is off ({turbo})"))
+        break
+    smi = which("nvidia-smi")
+    if smi:
+        try:
+            proc = subprocess.run([smi, "--query-gpu=clocks.sm,clocks.max.sm", "--format=csv,noheader,nounits"],
+                                  capture_output=True, text=True, timeout=10)
+            rows = [r.split(",") for r in proc.stdout.strip().splitlines() if "," in r]
+        except (OSError, subprocess.TimeoutExpired):
+            rows = []
+        if rows:
+            found.append(Finding(WARN, "gpu clock", f"SM clock {rows[0][0].strip()} of {rows[0][1].strip()} MHz max, "
+                                 "not locked by perfgate", "sudo nvidia-smi --lock-gpu-clocks=<MHz> for steadier timings"))
+    return found
+
+
+def check_tensorboard() -> Finding:
+    if importlib.util.find_spec("tensorboard") is None:
+        return Finding(WARN, "tensorboard", "not installed: no TensorBoard scalars or trace viewing",
+                       "pip install tensorboard")
+    if importlib.util.find_spec("torch_tb_profiler") is None:
+        return Finding(WARN, "tensorboard", "installed, without the PyTorch profiler plugin: traces open only in "
+                       "chrome://tracing or Perfetto", "pip install 'perfgate[tb]'")
+    return Finding(OK, "tensorboard", "installed, with the PyTorch profiler plugin")
+
+
+def check_browser(which: Callable[[str], str | None] = shutil.which, home: Path | None = None) -> Finding:
+    """A browser for the report test (playwright drives Chromium)."""
+    for name in BROWSERS:
+        path = which(name)
+        if path:
+            return Finding(OK, "browser", f"{path} (report.html can be checked in a real browser)")
+    cache = Path(os.environ.get("PLAYWRIGHT_BROWSERS_PATH") or (home or Path.home()) / ".cache" / "ms-playwright")
+    bundled = sorted(cache.glob("chromium*")) if cache.is_dir() else []
+    if bundled:
+        return Finding(OK, "browser", f"playwright's {bundled[-1].name} in {cache}")
+    return Finding(WARN, "browser", "no Chromium: the report's browser test is skipped",
+                   "apt-get install chromium, or python -m playwright install chromium")
+
+
+def check_git(which: Callable[[str], str | None] = shutil.which) -> Finding:
+    path = which("git")
+    if not path:
+        return Finding(WARN, "git", "not on PATH: run --against, bisect and init need it", "install git")
+    return Finding(OK, "git", path)
+
+
+def diagnose(probe: dict[str, Any] | None, probe_error: str | None, threads: int) -> list[Finding]:
+    """Every check, in the order ``perfgate doctor`` prints them."""
+    env = (probe or {}).get("environment", {})
+    return [check_python(), *check_torch(probe, probe_error), check_compiler(bool(env.get("cuda_available"))),
+            check_threads(os.cpu_count(), threads), *check_clock(), check_tensorboard(), check_browser(),
+            check_git()]

@@ -1,0 +1,232 @@
+"""``perfgate init``: set perfgate up in a git repository. No torch here.
+
+Writes ``[tool.perfgate]`` into the repository's pyproject.toml (created, or appended to without touching
+any other table), ``workloads/example_mlp.py`` (one commented example workload that runs), and, unless
+``suite_only``, ``.github/workflows/perfgate.yml`` (the CPU pull-request gate) and
+``.github/workflows/perfgate-baselines.yml``, both calling perfgate's reusable action pinned by commit;
+with a GPU runner label also ``perfgate-gpu.yml`` and ``perfgate-label.yml``, the label-approved GPU gate
+of perfgate's own repository (pull_request_target, the approved commit pinned, judged by the pinned
+perfgate with the base's rules, one aggregate commit status).
+
+Everything is planned and checked before the first write: a file that exists with other content stops
+the command (exit 2) unless ``force``; a file that already holds what would be written is left alone,
+so running it twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from perfgate.config import ConfigError
+from perfgate.storage import atomic_write_text
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+# The reusable action the generated workflows call, pinned by full commit SHA (zizmor and GitHub's
+# hardening guide require it). A release updates this to its own commit; `--action` overrides it.
+ACTION = "perfgate/perfgate@6c1596dd476be7f3a88d5096e29bc6acd4304365"
+ACTION_VERSION = "v0.1.0"
+ACTION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+@[0-9a-f]{40}")
+# A self-hosted runner label (GitHub allows letters, digits and - _ . in custom labels).
+LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+BRANCH_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./-]{0,99}")
+TABLE_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+WORKLOAD_FILE = Path("workloads") / "example_mlp.py"
+WORKFLOWS = Path(".github") / "workflows"
+CUDA_TORCH_INDEX = "https://download.pytorch.org/whl/cu128"
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One file init would write: its path under the repository and its full new content."""
+
+    path: Path
+    text: str
+    state: str  # "create", "update", "unchanged", or "conflict" (exists and differs, no --force)
+    why: str = ""
+
+
+def _template(name: str) -> str:
+    return resources.files("perfgate").joinpath("templates", "init", name).read_text(encoding="utf-8")
+
+
+def repository_top(cwd: Path) -> Path:
+    """The top folder of the git repository ``cwd`` is in; ConfigError when it is not in one."""
+    try:
+        proc = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True,
+                              timeout=30)
+    except FileNotFoundError as exc:
+        raise ConfigError("perfgate init needs git on PATH (its workflows compare commits with --against)") from exc
+    if proc.returncode != 0:
+        raise ConfigError(f"{cwd}: not inside a git repository; run `git init` first (perfgate init sets up a repository)")
+    return Path(proc.stdout.strip())
+
+
+def _default_branch(top: Path) -> str:
+    proc = subprocess.run(["git", "symbolic-ref", "--short", "HEAD"], cwd=top, capture_output=True, text=True,
+                          timeout=30)
+    branch = proc.stdout.strip()
+    return branch if proc.returncode == 0 and BRANCH_RE.fullmatch(branch) else "main"
+
+
+def perfgate_table(gpu_runner: str | None) -> str:
+    """The ``[tool.perfgate]`` text init writes (with a ``gpu`` suite when there is a GPU runner)."""
+    text = _template("pyproject-table.toml")
+    if gpu_runner:
+        text += _template("pyproject-gpu-suite.toml")
+    return text
+
+
+def _perfgate_spans(lines: list[str]) -> list[tuple[int, int]]:
+    """Line ranges [start, end) of every ``[tool.perfgate]`` / ``[tool.perfgate.*]`` table, with the
+    comment lines directly above its first header."""
+    spans: list[tuple[int, int]] = []
+    start: int | None = None
+    for i, line in enumerate(lines):
+        m = TABLE_HEADER.match(line)
+        if not m:
+            continue
+        name = m.group(1).replace(" ", "").replace('"', "")
+        ours = name == "tool.perfgate" or name.startswith("tool.perfgate.")
+        if ours and start is None:
+            start = i
+            while start > 0 and lines[start - 1].lstrip().startswith("#"):
+                start -= 1
+        elif not ours and start is not None:
+            spans.append((start, i))
+            start = None
+    if start is not None:
+        spans.append((start, len(lines)))
+    return spans
+
+
+def merged_pyproject(existing: str | None, table: str, force: bool, path: Path) -> tuple[str, str]:
+    """The new pyproject.toml text and its state. Other tables are kept byte for byte; an existing
+    ``[tool.perfgate]`` is replaced only with ``force``. ConfigError (exit 2) otherwise."""
+    if existing is None:
+        return table, "create"
+    try:
+        before = tomllib.loads(existing)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc}); fix it before perfgate init") from exc
+    if "perfgate" not in before.get("tool", {}):
+        sep = "" if not existing or existing.endswith("\n\n") else ("\n" if existing.endswith("\n") else "\n\n")
+        new = existing + sep + table
+        state = "update"
+    else:
+        if table in existing:
+            return existing, "unchanged"
+        if not force:
+            return existing, "conflict"
+        lines = existing.splitlines(keepends=True)
+        spans = _perfgate_spans(lines)
+        if not spans:
+            raise ConfigError(f"{path}: [tool.perfgate] is written as dotted keys; move it into its own table "
+                              f"or delete it, then run perfgate init again")
+        kept = [line for i, line in enumerate(lines) if not any(a <= i < b for a, b in spans)]
+        rest = "".join(kept).rstrip("\n")
+        new = (rest + "\n\n" if rest else "") + table
+        state = "update"
+    try:
+        after = tomllib.loads(new)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: cannot add [tool.perfgate] without rewriting other tables ({exc})") from exc
+    before.get("tool", {}).pop("perfgate", None)
+    after.get("tool", {}).pop("perfgate", None)
+    for data in (before, after):
+        if data.get("tool") == {}:
+            data.pop("tool")
+    if before != after:
+        raise ConfigError(f"{path}: adding [tool.perfgate] would change other tables; add it by hand "
+                          f"(perfgate's docs/configuration.md)")
+    return new, state
+
+
+def workflow_texts(action: str, gpu_runner: str | None, default_branch: str) -> dict[Path, str]:
+    """The workflow files init writes, keyed by their path in the repository."""
+    repo, sha = action.split("@", 1)
+    subs = {
+        "@@ACTION@@": action,
+        "@@ACTION_REPO@@": repo,
+        "@@ACTION_SHA@@": sha,
+        "@@ACTION_VERSION@@": ACTION_VERSION,
+        "@@DEFAULT_BRANCH@@": default_branch,
+        "@@GPU_LABEL@@": gpu_runner or "",
+        # baselines are measured on a pool apart from the one that runs pull-request code (docs/ci.md)
+        "@@BASELINE_RUNNER@@": f"[self-hosted, {gpu_runner}, perfgate-main]" if gpu_runner else "ubuntu-latest",
+        "@@BASELINE_SUITE@@": "gpu" if gpu_runner else "smoke",
+        "@@TORCH_INDEX@@": CUDA_TORCH_INDEX if gpu_runner else CPU_TORCH_INDEX,
+    }
+    names = [("perfgate.yml", "workflow-perfgate.yml"), ("perfgate-baselines.yml", "workflow-baselines.yml")]
+    if gpu_runner:
+        names += [("perfgate-gpu.yml", "workflow-gpu.yml"), ("perfgate-label.yml", "workflow-label.yml")]
+    out = {}
+    for name, template in names:
+        text = _template(template)
+        for key, value in subs.items():
+            text = text.replace(key, value)
+        out[WORKFLOWS / name] = text
+    return out
+
+
+def plan(top: Path, gpu_runner: str | None = None, suite_only: bool = False, force: bool = False,
+         action: str = ACTION) -> list[Planned]:
+    """What init would write in the repository at ``top``; nothing is written. ConfigError on bad input."""
+    if gpu_runner is not None and not LABEL_RE.fullmatch(gpu_runner):
+        raise ConfigError(f"--gpu-runner {gpu_runner!r}: not a runner label (letters, digits, - _ . only)")
+    if not ACTION_RE.fullmatch(action):
+        raise ConfigError(f"--action {action!r}: must be OWNER/REPO@<40-hex commit SHA> (actions are pinned by commit)")
+    pyproject = top / "pyproject.toml"
+    if pyproject.is_symlink() or (pyproject.exists() and not pyproject.is_file()):
+        raise ConfigError(f"{pyproject}: not a regular file; perfgate init writes only regular files")
+    existing = pyproject.read_text(encoding="utf-8") if pyproject.exists() else None
+    text, state = merged_pyproject(existing, perfgate_table(gpu_runner), force, pyproject)
+    planned = [Planned(Path("pyproject.toml"), text, state,
+                       "it already has a [tool.perfgate] table" if state == "conflict" else "")]
+    files = {WORKLOAD_FILE: _template("example_workload.py")}
+    if not suite_only:
+        files.update(workflow_texts(action, gpu_runner, _default_branch(top)))
+    for rel, new in files.items():
+        target = top / rel
+        for parent in [target, *target.parents]:
+            if parent == top:
+                break
+            if parent.is_symlink():
+                raise ConfigError(f"{parent}: is a symbolic link; perfgate init writes only inside the repository")
+        if not target.exists():
+            planned.append(Planned(rel, new, "create"))
+        elif not target.is_file():
+            raise ConfigError(f"{target}: exists and is not a file")
+        elif target.read_text(encoding="utf-8", errors="replace") == new:
+            planned.append(Planned(rel, new, "unchanged"))
+        else:
+            planned.append(Planned(rel, new, "update" if force else "conflict", "it exists with other content"))
+    return planned
+
+
+def apply(top: Path, planned: list[Planned]) -> None:
+    """Write every planned file that is new or changes (atomically, one by one). Refuses, writing
+    nothing, when any file is a conflict."""
+    conflicts = [p for p in planned if p.state == "conflict"]
+    if conflicts:
+        listed = ", ".join(f"{p.path} ({p.why})" for p in conflicts)
+        raise ConfigError(f"{top}: refusing to overwrite {listed}; perfgate init --force replaces "
+                          f"{'it' if len(conflicts) == 1 else 'them'}")
+    for p in planned:
+        if p.state in ("create", "update"):
+            atomic_write_text(top / p.path, p.text)
+
+
+NEXT_STEPS = """next:
+  perfgate run                 # measure the example workload (reports/LATEST names the run)
+  perfgate baseline update     # keep its numbers as this machine's baseline in baselines/
+  git add pyproject.toml workloads baselines .github && git commit -m "perfgate: gate performance"
+then `perfgate run --gate` (against baselines/) or `perfgate run --against HEAD~1 --gate` after a change."""

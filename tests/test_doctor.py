@@ -1,0 +1,91 @@
+"""`perfgate doctor` (perfgate/doctor.py): the real command on this machine, a machine where torch is broken,
+and each check against a made-up machine (sysfs tree, PATH)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import cli_env, run_cli
+
+from perfgate import doctor
+
+CHECKS = {"python", "torch", "cuda", "toggles", "compiler", "threads", "clock", "tensorboard", "browser", "git"}
+
+
+def test_doctor_prints_one_line_per_check_and_exits_0_here():
+    proc = run_cli("doctor")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert {line.split()[1] for line in lines} >= CHECKS
+    for line in lines:
+        status = line.split()[0]
+        assert status in ("ok", "warn"), line
+        assert ("; fix: " in line) == (status == "warn"), line  # every warning says what to do
+
+
+def test_doctor_without_a_working_torch_fails_with_exit_3(tmp_path):
+    (tmp_path / "torch.py").write_text("raise ImportError('this torch is broken')\n")
+    env = cli_env()
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    proc = run_cli("doctor", env=env)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    (torch_line,) = [line for line in proc.stdout.splitlines() if line.split()[1] == "torch"]
+    assert torch_line.startswith("fail") and "fix: pip install torch" in torch_line
+    assert "git" in proc.stdout  # the other checks still ran
+
+
+def _sysfs(root: Path, governors: list[str], no_turbo: str | None = None) -> Path:
+    for i, g in enumerate(governors):
+        d = root / f"cpu{i}" / "cpufreq"
+        d.mkdir(parents=True)
+        (d / "scaling_governor").write_text(g + "\n")
+    if no_turbo is not None:
+        (root / "intel_pstate").mkdir(parents=True)
+        (root / "intel_pstate" / "no_turbo").write_text(no_turbo + "\n")
+    return root
+
+
+def no_tools(name: str) -> None:
+    return None
+
+
+def test_clock_pinned_and_turbo_off_is_ok(tmp_path):
+    found = doctor.check_clock(_sysfs(tmp_path, ["performance"] * 4, no_turbo="1"), which=no_tools)
+    assert [(f.status, f.check) for f in found] == [("ok", "clock"), ("ok", "turbo")]
+    assert "performance on 4" in found[0].found
+
+
+def test_clock_powersave_and_turbo_on_say_what_to_run(tmp_path):
+    found = doctor.check_clock(_sysfs(tmp_path, ["powersave", "performance"], no_turbo="0"), which=no_tools)
+    assert [(f.status, f.check) for f in found] == [("warn", "clock"), ("warn", "turbo")]
+    assert "powersave on 1" in found[0].found and "cpupower frequency-set -g performance" in found[0].fix
+    assert "no_turbo" in found[1].fix
+
+
+def test_clock_not_exposed_points_to_against(tmp_path):
+    (finding,) = doctor.check_clock(tmp_path, which=no_tools)
+    assert finding.status == "warn" and "--against" in finding.fix
+
+
+def test_no_compiler_and_no_browser_are_warnings_with_fixes(tmp_path, monkeypatch):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.delenv("PLAYWRIGHT_BROWSERS_PATH", raising=False)
+    compiler = doctor.check_compiler(cuda=False, which=no_tools)
+    assert compiler.status == "warn" and "g++" in compiler.fix
+    browser = doctor.check_browser(which=no_tools, home=tmp_path)
+    assert browser.status == "warn" and "playwright install chromium" in browser.fix
+    (tmp_path / ".cache" / "ms-playwright" / "chromium-1187").mkdir(parents=True)
+    assert doctor.check_browser(which=no_tools, home=tmp_path).status == "ok"
+
+
+def test_threads_beyond_half_the_cores_warn():
+    assert doctor.check_threads(8, 1).status == "ok"
+    finding = doctor.check_threads(2, 2)
+    assert finding.status == "warn" and "threads = 1" in finding.fix
+
+
+def test_cpu_torch_next_to_an_nvidia_driver_is_named(monkeypatch):
+    monkeypatch.setattr("perfgate.environment.nvidia_driver", lambda: "550.54")
+    probe = {"environment": {"torch": "2.13.0+cpu", "torch_cuda": None, "cuda_available": False}, "toggles": []}
+    cuda = [f for f in doctor.check_torch(probe, None) if f.check == "cuda"][0]
+    assert cuda.status == "warn" and "CPU build of torch" in cuda.found and "CUDA build" in cuda.fix

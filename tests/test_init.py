@@ -1,0 +1,315 @@
+"""`perfgate init` (perfgate/init.py): what it writes into someone else's repository, what it refuses, and the
+first hour of a new user, run for real on a throwaway git repository made here (not perfgate's own)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from perfgate import init
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+WORKFLOW_FILES = ("perfgate.yml", "perfgate-baselines.yml")
+GPU_WORKFLOW_FILES = ("perfgate-gpu.yml", "perfgate-label.yml")  # with --gpu-runner
+REPO_WORKFLOWS = Path(__file__).resolve().parent.parent / ".github" / "workflows"
+
+
+def _git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-c", "user.name=New User", "-c", "user.email=new@example.com", *args],
+                          cwd=repo, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _new_repo(path: Path, pyproject: str | None = None) -> Path:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    path.mkdir(parents=True, exist_ok=True)
+    _git(path, "init", "-q", "-b", "main")
+    if pyproject is not None:
+        (path / "pyproject.toml").write_text(pyproject)
+    return path
+
+
+def _snapshot(repo: Path) -> dict[str, str]:
+    return {str(p.relative_to(repo)): p.read_text() for p in sorted(repo.rglob("*"))
+            if p.is_file() and ".git" not in p.relative_to(repo).parts}
+
+
+def _tool(name: str) -> str:
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
+    if not found:
+        pytest.skip(f"{name} is not installed (pip install -e '.[dev]')")
+    return found
+
+
+OTHER_TABLES = """[project]
+name = "their-model"   # a comment that must survive
+version = "1.2"
+dependencies = ["numpy"]
+
+[tool.ruff]
+line-length = 100
+"""
+
+
+# ---------------------------------------------------------------- pyproject.toml
+
+
+def test_creates_pyproject_with_a_table_perfgate_reads(tmp_path):
+    repo = _new_repo(tmp_path / "r")
+    proc = run_cli("init", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    data = tomllib.loads((repo / "pyproject.toml").read_text())
+    assert data["tool"]["perfgate"]["default_suite"] == "smoke"
+    assert data["tool"]["perfgate"]["suites"]["smoke"]["device"] == "cpu"
+    assert (repo / "workloads" / "example_mlp.py").is_file()
+    assert all((repo / ".github" / "workflows" / f).is_file() for f in WORKFLOW_FILES)
+    lines = proc.stdout.splitlines()
+    assert [line.split()[0] for line in lines[:4]] == ["create"] * 4
+    commands = [line.strip() for line in lines[lines.index("next:") + 1:] if line.startswith("  ")]
+    assert len(commands) == 3 and commands[0].startswith("perfgate run")
+
+
+def test_merges_into_an_existing_pyproject_keeping_every_other_byte(tmp_path):
+    repo = _new_repo(tmp_path / "r", OTHER_TABLES)
+    assert run_cli("init", "--suite-only", cwd=repo).returncode == 0
+    text = (repo / "pyproject.toml").read_text()
+    assert text.startswith(OTHER_TABLES)
+    data = tomllib.loads(text)
+    assert data["project"]["dependencies"] == ["numpy"] and data["tool"]["ruff"] == {"line-length": 100}
+    assert not (repo / ".github").exists()  # --suite-only: no workflows
+
+
+def test_running_twice_changes_nothing(tmp_path):
+    repo = _new_repo(tmp_path / "r", OTHER_TABLES)
+    assert run_cli("init", cwd=repo).returncode == 0
+    before = _snapshot(repo)
+    proc = run_cli("init", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert _snapshot(repo) == before
+    assert [line.split()[0] for line in proc.stdout.splitlines()[:4]] == ["unchanged"] * 4
+
+
+def test_refuses_an_existing_perfgate_table_without_force_and_writes_nothing(tmp_path):
+    mine = OTHER_TABLES + '\n[tool.perfgate]\nreports_dir = "build/perf"\n\n[tool.perfgate.suites.nightly]\nsizes = ["full"]\n'
+    repo = _new_repo(tmp_path / "r", mine)
+    proc = run_cli("init", cwd=repo)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "pyproject.toml" in proc.stderr and "--force" in proc.stderr
+    assert _snapshot(repo) == {"pyproject.toml": mine}  # nothing else written either
+    proc = run_cli("init", "--force", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    text = (repo / "pyproject.toml").read_text()
+    assert text.startswith(OTHER_TABLES)
+    data = tomllib.loads(text)
+    assert "nightly" not in data["tool"]["perfgate"]["suites"] and "reports_dir" in data["tool"]["perfgate"]
+    assert data["tool"]["perfgate"]["reports_dir"] == "reports"
+
+
+def test_refuses_to_overwrite_a_changed_workload_without_force(tmp_path):
+    repo = _new_repo(tmp_path / "r")
+    assert run_cli("init", cwd=repo).returncode == 0
+    edited = repo / "workloads" / "example_mlp.py"
+    edited.write_text(edited.read_text().replace("DEPTH = 4", "DEPTH = 6"))
+    before = _snapshot(repo)
+    proc = run_cli("init", "--gpu-runner", "gpu-a100", cwd=repo)
+    assert proc.returncode == 2 and "example_mlp.py" in proc.stderr
+    assert _snapshot(repo) == before  # the pyproject and workflow changes were not written either
+
+
+@pytest.mark.parametrize("pyproject, why", [
+    ("[project\nname = 1\n", "not valid TOML"),
+    ('[tool]\nperfgate.reports_dir = "x"\n', "dotted keys"),
+])
+def test_bad_pyproject_is_one_line_and_exit_2(tmp_path, pyproject, why):
+    repo = _new_repo(tmp_path / "r", pyproject)
+    proc = run_cli("init", "--force", cwd=repo)
+    assert proc.returncode == 2 and why in proc.stderr and proc.stderr.count("\n") == 1
+    assert (repo / "pyproject.toml").read_text() == pyproject
+
+
+@pytest.mark.parametrize("args, what", [
+    (["--gpu-runner", "gpu; rm -rf /"], "--gpu-runner"),
+    (["--gpu-runner", "a]\n  evil: x"], "--gpu-runner"),
+    (["--action", "someone/perfgate@v1"], "--action"),
+    (["--action", "x/y@" + "0" * 40 + "\n"], "--action"),
+])
+def test_values_that_land_in_workflows_are_validated(tmp_path, args, what):
+    repo = _new_repo(tmp_path / "r")
+    proc = run_cli("init", *args, cwd=repo)
+    assert proc.returncode == 2 and what in proc.stderr
+    assert _snapshot(repo) == {}
+
+
+def test_outside_a_git_repository_is_exit_2(tmp_path):
+    proc = run_cli("init", cwd=tmp_path)
+    assert proc.returncode == 2 and "git" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_never_writes_through_a_symbolic_link(tmp_path):
+    repo = _new_repo(tmp_path / "r")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (repo / "workloads").symlink_to(outside)
+    proc = run_cli("init", cwd=repo)
+    assert proc.returncode == 2 and "symbolic link" in proc.stderr
+    assert list(outside.iterdir()) == [] and not (repo / "pyproject.toml").exists()
+
+
+# ---------------------------------------------------------------- the generated workflows
+
+
+@pytest.fixture(scope="module", params=[[], ["--gpu-runner", "gpu-a100"]], ids=["cpu", "gpu-runner"])
+def generated(request, tmp_path_factory):
+    repo = _new_repo(tmp_path_factory.mktemp("generated") / "r")
+    proc = run_cli("init", *request.param, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    return repo, request.param
+
+
+def _generated_files(args: list[str]) -> tuple[str, ...]:
+    return WORKFLOW_FILES + (GPU_WORKFLOW_FILES if args else ())
+
+
+def test_generated_workflows_match_the_github_schema(generated):
+    repo, args = generated
+    assert sorted(p.name for p in (repo / ".github" / "workflows").iterdir()) == sorted(_generated_files(args))
+    files = [str(repo / ".github" / "workflows" / f) for f in _generated_files(args)]
+    proc = subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *files],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _zizmor(repo: Path, *extra: str, ignored: bool = False) -> set[tuple[str, str]]:
+    """(audit, file) of zizmor's findings: those not suppressed, or with ``ignored`` only the suppressed."""
+    proc = subprocess.run([_tool("zizmor"), "--offline", "--format", "json", "--no-exit-codes", *extra,
+                           str(repo / ".github" / "workflows")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return {(f["ident"], Path(f["locations"][0]["symbolic"]["key"]["Local"]["verbatim_path"]).name)
+            for f in json.loads(proc.stdout or "[]") if bool(f.get("ignored")) == ignored}
+
+
+def test_generated_workflows_are_zizmor_clean_offline(generated):
+    repo, args = generated
+    assert _zizmor(repo) == set()
+    # What the auditor persona adds is what --gpu-runner asks for: the self-hosted GPU runners (the PR pool
+    # for the approved commit, the main pool for baselines), as in perfgate's own workflows.
+    expected = {("self-hosted-runner", "perfgate-baselines.yml"), ("self-hosted-runner", "perfgate-gpu.yml")}
+    assert _zizmor(repo, "--persona=auditor") == (expected if args else set())
+    # the only suppressions: pull_request_target in the two GPU-gate workflows, each with its reason inline
+    suppressed = _zizmor(repo, "--no-ignores", ignored=True)
+    assert suppressed == ({("dangerous-triggers", f) for f in GPU_WORKFLOW_FILES} if args else set())
+
+
+def test_generated_workflows_carry_the_protections_of_perfgates_own(generated):
+    yaml = pytest.importorskip("ruamel.yaml")
+    repo, args = generated
+    wfs = {f: yaml.YAML(typ="safe").load((repo / ".github" / "workflows" / f).read_text())
+           for f in _generated_files(args)}
+    for name, wf in wfs.items():
+        assert wf["permissions"] == {}, name
+        if name != "perfgate-label.yml":  # it runs no Python: one API call
+            assert wf["env"]["PYTHONNOUSERSITE"] == "1", name
+        for job in wf["jobs"].values():
+            for step in job["steps"]:
+                if step.get("uses", "").startswith("actions/checkout"):
+                    assert step["with"]["persist-credentials"] is False
+    gate = wfs["perfgate.yml"]
+    assert set(gate["on"]) == {"pull_request"}  # a fork-editable trigger: hosted runners only
+    assert all(job["runs-on"] == "ubuntu-latest" for job in gate["jobs"].values())
+    final = gate["jobs"]["cpu-gate"]
+    assert final["if"] == "always()" and final["needs"] == ["cpu-smoke"]
+    (step,) = [s for s in gate["jobs"]["cpu-smoke"]["steps"] if "perfgate" in s.get("uses", "")]
+    assert step["uses"] == init.ACTION and step["with"]["against"] == "${{ github.event.pull_request.base.sha }}"
+    baselines = wfs["perfgate-baselines.yml"]
+    assert set(baselines["on"]) == {"push", "workflow_dispatch"} and baselines["on"]["push"]["branches"] == ["main"]
+    assert baselines["jobs"]["measure"]["runs-on"] == (["self-hosted", "gpu-a100", "perfgate-main"] if args
+                                                       else "ubuntu-latest")
+    assert baselines["env"]["PIP_NO_CACHE_DIR"] == "1"
+
+
+def test_generated_gpu_gate_keeps_the_approval_pinning_and_base_judging_of_perfgates_own(tmp_path):
+    """The GPU gate init writes is perfgate's own perfgate-gpu.yml with the user's runner label and the pinned
+    action: the approve script is the very one tests/test_workflows.py runs against a fake gh."""
+    yaml = pytest.importorskip("ruamel.yaml")
+    load = yaml.YAML(typ="safe").load
+    repo = _new_repo(tmp_path / "r")
+    assert run_cli("init", "--gpu-runner", "gpu-a100", cwd=repo).returncode == 0
+    gen = load((repo / ".github" / "workflows" / "perfgate-gpu.yml").read_text())
+    own = load((REPO_WORKFLOWS / "perfgate-gpu.yml").read_text())
+    assert gen["on"] == own["on"] == {"pull_request_target": {"types": ["labeled"]}}
+    assert gen["concurrency"] == own["concurrency"] and gen["env"]["PIP_NO_CACHE_DIR"] == "1"
+    for job_id in ("approve", "comment", "gpu-gate"):
+        mine = json.dumps(own["jobs"][job_id]).replace("the pr suite passed", "the gpu suite passed")
+        assert json.dumps(gen["jobs"][job_id]) == mine, job_id
+    gpu = gen["jobs"]["gpu"]
+    assert gpu["runs-on"] == ["self-hosted", "gpu-a100", "perfgate-pr"] and gpu["permissions"] == {"contents": "read"}
+    assert gpu["steps"][0]["with"]["ref"] == "${{ needs.approve.outputs.sha }}"
+    assert gpu["steps"][1] == own["jobs"]["gpu"]["steps"][1]  # refuse anything but the approved commit
+    (run,) = [s for s in gpu["steps"] if s.get("uses", "").split("@")[0] == init.ACTION.split("@")[0]]
+    assert run["with"]["against"] == "${{ needs.approve.outputs.base }}" and run["with"]["gate"] == "false"
+    assert run["with"]["suite"] == "gpu" and run["with"]["shard"] == "${{ matrix.shard }}/${{ env.PERFGATE_SHARDS }}"
+    merge = gen["jobs"]["merge"]
+    assert merge["runs-on"] == "ubuntu-latest" and merge["steps"][0]["with"]["ref"] == "${{ needs.approve.outputs.base }}"
+    install = [s["run"] for s in merge["steps"] if "install the pinned perfgate" in s.get("name", "")][0]
+    sha = init.ACTION.split("@")[1]
+    assert f"git+https://github.com/{init.ACTION.split('@')[0]}@{sha}" in install and "-e ." not in install
+    assert merge["steps"][-4:] == own["jobs"]["merge"]["steps"][-4:]  # merge --gate --rejudge, upload, junit, fail
+    label = load((repo / ".github" / "workflows" / "perfgate-label.yml").read_text())
+    assert label["jobs"] == load((REPO_WORKFLOWS / "perfgate-label.yml").read_text())["jobs"]
+    data = tomllib.loads((repo / "pyproject.toml").read_text())
+    assert data["tool"]["perfgate"]["suites"]["gpu"]["device"] == "cuda"
+
+
+# ---------------------------------------------------------------- the first hour, as a new user would
+
+
+@pytest.mark.slow
+def test_first_hour_init_run_baseline_slow_commit_is_caught_and_revert_passes(tmp_path):
+    """init, edit nothing, run, baseline update, commit; a commit that adds a fifth layer to the example's
+    four (+25% work) fails `run --against HEAD~1 --gate` with the case named; its revert passes."""
+    repo = _new_repo(tmp_path / "their-repo", OTHER_TABLES)
+    assert run_cli("init", cwd=repo).returncode == 0
+
+    proc = run_cli("run", cwd=repo)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "example_mlp" in proc.stdout
+    proc = run_cli("baseline", "update", cwd=repo)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert list((repo / "baselines").rglob("smoke.json"))
+    _git(repo, "add", "pyproject.toml", "workloads", "baselines", ".github")
+    _git(repo, "commit", "-qm", "perfgate: gate performance")
+
+    workload = repo / "workloads" / "example_mlp.py"
+    workload.write_text(workload.read_text().replace("DEPTH = 4", "DEPTH = 5"))
+    _git(repo, "commit", "-qam", "one more layer")
+    out = tmp_path / "slow"
+    proc = run_cli("run", "--against", "HEAD~1", "--gate", "--out", str(out), cwd=repo)
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    summary = (out / "summary.md").read_text()
+    assert "example_mlp/smoke/eager/cpu" in summary
+    # the timing caught it, not only the operator counts that a fifth layer also changes
+    verdicts = {v["metric"]: v for v in json.loads((out / "comparison.json").read_text())["verdicts"]
+                if v["case_key"] == "example_mlp/smoke/eager/cpu"}
+    assert verdicts["step_time"]["kind"] == "regression", verdicts["step_time"]
+    assert 1.1 < verdicts["step_time"]["ratio"] < 1.5
+
+    _git(repo, "revert", "--no-edit", "HEAD")
+    proc = run_cli("run", "--against", "HEAD~1", "--gate", "--out", str(tmp_path / "reverted"), cwd=repo)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    verdicts = {v["metric"]: v["kind"] for v in
+                json.loads((tmp_path / "reverted" / "comparison.json").read_text())["verdicts"]}
+    assert verdicts["step_time"] != "regression"
