@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +52,20 @@ def profiled_run(tmp_path_factory):
     """One shared run: tight_conv eager and amp-bf16, one process each (a few seconds)."""
     out = tmp_path_factory.mktemp("profiled") / "run"
     return out, _profiled_run(out, "-w", "tight_conv", "-t", "eager", "-t", "amp-bf16")
+
+
+def dev_tool(name: str) -> str:
+    """The tool next to this Python (the dev extra installs it there) or on PATH; skip if absent."""
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
+    if not found:
+        pytest.skip(f"{name} is not installed (pip install -e '.[dev]')")
+    return found
+
+
+def zizmor_findings(target: Path, *extra: str) -> list[dict]:
+    """zizmor's findings (JSON, offline) on the workflows or action at ``target``."""
+    proc = subprocess.run([dev_tool("zizmor"), "--offline", "--format", "json", "--no-exit-codes", *extra, str(target)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout or "[]")

@@ -81,10 +81,12 @@ def test_sigterm_leaves_no_worktree_behind(repo: tuple[Path, list[str]]) -> None
 
 
 def test_real_runs_on_each_commit_make_a_series_whose_step_detect_finds(tmp_path: Path) -> None:
-    """perfgate run --history on 10 commits (+25% from the 5th): detect names the commit range, and each
-    run's report.html links its case to its trend in history.html."""
+    """perfgate run --history on 10 commits (+50% from the 5th): detect names the commit range, and each
+    run's report.html links its case to its trend in history.html. +50%, not less: five points a side is
+    the fewest detect tests, and one run slowed by the rest of a loaded CI machine (seen: a +25% step
+    missed) must not hide the step."""
     path = tmp_path / "repo"
-    hashes = make_repo(path, 10, 5, processes=1, samples=5)
+    hashes = make_repo(path, 10, 5, step=0.5, processes=1, samples=5)
     for h in hashes:
         git(path, "checkout", "-q", h)
         out = cli(["run", "--history"], path)
@@ -99,4 +101,4 @@ def test_real_runs_on_each_commit_make_a_series_whose_step_detect_finds(tmp_path
     assert analysis["points"] == 10
     (cp,) = analysis["change_points"]
     assert (cp["before_commit"], cp["after_commit"]) == (hashes[4], hashes[5])
-    assert cp["kind"] == "regression" and 0.12 < cp["change"] < 0.4
+    assert cp["kind"] == "regression" and 0.3 < cp["change"] < 0.8

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import dev_tool, run_cli, zizmor_findings
 
 from perfgate import init
 
@@ -44,14 +43,6 @@ def _new_repo(path: Path, pyproject: str | None = None) -> Path:
 def _snapshot(repo: Path) -> dict[str, str]:
     return {str(p.relative_to(repo)): p.read_text() for p in sorted(repo.rglob("*"))
             if p.is_file() and ".git" not in p.relative_to(repo).parts}
-
-
-def _tool(name: str) -> str:
-    here = Path(sys.executable).parent / name
-    found = str(here) if here.exists() else shutil.which(name)
-    if not found:
-        pytest.skip(f"{name} is not installed (pip install -e '.[dev]')")
-    return found
 
 
 OTHER_TABLES = """[project]
@@ -188,18 +179,15 @@ def test_generated_workflows_match_the_github_schema(generated):
     repo, args = generated
     assert sorted(p.name for p in (repo / ".github" / "workflows").iterdir()) == sorted(_generated_files(args))
     files = [str(repo / ".github" / "workflows" / f) for f in _generated_files(args)]
-    proc = subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *files],
+    proc = subprocess.run([dev_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *files],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def _zizmor(repo: Path, *extra: str, ignored: bool = False) -> set[tuple[str, str]]:
     """(audit, file) of zizmor's findings: those not suppressed, or with ``ignored`` only the suppressed."""
-    proc = subprocess.run([_tool("zizmor"), "--offline", "--format", "json", "--no-exit-codes", *extra,
-                           str(repo / ".github" / "workflows")], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
     return {(f["ident"], Path(f["locations"][0]["symbolic"]["key"]["Local"]["verbatim_path"]).name)
-            for f in json.loads(proc.stdout or "[]") if bool(f.get("ignored")) == ignored}
+            for f in zizmor_findings(repo / ".github" / "workflows", *extra) if bool(f.get("ignored")) == ignored}
 
 
 def test_generated_workflows_are_zizmor_clean_offline(generated):

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cli_env
+from conftest import REPO, cli_env, dev_tool, zizmor_findings
 
 WORKFLOWS = REPO / ".github" / "workflows"
 WORKFLOW_FILES = sorted(WORKFLOWS.glob("*.yml"))
@@ -44,15 +44,6 @@ FORK_EDITABLE_TRIGGERS = {"pull_request", "pull_request_review", "pull_request_r
 PR_POOL, MAIN_POOL = "perfgate-pr", "perfgate-main"
 APPROVED = "${{ needs.approve.outputs.sha }}"
 BASE = "${{ needs.approve.outputs.base }}"
-
-
-def _tool(name: str) -> str:
-    """The tool next to this Python (the dev extra installs it there) or on PATH; skip if absent."""
-    here = Path(sys.executable).parent / name
-    found = str(here) if here.exists() else shutil.which(name)
-    if not found:
-        pytest.skip(f"{name} is not installed (pip install -e '.[dev]')")
-    return found
 
 
 def _load(path: Path) -> dict:
@@ -196,16 +187,13 @@ def test_the_four_workflows_exist():
 
 
 def test_workflows_match_the_github_workflow_schema():
-    proc = subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows",
+    proc = subprocess.run([dev_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows",
                            *map(str, WORKFLOW_FILES)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def _zizmor(*extra: str) -> list[dict]:
-    proc = subprocess.run([_tool("zizmor"), "--offline", "--format", "json", "--no-exit-codes", *extra,
-                           str(WORKFLOWS)], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout or "[]")
+    return zizmor_findings(WORKFLOWS, *extra)
 
 
 def _at_least_medium(finding: dict) -> bool:
@@ -242,16 +230,13 @@ def test_zizmor_auditor_findings_are_exactly_the_documented_ones():
 
 
 def test_action_matches_the_github_action_schema():
-    proc = subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(ACTION)],
+    proc = subprocess.run([dev_tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(ACTION)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_zizmor_offline_finds_nothing_in_the_action():
-    proc = subprocess.run([_tool("zizmor"), "--offline", "--format", "json", "--no-exit-codes", "--persona=auditor",
-                           str(ACTION)], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr
-    findings = [f for f in json.loads(proc.stdout or "[]") if not f.get("ignored")]
+    findings = [f for f in zizmor_findings(ACTION, "--persona=auditor") if not f.get("ignored")]
     assert findings == [], [(f["ident"], f["desc"]) for f in findings]
 
 
