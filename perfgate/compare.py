@@ -71,7 +71,9 @@ class GateSettings:
     memory_floor_bytes: float = 1024 * 1024  # ... and never less than this many bytes
     compile_time_tolerance: float = 0.5  # compile_cold_s / compile_warm_s: one sample each, so wide
     compile_time_floor_s: float = 1.0
-    remeasure: bool = True  # re-run a case whose step time regressed before failing the gate
+    # re-run a case whose step time regressed before failing the gate: true, false, or "stored" (the
+    # default): against a stored baseline only; `--against`'s lockstep pairs are judged once (docs/gate.md)
+    remeasure: bool | str = "stored"
     # how much to measure (perfgate.sequential): processes are added to a case, look by look, until its step
     # time is settled or its budget is spent; adaptive = false measures exactly `processes` per case
     adaptive: bool = True
@@ -101,6 +103,11 @@ class GateSettings:
             if case.spec.workload in self.workloads:
                 return self.workloads[case.spec.workload], "per-workload threshold"
         return self.threshold, "global threshold"
+
+    def remeasures(self, mode: str) -> bool:
+        """Whether a step-time regression in ``mode`` ("stored" or "against") is measured again before it
+        fails the gate."""
+        return self.remeasure is True or (self.remeasure == "stored" and mode != "against")
 
     def plain_precision(self) -> float:
         """A plain run's target step-time CI half-width: ``precision``, or half the threshold."""
@@ -141,11 +148,14 @@ def parse_gate(raw: Any) -> GateSettings:
             kw[k] = _number(raw[k], k, 0.0, {"confidence": 0.999, "run_to_run": 0.5, "process_quantile": 0.5}.get(k))
     if "confidence" in kw and kw["confidence"] < 0.5:
         raise ConfigError(f"[tool.perfgate.gate] confidence must be between 0.5 and 0.999, got {kw['confidence']!r}")
-    for k in ("remeasure", "adaptive"):
-        if k in raw:
-            if not isinstance(raw[k], bool):
-                raise ConfigError(f"[tool.perfgate.gate] {k} must be true or false, got {raw[k]!r}")
-            kw[k] = raw[k]
+    if "remeasure" in raw:
+        if not (isinstance(raw["remeasure"], bool) or raw["remeasure"] == "stored"):
+            raise ConfigError(f"[tool.perfgate.gate] remeasure must be true, false or \"stored\", got {raw['remeasure']!r}")
+        kw["remeasure"] = raw["remeasure"]
+    if "adaptive" in raw:
+        if not isinstance(raw["adaptive"], bool):
+            raise ConfigError(f"[tool.perfgate.gate] adaptive must be true or false, got {raw['adaptive']!r}")
+        kw["adaptive"] = raw["adaptive"]
     if kw.get("max_case_s", 1.0) <= 0:
         raise ConfigError(f"[tool.perfgate.gate] max_case_s must be more than 0, got {raw['max_case_s']!r}")
     lowest = {"bootstrap_resamples": 100, "seed": 0, "max_processes": 1}

@@ -96,7 +96,7 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Pa
     baselines.check_covers(base, run)
     comparison = compare_runs(run, base.run, gs, baseline_source=str(path), calibration=base.calibration,
                               strict_env=strict_env)
-    if gs.remeasure and any(v.metric == "step_time" and v.kind == "regression" for v in comparison.verdicts):
+    if gs.remeasures("stored") and any(v.metric == "step_time" and v.kind == "regression" for v in comparison.verdicts):
         specs = {s.key: s for s in cases}
         sampler_for = sampler_factory(settings, "stored", base)
 
@@ -160,7 +160,7 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
     echo(console.run_tables(run))
     gs = gate_settings(settings)
     comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=f"git:{ref} ({base.commit[:12]})")
-    if gs.remeasure and any(v.metric == "step_time" and v.kind == "regression" for v in comparison.verdicts):
+    if gs.remeasures("against") and any(v.metric == "step_time" and v.kind == "regression" for v in comparison.verdicts):
         specs = {s.key: s for s in cases}
         base_again: list[CaseResult] = []
 

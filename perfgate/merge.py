@@ -345,7 +345,7 @@ def judge_against(out_dir: str | Path, run: RunResult, settings: Settings) -> Co
     source = f"git:{ref} ({str(base_run.environment.get('git_commit', ''))[:12]}), judged again by this perfgate"
     gs = gate_settings(settings)
     comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=source)
-    if gs.remeasure and any(v.metric == STEP_TIME and v.kind == "regression" for v in comparison.verdicts):
+    if gs.remeasures("against") and any(v.metric == STEP_TIME and v.kind == "regression" for v in comparison.verdicts):
         head_again = _cases_by_key(out / REMEASURE_FILE)
         base_again = _cases_by_key(out / "base" / REMEASURE_FILE)
 

@@ -251,7 +251,8 @@ def test_thresholds_per_workload_toggle_and_calibration():
     ({"run_to_run": 0.8}, "run_to_run must be between 0 and 0.5"),
     ({"process_quantile": 0.9}, "process_quantile must be between 0 and 0.5"),
     ({"metrics": {"kernels": 0.1}}, "unknown metric 'kernels'"),
-    ({"remeasure": "yes"}, "remeasure must be true or false"),
+    ({"remeasure": "yes"}, 'remeasure must be true, false or "stored"'),
+    ({"remeasure": 1}, 'remeasure must be true, false or "stored"'),
 ])
 def test_gate_config_is_validated(raw, message):
     with pytest.raises(ConfigError, match=message):
@@ -267,6 +268,13 @@ def test_environment_difference_warns_and_strict_refuses():
     assert "WARNING" in cmp.warnings[0]
     with pytest.raises(ConfigError, match="strict-env"):
         compare_runs(cur, base, strict_env=True)
+
+
+def test_the_default_re_measures_against_a_stored_baseline_only():
+    assert GateSettings().remeasures("stored") and not GateSettings().remeasures("against")
+    assert parse_gate({"remeasure": True}).remeasures("against")
+    assert not parse_gate({"remeasure": False}).remeasures("stored")
+    assert parse_gate({"remeasure": "stored"}) == GateSettings()
 
 
 def test_a_regression_must_regress_again_on_remeasure():

@@ -4,6 +4,7 @@ shards that are not parts of one measurement are refused with one line (exit 2).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from conftest import cli_env, run_cli
@@ -335,9 +336,14 @@ def test_rejudge_confirms_a_regression_only_with_both_sides_re_measured(tmp_path
     paths = _against_shards(tmp_path, 3.0)
     out = tmp_path / "m"
     run, _ = merge_runs(paths, out)
-    settings = settings_for(tmp_path)
-    if not GateSettings().remeasure:
-        pytest.skip("re-measuring is off by default")
+    # by default (remeasure = "stored") a paired run is judged once: a recorded re-measure changes nothing
+    assert not GateSettings().remeasures("against")
+    write_results(load_results(out / "base" / "results.json"), out / "results-remeasure.json")
+    write_results(load_results(out / "base" / "results.json"), out / "base" / "results-remeasure.json")
+    assert judge_against(out, run, settings_for(tmp_path)).gate_failed
+    (out / "results-remeasure.json").unlink()
+    (out / "base" / "results-remeasure.json").unlink()
+    settings = replace(settings_for(tmp_path), extra={"gate": {"remeasure": True}})
     # no recorded re-measure: the first measurement's regression stands
     assert judge_against(out, run, settings).gate_failed
     # a re-measure of both sides that no longer regresses clears it
