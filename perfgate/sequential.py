@@ -16,13 +16,16 @@ Looking at the data again and again and stopping when it looks decided inflates 
 fixed-level test. The comparison rule therefore spends the error rate over its looks (Lan-DeMets alpha
 spending, Pocock-type function ``alpha * ln(1 + (e - 1) * t)``, ``t`` the share of the process budget
 used) and gives each look only its increment, so the chance of any false significant result over all
-looks is at most ``alpha`` (Bonferroni over the increments: conservative, since it ignores that
-successive looks share data). A look that no further look can follow (the process or time budget would
-be exceeded) spends all that is left.
+looks is at most ``alpha``. Each look's level is the exact group-sequential boundary for its increment
+(``boundaries``: successive looks share their processes, so their statistics are correlated, and the
+boundary is computed from that correlation rather than by Bonferroni, which would ignore it and judge the
+late looks at needlessly wide intervals). A look that no further look can follow (the process or time
+budget would be exceeded) spends all that is left.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Callable
@@ -33,6 +36,10 @@ from perfgate.compare import GateSettings, judge_time, process_time, set_aside_s
 from perfgate.model import STATUS_OK, CaseResult
 
 GROWTH = 1.5  # each look has about this many times the processes of the one before
+
+
+def _normal_sf(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
 
 
 def look_schedule(first: int, most: int) -> list[int]:
@@ -50,6 +57,58 @@ def look_schedule(first: int, most: int) -> list[int]:
 def spent_alpha(alpha: float, fraction: float) -> float:
     """Error rate spent once ``fraction`` of the budget is used: Lan-DeMets' Pocock-type function."""
     return alpha * math.log(1.0 + (math.e - 1.0) * min(1.0, max(0.0, fraction)))
+
+
+GRID = 401  # points per look in the numerical integration of ``boundaries``
+
+
+def _excess(c: float, mass: Any, grid: Any, root_n: float, root_d: float, inc: float) -> float:
+    """The chance of rejecting first at this look with boundary ``c``, less its share ``inc``: ``mass``
+    is the surviving density of the previous sum on ``grid``; this look adds a sum over ``root_d ** 2``
+    processes, and rejects when the total leaves +/- c * ``root_n``."""
+    import numpy as np
+    from scipy import stats
+
+    tail = stats.norm.sf((c * root_n - grid) / root_d) + stats.norm.cdf((-c * root_n - grid) / root_d)
+    return float(np.sum(mass * tail)) - inc
+
+
+@functools.lru_cache(maxsize=256)
+def boundaries(counts: tuple[int, ...], increments: tuple[float, ...]) -> tuple[float, ...]:
+    """Two-sided z boundaries of a group-sequential test: look k, after ``counts[k]`` processes, rejects
+    when |Z_k| >= the k-th boundary, chosen so that under no change the chance of rejecting *first* at
+    look k is exactly ``increments[k]``. Z_k is the standardized sum of the first ``counts[k]`` independent
+    processes, so successive looks are correlated (sqrt(n_j / n_k)); the chance is computed by recursive
+    numerical integration of the sum's density over the region no earlier look rejected (Armitage,
+    McPherson and Rowe, 1969). Bonferroni (each look at 1 - its increment) ignores that correlation and
+    gives wider intervals than the error rate needs: 2.63 instead of 2.36 at the last of five looks."""
+    import numpy as np
+    from scipy import optimize, stats
+
+    out: list[float] = []
+    grid = weights = density = None  # the surviving density of S_{k-1} on a grid, with trapezoid weights
+    prev = 0
+    for n, inc in zip(counts, increments, strict=True):
+        d = n - prev
+        inc = min(max(inc, 1e-12), 0.5)
+        if density is None:
+            c = float(stats.norm.isf(inc / 2))
+        else:
+            args = (weights * density, grid, math.sqrt(n), math.sqrt(d), inc)
+            c = float(optimize.brentq(_excess, 0.0, 12.0, args=args, xtol=1e-6)) if _excess(0.0, *args) > 0 else 0.0
+        half = c * math.sqrt(n)
+        new_grid = np.linspace(-half, half, GRID)
+        if density is None:
+            new_density = stats.norm.pdf(new_grid / math.sqrt(n)) / math.sqrt(n)
+        else:
+            kernel = stats.norm.pdf((new_grid[:, None] - grid[None, :]) / math.sqrt(d)) / math.sqrt(d)
+            new_density = kernel @ (weights * density)
+        step = new_grid[1] - new_grid[0] if GRID > 1 else 0.0
+        weights = np.full(GRID, step)
+        weights[[0, -1]] = step / 2
+        grid, density, prev = new_grid, new_density, n
+        out.append(c)
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -121,7 +180,7 @@ class ComparisonRule:
         change = time_change([p.step_times_s for p in base.processes], [p.step_times_s for p in head.processes],
                              paired=self.paired, confidence=confidence, resamples=g.bootstrap_resamples, seed=g.seed,
                              base_bursts=[p.bursts for p in base.processes],
-                             head_bursts=[p.bursts for p in head.processes], run_to_run=g.run_to_run,
+                             head_bursts=[p.bursts for p in head.processes], run_to_run=g.run_to_run_for(self.paired),
                              quantile=g.process_quantile)
         if change is None:
             return Decision(True, "no step-time samples on one side")
@@ -145,6 +204,8 @@ class Sampler:
     stopped: str = ""
     confidence: float | None = None  # the confidence of the look that settled (or ended) the case
     _spent: float = 0.0
+    _increments: list[float] = field(default_factory=list)  # the error rate given to each look so far
+    _counts: list[int] = field(default_factory=list)  # processes (per side) at each look so far
 
     @property
     def first(self) -> int:
@@ -176,13 +237,19 @@ class Sampler:
         return nxt
 
     def _look_confidence(self, done: int, final: bool) -> float:
-        """1 - this look's share of alpha (comparison rules); the plain confidence for a precision rule."""
+        """The confidence this look is judged at (comparison rules): the two-sided level of its
+        group-sequential boundary for its share of alpha; the plain confidence for a precision rule."""
         if not isinstance(self.rule, ComparisonRule):
             return 1.0 - self.alpha
         total = spent_alpha(self.alpha, done / self.budget.max_processes) if not final else self.alpha
         share = max(total - self._spent, 1e-6)
         self._spent = max(total, self._spent)
-        return 1.0 - share
+        if self._counts and done <= self._counts[-1]:  # no new process since the last look: no new information
+            return 1.0 - share
+        self._counts.append(done)
+        self._increments.append(share)
+        z = boundaries(tuple(self._counts), tuple(self._increments))[-1]
+        return 1.0 - 2.0 * _normal_sf(z)
 
     def end(self, why: str) -> None:
         """The case ended without a look's say (a process skipped or failed)."""
