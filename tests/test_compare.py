@@ -22,7 +22,9 @@ from perfgate.compare import (
     parse_gate,
     process_time,
     set_aside_slowed,
+    shift_median,
     time_change,
+    walsh_median,
 )
 from perfgate.config import ConfigError
 from perfgate.model import VERDICT_KINDS, CaseResult, CaseSpec, ProcessSamples, RunResult
@@ -386,3 +388,20 @@ def test_an_inconclusive_step_time_says_what_budget_would_settle_it(paired):
     strict = budget_advice(wide, 0.05, {"processes": 5, "seconds": 40.0, "confidence": 0.99}, GateSettings())
     assert ("about 36 processes" not in strict) and ("about 55 processes" not in strict)
 
+
+
+def test_hodges_lehmann_estimates_by_hand_and_along_an_axis():
+    """The paired estimate is the median of the Walsh averages (x_i + x_j) / 2, i <= j; the stored one the
+    median of all differences head_i - base_j. A wild value moves neither as it moves the mean, and the
+    bootstrap's vectorized call (one row per resample) gives each row its own estimate."""
+    import numpy as np
+
+    # Walsh averages of [1, 2, 10]: 1, 1.5, 5.5, 2, 6, 10 -> median (2 + 5.5) / 2
+    assert walsh_median([1.0, 2.0, 10.0]) == pytest.approx(3.75)
+    assert walsh_median([0.01, 0.02, 0.03, 0.02, 5.0]) < 0.1  # the mean would be 1.0
+    assert shift_median([5.0, 6.0], [1.0, 2.0]) == pytest.approx(4.0)  # differences 4, 3, 5, 4
+    assert shift_median([1.0, 1.1, 1.2, 9.0], [1.0, 1.1, 1.2]) == pytest.approx(0.05)  # difference of means: 2.0
+    rows = np.array([[1.0, 2.0, 10.0], [0.0, 0.0, 3.0]])
+    assert walsh_median(rows, axis=-1) == pytest.approx([3.75, 0.75])
+    assert walsh_median(rows.T, axis=0) == pytest.approx([3.75, 0.75])
+    assert shift_median(rows, np.array([[0.0, 1.0], [1.0, 1.0]]), axis=-1) == pytest.approx([1.5, -1.0])
