@@ -10,8 +10,7 @@
 #   PERFGATE_WORKDIR  repository to run in                       (default: the one holding this script)
 #   PERFGATE_PYTHON   Python with perfgate installed             (default: python)
 #   PERFGATE_SUITE    suite to run                               (default: smoke; empty: default_suite)
-#   PERFGATE_GATE     "false": report only, no --gate; "baseline": measure for a baseline (--for-baseline)
-#                                                                (default: true)
+#   PERFGATE_GATE     "false": report only, no --gate            (default: true)
 #   PERFGATE_SHARD    run one shard, I/N                         (default: the whole suite)
 #   PERFGATE_OUT      run folder                                 (default: reports/ci-smoke)
 #   PERFGATE_AGAINST  git ref to compare against in the same job (default: none: compare with baselines/)
@@ -31,8 +30,7 @@ fi
 case "${PERFGATE_GATE:-true}" in
   true) args+=(--gate) ;;
   false) ;;
-  baseline) args+=(--for-baseline) ;;
-  *) echo "smoke-gate: PERFGATE_GATE must be true, false or baseline, got '$PERFGATE_GATE'" >&2; exit 2 ;;
+  *) echo "smoke-gate: PERFGATE_GATE must be true or false, got '$PERFGATE_GATE'" >&2; exit 2 ;;
 esac
 if [[ -n "${PERFGATE_SHARD:-}" ]]; then
   args+=(--shard "$PERFGATE_SHARD")

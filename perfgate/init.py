@@ -226,7 +226,7 @@ def apply(top: Path, planned: list[Planned]) -> None:
 
 
 NEXT_STEPS = """next:
-  perfgate run --for-baseline  # measure the example workload, precisely (reports/LATEST names the run)
+  perfgate run                 # measure the example workload (reports/LATEST names the run)
   perfgate baseline update     # keep its numbers as this machine's baseline in baselines/
   git add pyproject.toml workloads baselines .github && git commit -m "perfgate: gate performance"
 then `perfgate run --gate` (against baselines/) or `perfgate run --against HEAD~1 --gate` after a change."""
