@@ -3,8 +3,7 @@
 A throwaway project holds one workload, ``gate_knob``: a chain of small matmuls whose count per step
 grows by a known fraction (``EXTRA``) without changing the case's identity, as a code change would.
 
-- stored-baseline mode: per round, a fresh baseline run (``perfgate run --for-baseline`` + ``baseline
-  update``, as README's "Recording baselines" says; ``--plain-baselines``: a plain ``perfgate run``), then
+- stored-baseline mode: per round, a fresh baseline run (``perfgate run`` + ``baseline update``), then
   one gated run per condition (A/A, +3%, +5%, +10%; the knob comes from the environment);
 - ``--against`` mode: a temporary git repository per condition whose head commit sets ``EXTRA`` (A/A: a
   comment-only commit); each trial is ``perfgate run --against HEAD~1 --gate``.
@@ -164,15 +163,8 @@ def record(results: list[dict], mode: str, extra: float, proc: subprocess.Comple
           f"{str(sampling.get('stopped'))[:90]}", flush=True)
 
 
-def summarize(everything: list[dict]) -> None:
-    """Per family, mode and condition: verdict counts, CI coverage of the cross-trial median, wall time;
-    the stored baselines' processes and wall time."""
-    results = [r for r in everything if r["mode"] != "baseline"]
-    for family in sorted({r["family"] for r in everything if r["mode"] == "baseline"}):
-        rows = [r for r in everything if (r["family"], r["mode"]) == (family, "baseline")]
-        procs, walls = sorted(r["processes"] for r in rows), sorted(r["wall_s"] for r in rows)
-        print(f"{family:<8} baselines: {len(rows)}, processes {procs[0]}-{procs[len(procs) // 2]}-{procs[-1]} "
-              f"(min-med-max), wall {walls[len(walls) // 2]:.0f} s median ({walls[-1]:.0f} s max)")
+def summarize(results: list[dict]) -> None:
+    """Per family, mode and condition: verdict counts, CI coverage of the cross-trial median, wall time."""
     print(f"{'family':<8} {'mode':<8} {'work':>5} {'trials':>6} {'regr':>5} {'win':>4} {'inconcl':>7} "
           f"{'unch':>5} {'CI covers median':>16} {'ratio min-med-max':>20} {'wall s med (max)':>17} {'processes':>10}")
     for family in sorted({r["family"] for r in results}):
@@ -214,8 +206,6 @@ def main() -> int:
     ap.add_argument("--extras", default="0,0.05,0.10",
                     help="work added per condition (0 = A/A; 0.03 shows what the half-threshold line costs)")
     ap.add_argument("--modes", default="stored,against")
-    ap.add_argument("--plain-baselines", action="store_true",
-                    help="record stored baselines with a plain `perfgate run` (before --for-baseline existed)")
     ap.add_argument("--families", default="matmul,rollout", help="matmul (small matmul chain), rollout (conv)")
     ap.add_argument("--out", type=Path, default=None, help="write every trial as JSON here (rewritten per trial)")
     args = ap.parse_args()
@@ -235,20 +225,11 @@ def main() -> int:
             if "stored" in modes:
                 proj = make_project(tmpdir / family / "stored", 0.0, args.processes, args.threshold, family)
                 for trial in range(args.trials):
-                    base_dir = proj / "runs" / f"base-{trial}"
-                    t0 = time.perf_counter()
-                    base = perfgate(["run", *([] if args.plain_baselines else ["--for-baseline"]), "--out",
-                                     str(base_dir)], proj)
+                    base = perfgate(["run", "--out", str(proj / "runs" / f"base-{trial}")], proj)
                     if base.returncode != 0:
                         print(base.stdout[-2000:], base.stderr[-2000:])
                         return 3
-                    base_wall = time.perf_counter() - t0
-                    perfgate(["baseline", "update", str(base_dir)], proj)
-                    base_sampling = json.loads((base_dir / "results.json").read_text())["cases"][0]["metadata"]["sampling"]
-                    print(f"  {family:<7} baseline {base_wall:.1f} s, {base_sampling['processes']} proc: "
-                          f"{base_sampling['stopped'][:90]}", flush=True)
-                    results.append({"family": family, "mode": "baseline", "wall_s": base_wall,
-                                    "processes": base_sampling["processes"], "stopped": base_sampling["stopped"]})
+                    perfgate(["baseline", "update", str(proj / "runs" / f"base-{trial}")], proj)
                     for extra in extras:
                         out = proj / "runs" / f"t{trial}-{extra}"
                         t0 = time.perf_counter()

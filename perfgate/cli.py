@@ -157,9 +157,6 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
 @click.option("--strict-env", is_flag=True, help="Refuse a baseline measured with another torch/CUDA/driver/Python.")
 @click.option("--history", "history", is_flag=True,
               help="Add this run to the history store ([tool.perfgate] history, $PERFGATE_HISTORY_URL).")
-@click.option("--for-baseline", "for_baseline", is_flag=True,
-              help="Measure for `perfgate baseline update`: each case to a fifth of its threshold (a plain run: "
-                   "half), on twice the process and time budget.")
 @handle_errors
 def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], toggles: tuple[str, ...],
             size: str | None, device: str | None, out: str | None, processes: int | None, threads: int | None,
@@ -167,7 +164,7 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
             workloads_dirs: tuple[str, ...], compile_cache: str | None = None, shard: str | None = None, shard_costs: str | None = None,
             gate: bool = False, baseline_file: str | None = None, against_ref: str | None = None,
             strict_env: bool = False, max_processes: int | None = None, max_case_s: float | None = None,
-            history: bool = False, for_baseline: bool = False) -> None:
+            history: bool = False) -> None:
     """Run a suite (or a selection) and write results.json with a table of step times per toggle."""
     from dataclasses import replace
 
@@ -178,10 +175,6 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     from perfgate.storage import check_writable_dir
 
     shard_obj = parse_shard(shard) if shard else None  # a bad --shard fails before the slow probe
-    if for_baseline and (gate or against_ref or processes is not None):
-        clash = "--gate" if gate else "--against" if against_ref else "--processes"
-        raise ConfigError(f"--for-baseline measures each case to a baseline's precision; {clash} "
-                          f"{'fixes the processes' if clash == '--processes' else 'compares instead'}: give one of the two")
     settings = load_settings(config)
     for d in workloads_dirs:
         if not Path(d).is_dir():
@@ -223,8 +216,7 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     from perfgate import expect, roofline
 
     run = RunResult(run_id=run_dir.name, suite=suite_obj.name, environment=env,
-                    started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                    settings={**settings.to_json(), **({"for_baseline": True} if for_baseline else {})},
+                    started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settings=settings.to_json(),
                     expectations=expect.rules_json(settings, catalog.workloads, cases),
                     ceilings=roofline.ceilings_for_run(settings.baselines_dir, env))
     from perfgate import gate as gate_mod
@@ -249,7 +241,7 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
             click.echo(f"perfgate: nothing to run in shard {shard_obj.text}; results: {run_dir / 'results.json'}")
             return
     click.echo(f"perfgate: {len(cases)} case(s) of suite {suite_obj.name!r} on {cases[0].device}, "
-               f"{sampling_plan(settings, for_baseline)}, {settings.threads} thread(s) -> {run_dir}")
+               f"{sampling_plan(settings)}, {settings.threads} thread(s) -> {run_dir}")
 
     def progress(event: str, k: int, n: int, spec: Any, result: Any, elapsed: float) -> None:
         if event == "start":
@@ -269,8 +261,7 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
         if history:
             _add_run_to_history(settings, run_dir)
         sys.exit(code)
-    sampler_for = gate_mod.sampler_factory(settings, "stored" if stored else "baseline" if for_baseline else "plain",
-                                           stored[1] if stored else None)
+    sampler_for = gate_mod.sampler_factory(settings, "stored" if stored else "plain", stored[1] if stored else None)
     run = runner.execute(cases, files, settings, run, run_dir, progress, after_case=write_reports,
                          sampler_for=sampler_for)
     run = replace(run, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
@@ -294,18 +285,13 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
         sys.exit(code)
 
 
-def sampling_plan(settings: Any, for_baseline: bool = False) -> str:
+def sampling_plan(settings: Any) -> str:
     """How many worker processes each case gets, in words, for the run's first line."""
-    from perfgate.compare import BASELINE_BUDGET_SCALE, gate_settings
+    from perfgate.compare import gate_settings
 
     gs = gate_settings(settings)
     if not gs.adaptive:
         return f"{settings.processes} process(es) each"
-    if for_baseline:
-        target = (f"+/-{gs.baseline_precision * 100:g}%" if gs.baseline_precision
-                  else "+/-a fifth of its threshold")
-        return (f"{settings.processes} to {gs.max_processes * BASELINE_BUDGET_SCALE} process(es) each until the step "
-                f"time is within {target}, for a baseline (at most {gs.max_case_s * BASELINE_BUDGET_SCALE:g} s)")
     return f"{settings.processes} to {gs.max_processes} process(es) each as needed (at most {gs.max_case_s:g} s)"
 
 
@@ -371,9 +357,6 @@ def baseline_update_cmd(config: str | None, results: str | None, allow_failed: b
     new = baselines.from_run(run, previous, source=str(results))
     baselines.write_baseline(new, path)
     click.echo(f"baseline {path} <- {results}")
-    if not run.settings.get("for_baseline"):
-        click.echo("note: a plain run measures each case to half its threshold; a baseline's error enters every "
-                   "comparison, so `perfgate run --for-baseline` measures to a fifth (docs/gate.md)")
     for line in baselines.changes(previous, new):
         click.echo(line)
 

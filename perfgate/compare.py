@@ -55,12 +55,6 @@ ENVIRONMENT_KEYS = ("torch", "torch_cuda", "cudnn", "nvidia_driver", "python", "
 
 # ---------------------------------------------------------------- settings: [tool.perfgate.gate]
 
-# `perfgate run --for-baseline`: cases are measured to a fifth of their threshold (a plain run: half), with
-# this many times the gate's process and time budget; docs/gate.md ("Recording a baseline") has the figures
-BASELINE_PRECISION_SHARE = 5
-BASELINE_BUDGET_SCALE = 2
-
-
 @dataclass(frozen=True)
 class GateSettings:
     """The gate's knobs, from ``[tool.perfgate.gate]``; every default is documented in docs/gate.md."""
@@ -90,9 +84,6 @@ class GateSettings:
     max_processes: int = 16  # per side, per case
     max_case_s: float = 60.0  # wall seconds of sampling per case (per side pair with --against), roughly
     precision: float = 0.0  # a plain run's target CI half-width (relative); 0: half the threshold
-    # `perfgate run --for-baseline`'s target CI half-width (relative); 0: a fifth of the case's threshold. A
-    # baseline's own error enters every comparison with it, so it is measured tighter (docs/gate.md)
-    baseline_precision: float = 0.0
     bootstrap_resamples: int = 4000
     seed: int = 0  # of the bootstrap: the same data always gets the same verdict
     workloads: dict[str, float] = field(default_factory=dict)  # per-workload step-time threshold
@@ -130,18 +121,12 @@ class GateSettings:
         """A plain run's target step-time CI half-width: ``precision``, or half the threshold."""
         return self.precision or self.threshold / 2
 
-    def baseline_target(self, threshold: float) -> float:
-        """A baseline run's target step-time CI half-width for a case with ``threshold``:
-        ``baseline_precision``, or a fifth of the threshold."""
-        return self.baseline_precision or threshold / BASELINE_PRECISION_SHARE
-
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
 _FLOAT_KEYS = ("threshold", "confidence", "run_to_run", "run_to_run_paired", "process_quantile", "deterministic_tolerance", "memory_tolerance",
-               "memory_floor_bytes", "compile_time_tolerance", "compile_time_floor_s", "max_case_s", "precision",
-               "baseline_precision")
+               "memory_floor_bytes", "compile_time_tolerance", "compile_time_floor_s", "max_case_s", "precision")
 _TABLE_KEYS = ("workloads", "toggles", "metrics")
 _VALID_KEYS = (*_FLOAT_KEYS, "remeasure", "adaptive", "bootstrap_resamples", "seed", "max_processes", *_TABLE_KEYS)
 

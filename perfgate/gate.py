@@ -11,13 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate import baselines, console, runner, sequential
-from perfgate.compare import (
-    BASELINE_BUDGET_SCALE,
-    GateSettings,
-    compare_runs,
-    confirm_regressions,
-    gate_settings,
-)
+from perfgate.compare import GateSettings, compare_runs, confirm_regressions, gate_settings
 from perfgate.config import Settings
 from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, RunResult
 from perfgate.storage import atomic_write_json
@@ -76,18 +70,13 @@ def load_stored(settings: Settings, run: RunResult, baseline_file: Path | None) 
 def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline | None = None
                     ) -> Callable[[CaseSpec], sequential.Sampler]:
     """How many processes each case gets (perfgate.sequential): ``mode`` "plain" measures to a precision,
-    "baseline" to a baseline's (tighter, on a larger budget), "stored" until the comparison with
-    ``baseline`` settles, "against" until the paired comparison does."""
+    "stored" until the comparison with ``baseline`` settles, "against" until the paired comparison does."""
     gs = gate_settings(settings)
     calibration = baseline.calibration if baseline else {}
 
     def make(spec: CaseSpec) -> sequential.Sampler:
         base_case = baseline.run.case(spec.key) if baseline else None
         rule: sequential.Rule
-        if mode == "baseline":
-            threshold, _ = gs.threshold_for(CaseResult(spec=spec, status=STATUS_OK), spec.key)
-            rule = sequential.PrecisionRule(gs.baseline_target(threshold), gs.process_quantile, gs.confidence)
-            return sequential.make_sampler(gs, settings.processes, rule, budget_scale=BASELINE_BUDGET_SCALE)
         if mode == "plain" or (mode == "stored" and (base_case is None or base_case.status != STATUS_OK)):
             rule = sequential.PrecisionRule(gs.plain_precision(), gs.process_quantile, gs.confidence)
         else:

@@ -9,9 +9,8 @@ each look asks a **rule** whether the case is settled:
 
 - ``ComparisonRule`` (``run --gate``, ``--against``, the re-measure): the step-time verdict against the
   baseline is ``regression``, ``win`` or ``unchanged``, judged at the *look's* confidence;
-- ``PrecisionRule`` (a plain run): the case's own step-time CI is within +/- ``precision`` (half the
-  threshold; a fifth of it, on twice the budget, for ``run --for-baseline``, since a baseline's own error
-  enters every comparison made with it).
+- ``PrecisionRule`` (a plain run, which will become somebody's baseline): the case's own step-time CI is
+  within +/- ``precision``.
 
 Looking at the data again and again and stopping when it looks decided inflates the false-alarm rate of a
 fixed-level test. The comparison rule therefore spends the error rate over its looks (Lan-DeMets alpha
@@ -278,13 +277,12 @@ def sampling_text(case: CaseResult) -> str:
     return f"{n} process{'es' if n != 1 else ''} ({str(info.get('stopped', ''))[:160]})"
 
 
-def make_sampler(gate: GateSettings, processes: int, rule: Rule | None, budget_scale: int = 1) -> Sampler:
+def make_sampler(gate: GateSettings, processes: int, rule: Rule | None) -> Sampler:
     """A case's Sampler under ``[tool.perfgate.gate]``: looks from ``processes`` (3 at least when comparing:
-    two a side cannot settle a comparison and would only spend its error rate) up to the budget, which
-    ``budget_scale`` multiplies (a baseline run's, perfgate.gate)."""
+    two a side cannot settle a comparison and would only spend its error rate) up to the budget."""
     first = max(processes, 3) if isinstance(rule, ComparisonRule) and gate.adaptive else processes
-    budget = Budget(first=first, max_processes=max(first, gate.max_processes * budget_scale),
-                    max_seconds=gate.max_case_s * budget_scale, adaptive=gate.adaptive)
+    budget = Budget(first=first, max_processes=max(first, gate.max_processes), max_seconds=gate.max_case_s,
+                    adaptive=gate.adaptive)
     return Sampler(budget, rule if gate.adaptive else None, alpha=1.0 - gate.confidence)
 
 

@@ -46,7 +46,6 @@ def project(tmp_path_factory):
     update = run_cli("baseline", "update", cwd=root)
     assert update.returncode == 0, update.stdout + update.stderr
     assert "new baseline with 1 case(s)" in update.stdout
-    assert "perfgate run --for-baseline" in update.stdout  # a plain run made it: the note says how to do better
     (baseline,) = (root / "baselines").glob("*/smoke.json")
     return root, baseline
 
@@ -79,26 +78,6 @@ def test_a_slower_rerun_fails_the_gate_naming_the_case(project):
                     cwd=root)
     assert again.returncode == 1, again.stdout + again.stderr
     assert CASE in again.stdout
-
-
-def test_a_run_for_a_baseline_measures_to_a_fifth_of_the_threshold(project, tmp_path):
-    root, _ = project
-    proc = run_cli("run", "--for-baseline", "--out", str(tmp_path / "b"), cwd=root)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "for a baseline (at most 120 s)" in proc.stdout and "3 to 32 process(es)" in proc.stdout
-    results = json.loads((tmp_path / "b" / "results.json").read_text())
-    assert results["settings"]["for_baseline"] is True
-    sampling = results["cases"][0]["metadata"]["sampling"]
-    assert sampling["rule"] == "precision" and sampling["budget"]["max_processes"] == 32
-    assert "(target +/-10%)" in sampling["looks"][0]["result"]  # the 50% threshold's fifth
-    update = run_cli("baseline", "update", str(tmp_path / "b"), "--baseline", str(tmp_path / "b.json"), cwd=root)
-    assert update.returncode == 0, update.stdout + update.stderr
-    assert "--for-baseline" not in update.stdout
-
-    for clash in ("--gate", "--processes"):
-        bad = run_cli("run", "--for-baseline", clash, *(["2"] if clash == "--processes" else []), cwd=root)
-        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stdout + bad.stderr
-        assert "--for-baseline" in bad.stderr and clash in bad.stderr
 
 
 def test_an_unchanged_rerun_passes(project):

@@ -198,26 +198,3 @@ def test_make_sampler_starts_comparisons_at_three_and_respects_adaptive_off():
     assert make_sampler(gate, 2, PrecisionRule(0.025)).budget.schedule[0] == 2
     fixed = make_sampler(GateSettings(adaptive=False), 2, rule)
     assert fixed.budget.schedule == [2] and fixed.rule is None
-
-
-def test_a_baseline_run_measures_to_a_fifth_of_each_cases_threshold_on_twice_the_budget(tmp_path):
-    from perfgate import config
-    from perfgate.gate import sampler_factory
-    from perfgate.model import CaseSpec
-
-    (tmp_path / "pyproject.toml").write_text(
-        "[tool.perfgate]\n[tool.perfgate.gate]\nmax_case_s = 30\n[tool.perfgate.gate.workloads]\nwide = 0.2\n")
-    settings = config.load(cwd=tmp_path)
-    spec = CaseSpec(workload="w", size="smoke", toggles=("eager",), device="cpu")
-    plain, base = sampler_factory(settings, "plain")(spec), sampler_factory(settings, "baseline")(spec)
-    assert isinstance(base.rule, PrecisionRule) and base.rule.precision == pytest.approx(0.01)
-    assert plain.rule.precision == pytest.approx(0.025)
-    assert (base.budget.max_processes, base.budget.max_seconds) == (32, 60.0)
-    assert (plain.budget.max_processes, plain.budget.max_seconds) == (16, 30.0)
-    assert base.budget.schedule[-3:] == [18, 27, 32]
-    wide = sampler_factory(settings, "baseline")(CaseSpec(workload="wide", size="smoke", toggles=("eager",),
-                                                          device="cpu"))
-    assert wide.rule.precision == pytest.approx(0.04)  # the per-workload threshold's fifth
-
-    (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\n[tool.perfgate.gate]\nbaseline_precision = 0.02\n")
-    assert sampler_factory(config.load(cwd=tmp_path), "baseline")(spec).rule.precision == pytest.approx(0.02)
