@@ -38,10 +38,6 @@ from perfgate.model import STATUS_OK, CaseResult
 GROWTH = 1.5  # each look has about this many times the processes of the one before
 
 
-def _normal_sf(z: float) -> float:
-    return 0.5 * math.erfc(z / math.sqrt(2.0))
-
-
 def look_schedule(first: int, most: int) -> list[int]:
     """Process counts (per side) after which a case is judged: ``first``, then about 1.5x each time,
     ending at ``most``. ``first >= most``: one look."""
@@ -249,7 +245,7 @@ class Sampler:
         self._counts.append(done)
         self._increments.append(share)
         z = boundaries(tuple(self._counts), tuple(self._increments))[-1]
-        return 1.0 - 2.0 * _normal_sf(z)
+        return 2.0 * statistics.NormalDist().cdf(z) - 1.0  # the two-sided level of boundary z
 
     def end(self, why: str) -> None:
         """The case ended without a look's say (a process skipped or failed)."""

@@ -389,7 +389,6 @@ def test_an_inconclusive_step_time_says_what_budget_would_settle_it(paired):
     assert ("about 36 processes" not in strict) and ("about 55 processes" not in strict)
 
 
-
 def test_hodges_lehmann_estimates_by_hand_and_along_an_axis():
     """The paired estimate is the median of the Walsh averages (x_i + x_j) / 2, i <= j; the stored one the
     median of all differences head_i - base_j. A wild value moves neither as it moves the mean, and the
