@@ -225,15 +225,19 @@ def main() -> int:
             if "stored" in modes:
                 proj = make_project(tmpdir / family / "stored", 0.0, args.processes, args.threshold, family)
                 for trial in range(args.trials):
-                    base = perfgate(["run", "--out", str(proj / "runs" / f"base-{trial}")], proj)
+                    # baseline and gated runs as two CI jobs would run them: the same variables set (only the
+                    # knob's value differs) and run folders of one length, since a worker's memory layout
+                    # depends on both (docs/gate.md, "Why processes of the same code differ")
+                    base_dir = proj / "runs" / f"t{trial:02d}-base"
+                    base = perfgate(["run", "--out", str(base_dir)], proj, {"GATE_KNOB_EXTRA": f"{0:.2f}"})
                     if base.returncode != 0:
                         print(base.stdout[-2000:], base.stderr[-2000:])
                         return 3
-                    perfgate(["baseline", "update", str(proj / "runs" / f"base-{trial}")], proj)
+                    perfgate(["baseline", "update", str(base_dir)], proj)
                     for extra in extras:
-                        out = proj / "runs" / f"t{trial}-{extra}"
+                        out = proj / "runs" / f"t{trial:02d}-{extra:.2f}"
                         t0 = time.perf_counter()
-                        proc = perfgate(["run", "--gate", "--out", str(out)], proj, {"GATE_KNOB_EXTRA": str(extra)})
+                        proc = perfgate(["run", "--gate", "--out", str(out)], proj, {"GATE_KNOB_EXTRA": f"{extra:.2f}"})
                         record(results, "stored", extra, proc, out, time.perf_counter() - t0, family)
                         save()
             if "against" in modes:
