@@ -231,48 +231,6 @@ def test_workers_are_forked_from_a_zygote_by_default_and_spawned_on_request(tmp_
         assert cases["fault_abort"].failure_class == "crash" and "SIGABRT" in cases["fault_abort"].message
 
 
-HEAPSPY = """
-import ctypes, os
-import torch
-from perfgate.workload import Built, Workload
-libc = ctypes.CDLL("libc.so.6")
-libc.malloc.restype = ctypes.c_void_p
-class HeapSpy(Workload):
-    name = "heapspy"
-    description = "records where a worker's first allocations land (test only)"
-    sizes = {s: {"steps": 1} for s in ("smoke", "pr", "full")}
-    def build(self, params, device, dtype, variants):
-        where = [libc.malloc(n) for n in (24, 200, 1000, 5000, 40000, 100000)]
-        with open(os.environ["HEAPSPY_OUT"], "a") as fh:
-            fh.write(f"{os.getpid()} " + " ".join(f"{a:x}" for a in where) + "\\n")
-        return Built(model=None, state=torch.zeros(2))
-    def step(self, model, state, built, params):
-        return state + 1
-"""
-
-
-def test_every_forked_worker_starts_from_the_same_heap(tmp_path):
-    """A worker forked after the k-th request must not inherit a heap that handling k requests shaped: where
-    its allocations land decides its speed (docs/gate.md). With the zygote that parsed requests in its own
-    memory, no two of these workers put the same allocations at the same addresses."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("the fork server is Linux only")
-    (tmp_path / "workloads").mkdir()
-    (tmp_path / "workloads" / "heapspy.py").write_text(HEAPSPY)
-    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworker_env = ["HEAPSPY_OUT"]\n')
-    seen = tmp_path / "heap.txt"
-    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "-w", "heapspy", "-t", "eager", "--processes",
-                           "5", "--samples", "3", "--out", str(tmp_path / "run")], cwd=tmp_path,
-                          env=cli_env(HEAPSPY_OUT=str(seen)), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    first: dict[str, str] = {}  # each worker's first build (process 0 builds once more, for accuracy)
-    for line in seen.read_text().splitlines():
-        pid, where = line.split(" ", 1)
-        first.setdefault(pid, where)
-    assert len(first) == 5
-    assert len(set(first.values())) == 1, "\n".join(first.values())
-
-
 def test_compile_cache_is_fresh_per_case_unless_a_persistent_one_is_named(tmp_path):
     from perfgate.model import CaseSpec
     from perfgate.runner import case_from_results, compile_cache_env
