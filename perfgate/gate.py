@@ -105,7 +105,9 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Pa
             if spec is None:
                 return None
             echo(f"re-measuring {key}: its step time regressed; it must regress again to fail the gate")
-            return runner.run_case(spec, workload_files[spec.workload], settings, run_dir / "remeasure",
+            # in the run's own folder, from its fork server: workers under a longer path would get another
+            # memory layout than the run's and the baseline's (docs/gate.md, "Why processes ... differ")
+            return runner.run_case(spec, workload_files[spec.workload], settings, run_dir,
                                    sampler=sampler_for(spec)), None
 
         comparison, again = confirm_regressions(comparison, run, gs, remeasure, calibration=base.calibration)

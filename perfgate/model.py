@@ -180,6 +180,9 @@ class ProcessSamples:
     warmup_units: int = 0
     timer: str = "perf_counter_ns"
     process_index: int = 0
+    # bytes this process allocated before anything of the workload (perfgate.worker.heap_offset); None in
+    # results written before heap offsets existed
+    heap_offset: int | None = None
     # samples per burst when sampled in lockstep with a paired process (``--against``), else None
     bursts: list[int] | None = None
 
@@ -204,6 +207,7 @@ class ProcessSamples:
             warmup_units=f.get("warmup_units", lambda v, w: f.integer(v, w, low=0), 0),
             timer=f.get("timer", f.string, "perf_counter_ns"),
             process_index=f.get("process_index", lambda v, w: f.integer(v, w, low=0), 0),
+            heap_offset=f.get("heap_offset", lambda v, w: f.integer(v, w, low=0)),
             bursts=bursts,
         )
 

@@ -159,6 +159,17 @@ def layout_padded_env(cmd: Sequence[str], env: dict[str, str]) -> dict[str, str]
     return {**env, LAYOUT_PAD_ENV: "x" * (-used % _PAGE)}
 
 
+def layout_padded_json(obj: Any, end: str = "") -> str:
+    """``obj`` as JSON, padded with spaces so that, with ``end``, it fills whole pages. Why: a worker reads
+    its case file and (forked) its request; their sizes vary with the run's names, and the size of what a
+    process reads decides where its later allocations land, its tensors' among them. Padded, every worker
+    of every run reads the same number of bytes (``tests/test_runner.py`` checks the addresses)."""
+    text = json.dumps(obj)
+    if fixed_layout_wanted():
+        text += " " * (-(len(text.encode()) + len(end)) % _PAGE)
+    return text + end
+
+
 @functools.lru_cache(maxsize=1)
 def address_layout() -> str:
     """"fixed" when workers start without address-space randomization, else "random" (asked for with
@@ -328,7 +339,7 @@ def start_worker(cfg: dict[str, Any], threads: int, work_dir: Path, env_extra: d
     work_dir.mkdir(parents=True, exist_ok=True)
     fd, spec_path = tempfile.mkstemp(prefix="case-", suffix=".json", dir=work_dir)
     with os.fdopen(fd, "w") as fh:
-        json.dump(cfg, fh)
+        fh.write(layout_padded_json(cfg))
     out_path = spec_path[:-5] + ".out.json"
     log_path = spec_path[:-5] + ".log"
     env = worker_env(threads, env_extra)

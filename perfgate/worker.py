@@ -128,6 +128,41 @@ def _seed(seed: int) -> None:
         pass
 
 
+# Heap offsets: one per process index, HEAP_OFFSETS of them, HEAP_OFFSET_STEP bytes apart above
+# HEAP_OFFSET_BASE (docs/gate.md, "Every worker from the same heap, offset by its index"). The step is the
+# CPU allocator's alignment, 64 bytes: 64 offsets span a page. 23 is prime to 64: indices 0..63 get every
+# offset once, and neighbouring indices land far apart. The C heap serves such an allocation from a free
+# chunk where one fits, and then it moves nothing after it: so indices get a few layouts between them, not
+# one each (tests/test_runner.py saw 3 to 5 among 5 indices), each the same in every run. (Offsets of
+# 64 KB and more, meant to come from the heap's top, gave 5 layouts in one test run and 1 in the next.)
+HEAP_OFFSETS, HEAP_OFFSET_STEP, HEAP_OFFSET_BASE, HEAP_OFFSET_STRIDE = 64, 64, 16, 23
+_held: list[Any] = []  # the offsets' allocations, alive for the process's life
+
+
+def heap_offset(process_index: int) -> int:
+    """The bytes process ``process_index`` of a case allocates before anything of the workload: the same
+    for that index in every run and on both sides of an ``--against`` pair, different between indices."""
+    return HEAP_OFFSET_BASE + HEAP_OFFSET_STEP * ((process_index * HEAP_OFFSET_STRIDE) % HEAP_OFFSETS)
+
+
+def _offset_heap(nbytes: int) -> int:
+    """Allocate ``nbytes`` from the C heap and keep them: every later allocation of this process that the
+    heap serves lands after them. Why: forked from the same heap, every worker would otherwise put its
+    tensors at the same addresses, and one layout can be fast or slow by a few per cent for reasons that
+    have nothing to do with the code (docs/gate.md); a fixed set of offsets makes the processes of a case
+    sample layouts, the same set in every run, so the ratio is about the code."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.malloc.restype = ctypes.c_void_p
+        libc.malloc.argtypes = [ctypes.c_size_t]
+        _held.append(libc.malloc(nbytes))
+    except (OSError, AttributeError):  # no C library to ask: a Python buffer of the size instead
+        _held.append(bytearray(nbytes))
+    return nbytes
+
+
 def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     """Measure one case in this process; return the process result (status, samples, metrics...)."""
     from perfgate import toggles as toggles_mod
@@ -142,6 +177,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"status": "ok", "metrics": {}, "profile": {}, "accuracy": {}, "metadata": {}}
     _set_threads(int(cfg.get("threads", 1)))
     _seed(int(cfg.get("seed", 0)))
+    offset = _offset_heap(heap_offset(int(cfg.get("process_index", 0))))
 
     classes = {c.name: c for c in load_file(Path(cfg["workload_file"]))}
     if spec.workload not in classes:
@@ -194,6 +230,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "warmup_units": m.warmup_units,
         "timer": m.timer,
         "process_index": int(cfg.get("process_index", 0)),
+        "heap_offset": offset,
         "bursts": m.bursts,
     }
     result["metrics"].update(workload.metrics(prepared.built))

@@ -44,7 +44,10 @@ class ZygoteUnavailable(RuntimeError):
 
 
 def _send(sock: socket.socket, obj: dict[str, Any], fds: list[int] | None = None) -> None:
-    data = (json.dumps(obj) + "\n").encode()
+    _send_bytes(sock, (json.dumps(obj) + "\n").encode(), fds)
+
+
+def _send_bytes(sock: socket.socket, data: bytes, fds: list[int] | None = None) -> None:
     if fds:
         socket.send_fds(sock, [data], fds)
     else:
@@ -107,6 +110,11 @@ class Zygote:
         if hello.get("threads", 1) != 1:
             self._stop()
             raise ZygoteUnavailable(f"importing torch left {hello.get('threads')} threads in the fork server")
+        # an empty request first: the zygote's loop allocates a few things the first time through, so
+        # without it the first worker would fork from another heap than every later one
+        if self.spawn("", "", "", {}, None).wait(START_TIMEOUT_S) != 0:
+            self._stop()
+            raise ZygoteUnavailable("the worker fork server could not fork")
 
     def _recv(self, deadline: float | None) -> dict[str, Any]:
         while b"\n" not in self._buf:
@@ -143,8 +151,13 @@ class Zygote:
         env = dict(env)
         if fds:
             env[LOCKSTEP_FDS_ENV] = ""  # filled in by the zygote with the numbers the child sees
-        _send(self.sock, {"id": rid, "case": case, "out": out, "log": log, "env": env,
-                          "cwd": str(cwd) if cwd else None}, list(fds))
+        from perfgate.runner import layout_padded_json
+
+        request = {"id": rid, "case": case, "out": out, "log": log, "env": env, "cwd": str(cwd) if cwd else None}
+        data = layout_padded_json(request, end="\n").encode()
+        if len(data) >= REQUEST_MAX:  # a zygote takes no more: spawn this one
+            raise ZygoteUnavailable(f"the worker's request is over {REQUEST_MAX} bytes (its environment)")
+        _send_bytes(self.sock, data, list(fds))
         while True:  # one request in flight: the fds attached to it are unambiguous
             try:
                 msg = self._recv(time.perf_counter() + 60)
@@ -194,6 +207,8 @@ def _threads() -> int:
 
 def _child(req: dict[str, Any], fds: list[int], sock: socket.socket, zygote_pid: int) -> None:
     """In the forked child: become a worker process of its own, run the case, exit. Never returns."""
+    if not req["case"]:  # the empty request (Zygote.__init__)
+        os._exit(0)
     code = 1
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the zygote's own handler is not the worker's
@@ -256,49 +271,68 @@ def serve(fd: int) -> int:
         reaper.kill_descendants(os.getpid(), reap=True)
 
 
+REQUEST_MAX = 1 << 18  # the largest request the zygote takes (its environment, mostly), bytes
+_MAX_FDS = 16
+
+
 def _serve(fd: int, reaper: Any) -> int:
+    """Every child must start from the same memory: a worker forked after the k-th request inherits the
+    zygote's heap as handling k requests left it, and the heap's free chunks decide where the worker's
+    tensors land, so a zygote that parsed requests in its own memory gave each process index its own,
+    repeatable speed (docs/gate.md: "Why processes of the same code differ"). So the zygote allocates
+    nothing of a request's size: it receives each request into one buffer made before the first,
+    forks, and the child parses it. What the loop does allocate are a few small objects, the same ones
+    every time."""
     import torch  # noqa: F401 - the point of the zygote: paid once
 
     from perfgate import worker  # noqa: F401 - the children's code path, imported once too
 
+    buf = bytearray(REQUEST_MAX)
+    view = memoryview(buf)
+    ancillary = socket.CMSG_SPACE(_MAX_FDS * 4)
     sock = socket.socket(fileno=fd)
     _send(sock, {"ready": True, "threads": _threads(), "pid": os.getpid()})
     children: dict[int, int] = {}  # pid -> request id
     pidfds: dict[int, int] = {}  # pid -> a pidfd that turns readable when the child exits (Linux >= 5.3)
-    buf, fds = b"", []
+    size, fds, next_id = 0, [], 0
     me = os.getpid()
     while True:
         # wake on a request or a child's exit; poll every 20 ms only where pidfds are not available
         polling = any(pid not in pidfds for pid in children)
         readable = select.select([sock, *pidfds.values()], [], [], 0.02 if polling else None)[0]
         if sock in readable:
-            data, new_fds, _, _ = socket.recv_fds(sock, 65536, 16)
-            if not data:
+            got, anc, _, _ = sock.recvmsg_into([view[size:]], ancillary)
+            if not got:
                 return 0  # the orchestrator is gone; serve() ends what is left
-            buf += data
-            fds += new_fds
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                req = json.loads(line)
+            size += got
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds += [int.from_bytes(data[i:i + 4], sys.byteorder) for i in range(0, len(data) - 3, 4)]
+            # one request in flight at a time (Zygote.spawn waits for its answer): it ends with the newline
+            if buf[size - 1] == 0x0A or size == REQUEST_MAX:
+                rid, next_id = next_id, next_id + 1
                 sys.stdout.flush()
                 sys.stderr.flush()
+                if size == REQUEST_MAX:  # Zygote.spawn sends none that large: not a request
+                    return 1
                 try:
                     pid = os.fork()
                 except OSError as exc:
-                    _send(sock, {"id": req["id"], "error": str(exc)})
+                    _send(sock, {"id": rid, "error": str(exc)})
                     pid = -1
                 if pid == 0:
-                    _child(req, fds, sock, me)
+                    _child(json.loads(bytes(view[:size])), fds, sock, me)
+                size = 0
                 for f in fds:
                     os.close(f)
                 fds = []
                 if pid > 0:
-                    children[pid] = req["id"]
+                    children[pid] = rid
                     try:
                         pidfds[pid] = os.pidfd_open(pid)
                     except (AttributeError, OSError):
                         pass
-                    _send(sock, {"id": req["id"], "pid": pid})
+                    _send(sock, {"id": rid, "pid": pid})
         worker_ended = False
         while True:  # workers, and the orphans re-parented here (ended below)
             try:

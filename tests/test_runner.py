@@ -231,6 +231,68 @@ def test_workers_are_forked_from_a_zygote_by_default_and_spawned_on_request(tmp_
         assert cases["fault_abort"].failure_class == "crash" and "SIGABRT" in cases["fault_abort"].message
 
 
+HEAPSPY = """
+import ctypes, os
+import torch
+from perfgate.workload import Built, Workload
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+class HeapSpy(Workload):
+    name = "heapspy"
+    description = "records where a worker's first allocations land (test only)"
+    sizes = {s: {"steps": 1} for s in ("smoke", "pr", "full")}
+    def build(self, params, device, dtype, variants):
+        where = [libc.malloc(n) for n in (24, 200, 1000, 5000, 40000, 100000)]
+        with open(os.environ["HEAPSPY_OUT"], "a") as fh:
+            fh.write(f"{os.getpid()} " + " ".join(f"{a:x}" for a in where) + "\\n")
+        return Built(model=None, state=torch.zeros(2))
+    def step(self, model, state, built, params):
+        return state + 1
+"""
+
+
+def test_heap_offsets_differ_by_index_and_repeat():
+    from perfgate.worker import HEAP_OFFSET_BASE, HEAP_OFFSETS, heap_offset
+
+    offsets = [heap_offset(i) for i in range(HEAP_OFFSETS)]
+    phases = {(x - HEAP_OFFSET_BASE) % 4096 for x in offsets}  # where in a page the heap's next bytes start
+    assert len(phases) == HEAP_OFFSETS and min(offsets) >= HEAP_OFFSET_BASE
+    assert [heap_offset(i + HEAP_OFFSETS) for i in range(3)] == offsets[:3]
+
+
+def test_each_worker_starts_from_the_same_heap_offset_by_its_index(tmp_path):
+    """A worker forked after the k-th request must not inherit a heap that handling k requests shaped: where
+    its allocations land decides its speed (docs/gate.md). Each process index gets its own heap offset, the
+    same in every run: with the zygote that parsed requests in its own memory, the same index put its
+    allocations at other addresses in the next run; without the offsets, every index at the same ones."""
+    from perfgate.worker import heap_offset
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the fork server is Linux only")
+    (tmp_path / "workloads").mkdir()
+    (tmp_path / "workloads" / "heapspy.py").write_text(HEAPSPY)
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworker_env = ["HEAPSPY_OUT"]\n')
+    runs = []
+    for n, name in ((4, "run-a"), (5, "run-b")):  # another process count and run name: the same layouts
+        seen = tmp_path / f"{name}.txt"
+        proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "-w", "heapspy", "-t", "eager",
+                               "--processes", str(n), "--samples", "3", "--out", str(tmp_path / name)],
+                              cwd=tmp_path, env=cli_env(HEAPSPY_OUT=str(seen)), capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        first: dict[str, str] = {}  # each worker's first build (process 0 builds once more, for accuracy)
+        for line in seen.read_text().splitlines():
+            pid, where = line.split(" ", 1)
+            first.setdefault(pid, where)
+        runs.append(list(first.values()))  # in process order: one process at a time
+        offsets = [p["heap_offset"] for p in json.loads((tmp_path / name / "results.json").read_text())
+                   ["cases"][0]["processes"]]
+        assert offsets == [heap_offset(i) for i in range(n)]
+    assert len(runs[0]) == 4 and len(runs[1]) == 5
+    assert runs[1][:4] == runs[0], "\n".join(runs[0] + ["--"] + runs[1])
+    assert len(set(runs[1])) >= 2, "\n".join(runs[1])
+
+
 def test_compile_cache_is_fresh_per_case_unless_a_persistent_one_is_named(tmp_path):
     from perfgate.model import CaseSpec
     from perfgate.runner import case_from_results, compile_cache_env
