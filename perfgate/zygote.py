@@ -147,7 +147,7 @@ class Zygote:
 
     def spawn(self, case: str, out: str, log: str, env: dict[str, str], cwd: Path | None,
               fds: tuple[int, ...] = ()) -> ForkedProcess:
-        rid, self._next = self._next, self._next + 1
+        rid = self._next
         env = dict(env)
         if fds:
             env[LOCKSTEP_FDS_ENV] = ""  # filled in by the zygote with the numbers the child sees
@@ -157,6 +157,8 @@ class Zygote:
         data = layout_padded_json(request, end="\n").encode()
         if len(data) >= REQUEST_MAX:  # a zygote takes no more: spawn this one
             raise ZygoteUnavailable(f"the worker's request is over {REQUEST_MAX} bytes (its environment)")
+        # the zygote numbers the requests it receives itself (it does not parse them): count only those sent
+        self._next += 1
         _send_bytes(self.sock, data, list(fds))
         while True:  # one request in flight: the fds attached to it are unambiguous
             try:

@@ -251,6 +251,53 @@ class HeapSpy(Workload):
 """
 
 
+def _heapspy_project(root: Path, *env_names: str) -> None:
+    (root / "workloads").mkdir()
+    (root / "workloads" / "heapspy.py").write_text(HEAPSPY)
+    names = ", ".join(f'"{n}"' for n in ("HEAPSPY_OUT", *env_names))
+    (root / "pyproject.toml").write_text(f"[tool.perfgate]\nworker_env = [{names}]\n")
+
+
+def test_a_request_too_large_for_the_fork_server_is_spawned_instead(tmp_path):
+    """The zygote takes requests of up to REQUEST_MAX bytes into a buffer it made once; a worker whose
+    environment is larger is spawned, with a line that says why, and measures all the same."""
+    from perfgate.zygote import REQUEST_MAX
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the fork server is Linux only")
+    big = {f"BIG{i}": "x" * 100_000 for i in range(3)}  # one variable may hold 128 KiB at most (execve)
+    assert sum(map(len, big.values())) > REQUEST_MAX
+    _heapspy_project(tmp_path, *big)
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "-w", "heapspy", "-t", "eager",
+                           "--processes", "2", "--samples", "3", "--out", str(tmp_path / "run")], cwd=tmp_path,
+                          env=cli_env(HEAPSPY_OUT=str(tmp_path / "heap.txt"), **big), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"over {REQUEST_MAX} bytes" in proc.stderr and "spawning this worker instead" in proc.stderr
+    case = json.loads((tmp_path / "run" / "results.json").read_text())["cases"][0]
+    assert case["status"] == "ok" and case["metadata"]["worker_start"] == "spawn"
+    assert len(case["processes"]) == 2
+
+
+def test_the_fork_server_serves_on_after_a_request_too_large_for_it(tmp_path):
+    """The zygote numbers requests as it receives them; one refused before sending must not shift the
+    numbers, or every later worker would wait a minute for an answer under another number."""
+    from perfgate.zygote import REQUEST_MAX, Zygote, ZygoteUnavailable
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the fork server is Linux only")
+    z = Zygote(worker_env(1, None), None, tmp_path)
+    try:
+        with pytest.raises(ZygoteUnavailable, match=f"over {REQUEST_MAX} bytes"):
+            z.spawn("x", str(tmp_path / "out.json"), str(tmp_path / "log"), {"BIG": "x" * REQUEST_MAX}, None)
+        t0 = time.perf_counter()
+        child = z.spawn("x", str(tmp_path / "out.json"), str(tmp_path / "log"), {}, None)
+        child.wait(60)  # the case file does not exist: the worker fails at once, it was forked all the same
+        assert time.perf_counter() - t0 < 30 and child.pid > 0
+    finally:
+        z.close()
+
+
 def test_heap_offsets_differ_by_index_and_repeat():
     from perfgate.worker import HEAP_OFFSET_BASE, HEAP_OFFSETS, heap_offset
 
@@ -269,9 +316,7 @@ def test_each_worker_starts_from_the_same_heap_offset_by_its_index(tmp_path):
 
     if not sys.platform.startswith("linux"):
         pytest.skip("the fork server is Linux only")
-    (tmp_path / "workloads").mkdir()
-    (tmp_path / "workloads" / "heapspy.py").write_text(HEAPSPY)
-    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworker_env = ["HEAPSPY_OUT"]\n')
+    _heapspy_project(tmp_path)
     runs = []
     for n, name in ((4, "run-a"), (5, "run-b")):  # another process count and run name: the same layouts
         seen = tmp_path / f"{name}.txt"
