@@ -146,11 +146,12 @@ def heap_offset(process_index: int) -> int:
 
 
 def _offset_heap(nbytes: int) -> int:
-    """Allocate ``nbytes`` from the C heap and keep them: every later allocation of this process that the
-    heap serves lands after them. Why: forked from the same heap, every worker would otherwise put its
-    tensors at the same addresses, and one layout can be fast or slow by a few per cent for reasons that
-    have nothing to do with the code (docs/gate.md); a fixed set of offsets makes the processes of a case
-    sample layouts, the same set in every run, so the ratio is about the code."""
+    """Allocate ``nbytes`` from the C heap and keep them, so that what the heap serves next (the workload's
+    tensors among it) lands elsewhere, unless a free chunk took them (see above). Why: forked from the
+    same heap, every worker would otherwise put its tensors at the same addresses, and one layout can be
+    fast or slow by a few per cent for reasons that have nothing to do with the code (docs/gate.md); a
+    fixed set of offsets makes the processes of a case sample layouts, the same set in every run, so the
+    ratio is about the code. Returns ``nbytes``."""
     import ctypes
 
     try:
@@ -177,7 +178,8 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"status": "ok", "metrics": {}, "profile": {}, "accuracy": {}, "metadata": {}}
     _set_threads(int(cfg.get("threads", 1)))
     _seed(int(cfg.get("seed", 0)))
-    offset = _offset_heap(heap_offset(int(cfg.get("process_index", 0))))
+    index = int(cfg.get("process_index", 0))
+    offset = _offset_heap(heap_offset(index))
 
     classes = {c.name: c for c in load_file(Path(cfg["workload_file"]))}
     if spec.workload not in classes:
@@ -229,7 +231,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "first_call_s": m.first_call_s,
         "warmup_units": m.warmup_units,
         "timer": m.timer,
-        "process_index": int(cfg.get("process_index", 0)),
+        "process_index": index,
         "heap_offset": offset,
         "bursts": m.bursts,
     }
