@@ -163,7 +163,8 @@ def layout_padded_json(obj: Any, end: str = "") -> str:
     """``obj`` as JSON, padded with spaces so that, with ``end``, it fills whole pages. Why: a worker reads
     its case file and (forked) its request; their sizes vary with the run's names, and the size of what a
     process reads decides where its later allocations land, its tensors' among them. Padded, every worker
-    of every run reads the same number of bytes (``tests/test_runner.py`` checks the addresses)."""
+    of every run reads the same number of bytes. What they hold still lands on the heap: names of another
+    length move every worker's layout (docs/gate.md, "Limits worth knowing")."""
     text = json.dumps(obj)
     if fixed_layout_wanted():
         text += " " * (-(len(text.encode()) + len(end)) % _PAGE)
