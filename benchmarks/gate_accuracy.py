@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -208,6 +209,9 @@ def main() -> int:
     ap.add_argument("--modes", default="stored,against")
     ap.add_argument("--families", default="matmul,rollout", help="matmul (small matmul chain), rollout (conv)")
     ap.add_argument("--out", type=Path, default=None, help="write every trial as JSON here (rewritten per trial)")
+    ap.add_argument("--keep-runs", type=Path, default=None,
+                    help="copy each stored-mode run's results.json and comparison.json here, as FAMILY/tNN-EXTRA "
+                         "(benchmarks/rejudge_by_index.py reads them)")
     args = ap.parse_args()
     extras = [float(x) for x in args.extras.split(",")]
     modes = args.modes.split(",")
@@ -240,6 +244,13 @@ def main() -> int:
                         proc = perfgate(["run", "--gate", "--out", str(out)], proj, {"GATE_KNOB_EXTRA": f"{extra:.2f}"})
                         record(results, "stored", extra, proc, out, time.perf_counter() - t0, family)
                         save()
+                    if args.keep_runs:  # after every trial: a run cut short keeps what it measured
+                        for run_dir in (proj / "runs").iterdir():
+                            keep = args.keep_runs / family / run_dir.name
+                            keep.mkdir(parents=True, exist_ok=True)
+                            for name in ("results.json", "comparison.json"):
+                                if (run_dir / name).is_file():
+                                    shutil.copyfile(run_dir / name, keep / name)
             if "against" in modes:
                 repos = {extra: make_repo(tmpdir / family / f"repo-{extra}", extra, args.processes, args.threshold,
                                           family) for extra in extras}

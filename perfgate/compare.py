@@ -42,6 +42,7 @@ from perfgate.model import (
     RunResult,
     Verdict,
 )
+from perfgate.stats import PROCESS_QUANTILE, quantile_name
 from perfgate.stats import quantile as stats_quantile
 
 STEP_TIME = "step_time"
@@ -67,9 +68,8 @@ class GateSettings:
     # the same for `--against`: base and head sampled in lockstep on the same CPU, so the machine's drift
     # reaches both sides and cancels; what is left between repeated paired runs is smaller (docs/gate.md)
     run_to_run_paired: float = 0.005
-    # each worker process's step time is this quantile of its samples: interference from the rest of the
-    # machine only ever adds time, so a low quantile is what the code costs (0.5: the median; docs/gate.md)
-    process_quantile: float = 0.1
+    # each worker process's step time is this quantile of its samples (0.5: the median; stats.PROCESS_QUANTILE)
+    process_quantile: float = PROCESS_QUANTILE
     deterministic_tolerance: float = 0.0  # relative; ops, kernels, FLOPs, graph breaks: exact by default
     memory_tolerance: float = 0.10  # relative change of a memory metric that counts
     memory_floor_bytes: float = 1024 * 1024  # ... and never less than this many bytes
@@ -391,7 +391,7 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
             p = float(sps.mannwhitneyu(head, base, alternative="two-sided").pvalue)
             low, high = _widen(low, high, sps.ttest_ind(head, base, equal_var=False), confidence)
         reachable = _rank_test_can_reach(alpha, len(head), len(base))
-        per_process = "medians" if quantile == 0.5 else f"{quantile * 100:g}th percentiles"
+        per_process = quantile_name(quantile, plural=True)
         test = (f"Mann-Whitney U on per-process {per_process}" if process_level
                 else "Mann-Whitney U on raw samples (one process on a side)")
         if any(set_aside):

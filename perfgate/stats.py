@@ -45,6 +45,21 @@ class SampleSummary:
         return d
 
 
+# Each worker process's step time, as the gate judges it, is this quantile of its samples: interference from
+# the rest of the machine only ever adds time, so a low quantile is what the code costs (docs/gate.md).
+# The default of `[tool.perfgate.gate] process_quantile`; reports mark the same value.
+PROCESS_QUANTILE = 0.1
+
+
+def quantile_name(q: float, plural: bool = False) -> str:
+    """How a quantile reads: "median" for 0.5, else "10th percentile", "1st percentile" and the like."""
+    if q == 0.5:
+        return "medians" if plural else "median"
+    pct = f"{q * 100:g}"
+    suffix = "th" if pct.endswith(("11", "12", "13")) else {"1": "st", "2": "nd", "3": "rd"}.get(pct[-1], "th")
+    return f"{pct}{suffix} percentile{'s' if plural else ''}"
+
+
 def quantile(sorted_values: Sequence[float], q: float) -> float:
     """Linear-interpolated quantile of already sorted values (numpy's default method)."""
     if not sorted_values:

@@ -159,3 +159,39 @@ def test_roofline_chart_bound_classes_and_expectations_in_a_real_browser(browser
     assert all(84 <= x <= 490 and 12 <= y <= 260 for x, y in box), box
     SHOTS.mkdir(parents=True, exist_ok=True)
     svg.screenshot(path=str(SHOTS / "roofline.png"))
+
+
+def test_sample_strips_mark_the_step_time_the_gate_compares(tmp_path):
+    """Each process's bar sits at the quantile the gate judged it by (10th percentile by default, or what
+    the run recorded as [tool.perfgate.gate] process_quantile), not at a statistic the gate never used."""
+    from perfgate.exporters.html import distribution_chart
+    from perfgate.stats import quantile
+
+    run, comp = scenario(["operator_rollout"])
+    report = ReportInput(run, comp)
+    (row,) = [r for r in report.rows if r.is_time_regression]
+    chart = distribution_chart(row, report.process_quantile)
+    strips = [p.step_times_s for p in row.baseline_case.processes] + [p.step_times_s for p in row.case.processes]
+    assert report.process_quantile == 0.1 and len(chart.strips) == len(strips)
+    for strip, xs in zip(chart.strips, strips, strict=True):
+        low = quantile(sorted(xs), 0.1)
+        assert strip["mark_text"].startswith("10th percentile ")
+        # on the chart's scale (linear; the dots are rounded to 0.1 px), where the 10th percentile lies
+        lo_i, hi_i = xs.index(min(xs)), xs.index(max(xs))
+        px_per_s = (strip["dots"][hi_i] - strip["dots"][lo_i]) / (max(xs) - min(xs))
+        assert strip["mark"] == pytest.approx(strip["dots"][lo_i] + px_per_s * (low - min(xs)), abs=0.3)
+        assert strip["mark"] < distribution_chart(row, 0.5).strips[chart.strips.index(strip)]["mark"]
+    html = HtmlExporter().render(report).decode()
+    assert "bar = the process's 10th percentile, the step time the gate compares" in html
+    assert "<title>10th percentile " in html and "<title>median " not in html
+
+    run.settings = {**(run.settings or {}), "gate": {"process_quantile": 0.5}}
+    html = HtmlExporter().render(ReportInput(run, comp)).decode()
+    assert "bar = the process's median" in html and "<title>median " in html
+    for nonsense in ("0.1", True, 0.9, -1, float("nan")):  # a results.json is untrusted: the default
+        run.settings = {"gate": {"process_quantile": nonsense, "threshold": nonsense}}
+        assert ReportInput(run, comp).process_quantile == 0.1
+        assert ReportInput(run).threshold == (0.9 if nonsense == 0.9 else 0.05)  # 90% is a threshold
+    run.settings = {"gate": [1, 2]}  # not a table at all: the defaults, and the page renders
+    assert ReportInput(run).threshold == 0.05 and ReportInput(run).process_quantile == 0.1
+    assert b"10th percentile" in HtmlExporter().render(ReportInput(run, comp))

@@ -33,6 +33,15 @@ def test_large_n_uses_the_normal_approximation_and_stays_symmetric():
     assert abs((1000 - lo) - 1.96 * 2001**0.5 / 2) <= 2
 
 
+def test_quantile_names_read_as_words():
+    from perfgate.stats import quantile_name
+
+    assert [quantile_name(q) for q in (0.5, 0.1, 0.01, 0.02, 0.03, 0.11, 0.21, 0.125)] == [
+        "median", "10th percentile", "1st percentile", "2nd percentile", "3rd percentile", "11th percentile",
+        "21st percentile", "12.5th percentile"]
+    assert quantile_name(0.5, plural=True) == "medians" and quantile_name(0.1, plural=True) == "10th percentiles"
+
+
 def test_quantile_matches_numpy_linear_interpolation():
     xs = [1.0, 2.0, 4.0, 8.0]
     assert quantile(xs, 0.0) == 1.0

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from perfgate import expect, roofline
 from perfgate.model import STATUS_OK, CaseResult, Comparison, RunResult, Verdict
-from perfgate.stats import Ratio, SampleSummary, format_seconds, ratio_of
+from perfgate.stats import PROCESS_QUANTILE, Ratio, SampleSummary, format_seconds, ratio_of
 
 # The relative change that counts as "pays off" / "hurts" for the recommendation when neither the
 # comparison nor [tool.perfgate.gate] gives one.
@@ -423,11 +423,23 @@ class ReportInput:
             for v in self.comparison.verdicts:
                 if v.metric == "step_time" and v.threshold:
                     return float(v.threshold)
-        gate = (self.run.settings or {}).get("gate") or {}
-        try:
-            return float(gate.get("threshold", DEFAULT_THRESHOLD))
-        except (TypeError, ValueError):
-            return DEFAULT_THRESHOLD
+        return self._gate_setting("threshold", DEFAULT_THRESHOLD, 0.0, math.inf)
+
+    @property
+    def process_quantile(self) -> float:
+        """The quantile of each process's samples the gate judged this run by (``[tool.perfgate.gate]
+        process_quantile``, as the run recorded it)."""
+        return self._gate_setting("process_quantile", PROCESS_QUANTILE, 0.0, 0.5)
+
+    def _gate_setting(self, key: str, default: float, low: float, high: float) -> float:
+        """A number from the run's recorded ``[tool.perfgate.gate]``: a results.json is untrusted, so the
+        default where it recorded none, or something other than a number in [low, high]."""
+        settings = self.run.settings if isinstance(self.run.settings, dict) else {}
+        gate = settings.get("gate")
+        value = gate.get(key, default) if isinstance(gate, dict) else default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            return default
+        return float(value)
 
     @property
     def history_href(self) -> str | None:

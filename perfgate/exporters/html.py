@@ -26,7 +26,8 @@ from perfgate.exporters.base import (
     format_rate,
     format_value,
 )
-from perfgate.stats import format_seconds
+from perfgate.stats import PROCESS_QUANTILE, format_seconds, quantile_name
+from perfgate.stats import quantile as stats_quantile
 
 CHART_WIDTH = 640
 LABEL_WIDTH = 170
@@ -86,8 +87,9 @@ def speedup_chart(group: Group) -> Chart | None:
     return chart
 
 
-def distribution_chart(row: CaseRow) -> Chart | None:
-    """Every step-time sample of every worker process, baseline processes above the current ones."""
+def distribution_chart(row: CaseRow, quantile: float = PROCESS_QUANTILE) -> Chart | None:
+    """Every step-time sample of every worker process, baseline processes above the current ones; each
+    process's bar at its ``quantile``, the step time the gate compares for it."""
     strips = []
     if row.baseline_case is not None:
         for p in row.baseline_case.processes:
@@ -105,12 +107,11 @@ def distribution_chart(row: CaseRow) -> Chart | None:
     sx = _scale(lo, hi, left, right)
     chart = Chart(CHART_WIDTH, 16 + ROW_HEIGHT * len(strips) + 22)
     for i, (which, idx, xs) in enumerate(strips):
-        ordered = sorted(xs)
-        median = ordered[len(ordered) // 2] if len(ordered) % 2 else (ordered[len(ordered) // 2 - 1]
-                                                                     + ordered[len(ordered) // 2]) / 2
+        judged = stats_quantile(sorted(xs), quantile)
         chart.strips.append({
             "label": f"{which} process {idx}", "y": 14 + i * ROW_HEIGHT, "css": which,
-            "dots": [round(sx(v), 1) for v in xs], "median": sx(median), "median_text": format_seconds(median),
+            "dots": [round(sx(v), 1) for v in xs], "mark": sx(judged),
+            "mark_text": f"{quantile_name(quantile)} {format_seconds(judged)}",
         })
     for k in range(5):
         v = lo + (hi - lo) * k / 4
@@ -247,7 +248,9 @@ class HtmlExporter:
             rooflines={g.anchor: roofline_chart(g, report.run.ceilings) for g in groups},
             expectations=report.expectations,
             regressions=regressions,
-            distributions={r.key: distribution_chart(r) for r in regressions if r.is_time_regression},
+            distributions={r.key: distribution_chart(r, report.process_quantile) for r in regressions
+                           if r.is_time_regression},
+            process_quantile_label=quantile_name(report.process_quantile),
             environment=_environment_rows(report.run.environment),
             threshold=report.threshold,
             tensorboard_command=f"perfgate tensorboard {shlex.quote(run_dir)}",
