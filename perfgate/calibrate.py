@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from perfgate.compare import GateSettings, judge_time, process_time, time_change
@@ -79,6 +79,18 @@ class CaseNoise:
     aa_verdicts: list[str]
     needed_processes: int | None
     seconds_per_process: float = 0.0  # wall seconds one worker process of this case takes here
+    aa_ratios: list[float] = field(default_factory=list)  # step-time ratio of each round to the one before
+    run_to_run: float = 0.0  # the gate's run-to-run term, to compare the rounds' spread with
+
+    @property
+    def round_to_round(self) -> float | None:
+        """How far consecutive rounds' step times moved apart: the RMS of the A/A log ratios, as a relative
+        figure. Under A/A each ratio's expected log is 0, so this is their spread; it holds the rounds'
+        sampling noise as well as the run-to-run drift the gate's ``run_to_run`` stands for, and with
+        three rounds it rests on two ratios: a rough upper figure, not a measurement of the term alone."""
+        if not self.aa_ratios:
+            return None
+        return math.expm1(math.sqrt(statistics.fmean(math.log(r) ** 2 for r in self.aa_ratios)))
 
     @property
     def needed_seconds(self) -> float | None:
@@ -105,6 +117,7 @@ class CaseNoise:
             "seconds_per_process": round(self.seconds_per_process, 3),
             "rounds": len(self.rounds),
             "aa_verdicts": self.aa_verdicts,
+            "aa_ratios": [round(r, 5) for r in self.aa_ratios],
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
 
@@ -117,19 +130,20 @@ def analyse(key: str, rounds: list[CaseResult], gate: GateSettings, threshold: f
     procs = [p for r in ok for p in r.processes if p.samples_ns]
     within = statistics.median(robust_cv(p.step_times_s) for p in procs)
     sd = between_process_sd([process_time(p.step_times_s, gate.process_quantile) for p in procs])
-    verdicts = []
+    verdicts, ratios = [], []
     for a, b in zip(ok, ok[1:], strict=False):
         change = time_change([p.step_times_s for p in a.processes], [p.step_times_s for p in b.processes],
                              confidence=gate.confidence, resamples=gate.bootstrap_resamples, seed=gate.seed,
                              run_to_run=gate.run_to_run, quantile=gate.process_quantile)
         if change is not None:
             verdicts.append(judge_time(change, threshold, "threshold")[0])
+            ratios.append(change.ratio)
     seconds = sum(r.duration_s for r in ok) / max(1, sum(len(r.processes) for r in ok))
     return CaseNoise(key=key, rounds=ok, within_cv=within, between_sd=sd,
                      smallest_change=smallest_detectable(sd, processes, gate.confidence, gate.run_to_run),
                      processes=processes, threshold=threshold, aa_verdicts=verdicts,
                      needed_processes=processes_needed(sd, threshold, gate.confidence, gate.run_to_run),
-                     seconds_per_process=seconds)
+                     seconds_per_process=seconds, aa_ratios=ratios, run_to_run=gate.run_to_run)
 
 
 def report_lines(noise: CaseNoise) -> list[str]:
@@ -142,6 +156,11 @@ def report_lines(noise: CaseNoise) -> list[str]:
         f"{noise.smallest_change * 100:.1f}% (threshold {noise.threshold * 100:g}%); "
         f"A/A verdicts between rounds: {', '.join(noise.aa_verdicts) or '-'}",
     ]
+    if noise.round_to_round is not None:
+        lines.append(f"    A/A ratios between rounds: {', '.join(f'{r:.3f}x' for r in noise.aa_ratios)} (RMS "
+                     f"{noise.round_to_round * 100:.1f}%, sampling noise included; the gate adds "
+                     f"{noise.run_to_run * 100:g}% run to run against a stored baseline, [tool.perfgate.gate] "
+                     "run_to_run)")
     if noise.needed_processes is not None:
         lines.append(f"    a {noise.threshold * 100:g}% threshold needs about {noise.needed_processes} processes a side "
                      f"here (~{noise.needed_seconds:.0f} s of measuring per side, twice that with --against)")

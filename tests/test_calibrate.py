@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import random
+
+import pytest
 
 from perfgate.calibrate import analyse, processes_needed, report_lines, smallest_detectable
 from perfgate.compare import GateSettings
@@ -46,6 +49,13 @@ def test_a_quiet_runner_keeps_the_threshold_and_a_noisy_one_says_so():
     quiet = analyse("k", rounds(rnd, 3, 4, 0.003), gate, 0.05, 4)
     assert not quiet.too_noisy and quiet.calibrated_threshold() == 0.05
     assert len(quiet.aa_verdicts) == 2 and "regression" not in quiet.aa_verdicts
+    # how far the rounds moved apart, beside the run-to-run term the gate assumes
+    assert len(quiet.aa_ratios) == 2 and quiet.to_json()["aa_ratios"] == [round(r, 5) for r in quiet.aa_ratios]
+    rms = math.expm1(math.sqrt(sum(math.log(r) ** 2 for r in quiet.aa_ratios) / 2))
+    assert quiet.round_to_round == pytest.approx(rms) and 0 < rms < 0.02
+    line = [x for x in report_lines(quiet) if "A/A ratios between rounds" in x][0]
+    assert f"{quiet.aa_ratios[0]:.3f}x, {quiet.aa_ratios[1]:.3f}x (RMS {rms * 100:.1f}%" in line
+    assert "the gate adds 1% run to run" in line
     noisy = analyse("k", rounds(rnd, 3, 2, 0.10), gate, 0.05, 2)
     assert noisy.too_noisy and noisy.calibrated_threshold() > 0.05
     text = "\n".join(report_lines(noisy))
@@ -56,3 +66,18 @@ def test_a_quiet_runner_keeps_the_threshold_and_a_noisy_one_says_so():
     stored = noisy.to_json()
     assert stored["threshold"] == noisy.calibrated_threshold() and stored["rounds"] == 3
     assert stored["needed_processes"] == noisy.needed_processes
+
+
+def test_rounds_that_moved_as_a_whole_show_in_the_round_to_round_figure():
+    """Every process of a round slowed by 5% (a whole run moving, which no process count inside one run
+    sees): the A/A ratios say so, where the between-process spread does not."""
+    gate = GateSettings(bootstrap_resamples=500)
+    steady = rounds(random.Random(3), 3, 6, 0.003)
+    moved = rounds(random.Random(3), 3, 6, 0.003)
+    moved[1] = CaseResult(moved[1].spec, "ok", [ProcessSamples([round(ns * 1.05) for ns in p.samples_ns],
+                                                               process_index=p.process_index)
+                                                for p in moved[1].processes])
+    calm, drift = analyse("k", steady, gate, 0.05, 6), analyse("k", moved, gate, 0.05, 6)
+    assert calm.round_to_round < 0.01 < 0.04 < drift.round_to_round < 0.06
+    assert drift.aa_ratios[0] == pytest.approx(1.05, abs=0.01) and drift.aa_ratios[1] == pytest.approx(1 / 1.05, abs=0.01)
+    assert abs(drift.between_sd - calm.between_sd) < 0.02  # the spread inside rounds barely changes
