@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfgate.compare import GateSettings, judge_time, process_time, time_change
+from perfgate.compare import GateSettings, case_time_change, judge_time, process_time
 from perfgate.model import STATUS_OK, CaseResult
 from perfgate.stats import quantile
 
@@ -132,9 +132,7 @@ def analyse(key: str, rounds: list[CaseResult], gate: GateSettings, threshold: f
     sd = between_process_sd([process_time(p.step_times_s, gate.process_quantile) for p in procs])
     verdicts, ratios = [], []
     for a, b in zip(ok, ok[1:], strict=False):
-        change = time_change([p.step_times_s for p in a.processes], [p.step_times_s for p in b.processes],
-                             confidence=gate.confidence, resamples=gate.bootstrap_resamples, seed=gate.seed,
-                             run_to_run=gate.run_to_run, quantile=gate.process_quantile)
+        change = case_time_change(a, b, gate)
         if change is not None:
             verdicts.append(judge_time(change, threshold, "threshold")[0])
             ratios.append(change.ratio)

@@ -412,6 +412,19 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
     )
 
 
+def case_time_change(base: CaseResult, head: CaseResult, gate: GateSettings, *, paired: bool = False,
+                     confidence: float | None = None) -> TimeChange | None:
+    """``time_change`` between two measured cases with the gate's settings: its bootstrap, seed, quantile and
+    the run-to-run term of the mode (paired: ``--against``'s lockstep pairs, with their bursts), at
+    ``confidence`` (a sequential look's) or the gate's own. The one call the gate, adaptive sampling and
+    ``perfgate calibrate`` share."""
+    return time_change([p.step_times_s for p in base.processes], [p.step_times_s for p in head.processes],
+                       paired=paired, confidence=gate.confidence if confidence is None else confidence,
+                       resamples=gate.bootstrap_resamples, seed=gate.seed,
+                       base_bursts=[p.bursts for p in base.processes], head_bursts=[p.bursts for p in head.processes],
+                       run_to_run=gate.run_to_run_for(paired), quantile=gate.process_quantile)
+
+
 ADVICE_NOISY = ("the noise is too large to settle a change of this size: run more worker processes "
                 "(--processes), use `perfgate run --against REF` (paired, same job), or `perfgate calibrate`")
 
@@ -592,11 +605,7 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
     confidence = sampling.get("confidence", gate.confidence)
     if not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
         confidence = gate.confidence
-    change = time_change([p.step_times_s for p in base.processes], [p.step_times_s for p in cur.processes],
-                         paired=paired, confidence=confidence, resamples=gate.bootstrap_resamples,
-                         seed=gate.seed, base_bursts=[p.bursts for p in base.processes],
-                         head_bursts=[p.bursts for p in cur.processes], run_to_run=gate.run_to_run_for(paired),
-                         quantile=gate.process_quantile)
+    change = case_time_change(base, cur, gate, paired=paired, confidence=confidence)
     if change is None:
         out.append(Verdict(key, STEP_TIME, "missing", rule="no step-time samples on one side"))
     else:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfgate.compare import GateSettings, judge_time, process_time, set_aside_slowed, time_change
+from perfgate.compare import GateSettings, case_time_change, judge_time, process_time, set_aside_slowed
 from perfgate.model import STATUS_OK, CaseResult
 
 GROWTH = 1.5  # each look has about this many times the processes of the one before
@@ -172,12 +172,7 @@ class ComparisonRule:
         base = base if base is not None else self.base
         if base is None or base.status != STATUS_OK:
             return Decision(True, "no baseline to compare with")
-        g = self.gate
-        change = time_change([p.step_times_s for p in base.processes], [p.step_times_s for p in head.processes],
-                             paired=self.paired, confidence=confidence, resamples=g.bootstrap_resamples, seed=g.seed,
-                             base_bursts=[p.bursts for p in base.processes],
-                             head_bursts=[p.bursts for p in head.processes], run_to_run=g.run_to_run_for(self.paired),
-                             quantile=g.process_quantile)
+        change = case_time_change(base, head, self.gate, paired=self.paired, confidence=confidence)
         if change is None:
             return Decision(True, "no step-time samples on one side")
         kind = judge_time(change, self.threshold, self.source)[0]
