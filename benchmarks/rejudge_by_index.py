@@ -27,13 +27,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfgate.compare import GateSettings, judge_time, time_change  # noqa: E402
+from perfgate.model import load_results  # noqa: E402
 
 
 def processes(run_dir: Path) -> dict[int, list[float]]:
     """The run's one case: each process's step times (seconds), by process index."""
-    (case,) = json.loads((run_dir / "results.json").read_text())["cases"]
-    return {p["process_index"]: [ns * 1e-9 / (p["loops"] * p["steps_per_unit"]) for ns in p["samples_ns"]]
-            for p in case["processes"]}
+    (case,) = load_results(run_dir / "results.json").cases
+    return {p.process_index: p.step_times_s for p in case.processes}
 
 
 def judge(base: dict[int, list[float]], head: dict[int, list[float]], by_index: bool,

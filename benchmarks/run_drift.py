@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gate_accuracy  # noqa: E402 - the benchmark's own workloads and perfgate runner
 
 from perfgate.compare import process_time  # noqa: E402
+from perfgate.model import load_results  # noqa: E402
+from perfgate.stats import PROCESS_QUANTILE  # noqa: E402
 
 CASES = {"rollout": "gate_knob", "matmul": "ref_knob"}
 
@@ -53,10 +55,8 @@ def make_project(root: Path) -> Path:
 def run_values(run_dir: Path, quantile: float) -> dict[str, list[float]]:
     """Per case: each process's step time (seconds), in process order."""
     out: dict[str, list[float]] = {}
-    for case in json.loads((run_dir / "results.json").read_text())["cases"]:
-        per = [process_time([ns / (p["loops"] * p["steps_per_unit"]) * 1e-9 for ns in p["samples_ns"]], quantile)
-               for p in case["processes"]]
-        out[case["spec"]["workload"]] = per
+    for case in load_results(run_dir / "results.json").cases:
+        out[case.spec.workload] = [process_time(p.step_times_s, quantile) for p in case.processes]
     return out
 
 
@@ -86,7 +86,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--processes", type=int, default=6, help="processes per case, fixed (no adaptive stop)")
-    ap.add_argument("--quantile", type=float, default=0.1, help="per-process quantile (the gate's default)")
+    ap.add_argument("--quantile", type=float, default=PROCESS_QUANTILE, help="per-process quantile (the gate's default)")
     ap.add_argument("--name-width", type=int, default=3,
                     help="digits in the run folders' names (r000, r001, ...): another width, other layouts")
     ap.add_argument("--out", type=Path, default=None, help="write every run's values and the summary as JSON")
