@@ -4,7 +4,11 @@ A throwaway project holds one workload, ``gate_knob``: a chain of small matmuls 
 grows by a known fraction (``EXTRA``) without changing the case's identity, as a code change would.
 
 - stored-baseline mode: per round, a fresh baseline run (``perfgate run`` + ``baseline update``), then
-  one gated run per condition (A/A, +3%, +5%, +10%; the knob comes from the environment);
+  one gated run per condition (A/A, +3%, +5%, +10%). By default (``--stored-knob commit``) the project is
+  a git repository, the baseline is recorded from its base commit and each condition is a commit on top
+  of it, as a pull request would be, so the gate settles what its stored comparison does not in lockstep
+  against the baseline's commit (``settle_in_lockstep``); ``--stored-knob env`` sets the knob in the
+  environment of one commit-less project instead: the stored comparison alone, as before 2026-11-26;
 - ``--against`` mode: a temporary git repository per condition whose head commit sets ``EXTRA`` (A/A: a
   comment-only commit); each trial is ``perfgate run --against HEAD~1 --gate``.
 
@@ -147,6 +151,23 @@ def make_repo(root: Path, extra: float, processes: int | None, threshold: float 
     return root
 
 
+def make_branches(root: Path, extras: list[float], family: str) -> None:
+    """Stored mode with commits: ``root`` becomes a git repository whose branch ``base`` has no extra work
+    and ``head-X`` adds X of it in one commit on top (X = 0: a comment only); run folders and baselines
+    stay untracked (a clean tree, as a CI checkout)."""
+    (root / ".gitignore").write_text("runs/\nbaselines/\nreports/\n")
+    git(root, "init", "-q", "-b", "base")
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "base")
+    path = root / "workloads" / "gate_knob.py"
+    for extra in extras:
+        git(root, "checkout", "-q", "-b", f"head-{extra:.2f}", "base")
+        text = workload_text(family, extra)
+        path.write_text(text if extra else text + "# an A/A head commit: no change in work\n")
+        git(root, "commit", "-qam", f"head: +{extra:.0%} work")
+    git(root, "checkout", "-q", "base")
+
+
 def record(results: list[dict], mode: str, extra: float, proc: subprocess.CompletedProcess, run_dir: Path,
            wall: float, family: str) -> None:
     try:
@@ -156,12 +177,19 @@ def record(results: list[dict], mode: str, extra: float, proc: subprocess.Comple
         raise
     case = json.loads((run_dir / "results.json").read_text())["cases"][0]
     sampling = case.get("metadata", {}).get("sampling", {})
-    results.append({"family": family, "mode": mode, "extra": extra, "kind": v["kind"], "ratio": v["ratio"],
-                    "low": v["ratio_low"], "high": v["ratio_high"], "p": v["p_value"], "exit": proc.returncode,
-                    "wall_s": wall, "processes": sampling.get("processes"), "stopped": sampling.get("stopped")})
+    row = {"family": family, "mode": mode, "extra": extra, "kind": v["kind"], "ratio": v["ratio"],
+           "low": v["ratio_low"], "high": v["ratio_high"], "p": v["p_value"], "exit": proc.returncode,
+           "wall_s": wall, "processes": sampling.get("processes"), "stopped": sampling.get("stopped")}
+    lockstep = run_dir / "lockstep" / "results.json"
+    if lockstep.is_file():  # stored mode settled in lockstep against the baseline's commit: the pairs it took
+        pairs = json.loads(lockstep.read_text())["cases"][0].get("metadata", {}).get("sampling", {})
+        row.update(lockstep_pairs=pairs.get("processes"), lockstep_stopped=pairs.get("stopped"),
+                   screen=v["rule"].rsplit("(the stored comparison: ", 1)[-1].rstrip(")"))
+    results.append(row)
+    settled = f"; lockstep {row['lockstep_pairs']} pairs: {str(row['lockstep_stopped'])[:70]}" if "screen" in row else ""
     print(f"  {family:<7} {mode:<8} +{extra:4.0%}  {v['kind']:<12} ratio {v['ratio']:.3f} [{v['ratio_low']:.3f}, "
           f"{v['ratio_high']:.3f}]  exit {proc.returncode}  {wall:.1f} s  {sampling.get('processes')} proc: "
-          f"{str(sampling.get('stopped'))[:90]}", flush=True)
+          f"{str(sampling.get('stopped'))[:90]}{settled}", flush=True)
 
 
 def summarize(results: list[dict]) -> None:
@@ -207,6 +235,9 @@ def main() -> int:
     ap.add_argument("--extras", default="0,0.05,0.10",
                     help="work added per condition (0 = A/A; 0.03 shows what the half-threshold line costs)")
     ap.add_argument("--modes", default="stored,against")
+    ap.add_argument("--stored-knob", choices=("commit", "env"), default="commit",
+                    help="stored mode: each condition a commit on the baseline's (default), or the knob in the "
+                         "environment of one commit-less project (the stored comparison alone)")
     ap.add_argument("--families", default="matmul,rollout", help="matmul (small matmul chain), rollout (conv)")
     ap.add_argument("--out", type=Path, default=None, help="write every trial as JSON here (rewritten per trial)")
     ap.add_argument("--keep-runs", type=Path, default=None,
@@ -228,11 +259,15 @@ def main() -> int:
         for family in args.families.split(","):
             if "stored" in modes:
                 proj = make_project(tmpdir / family / "stored", 0.0, args.processes, args.threshold, family)
+                if args.stored_knob == "commit":
+                    make_branches(proj, extras, family)
                 for trial in range(args.trials):
                     # baseline and gated runs as two CI jobs would run them: the same variables set (only the
                     # knob's value differs) and run folders of one length, since a worker's memory layout
                     # depends on both (docs/gate.md, "Why processes of the same code differ")
                     base_dir = proj / "runs" / f"t{trial:02d}-base"
+                    if args.stored_knob == "commit":
+                        git(proj, "checkout", "-q", "base")
                     base = perfgate(["run", "--out", str(base_dir)], proj, {"GATE_KNOB_EXTRA": f"{0:.2f}"})
                     if base.returncode != 0:
                         print(base.stdout[-2000:], base.stderr[-2000:])
@@ -240,8 +275,12 @@ def main() -> int:
                     perfgate(["baseline", "update", str(base_dir)], proj)
                     for extra in extras:
                         out = proj / "runs" / f"t{trial:02d}-{extra:.2f}"
+                        knob = extra
+                        if args.stored_knob == "commit":  # the change is in the commit; the variable stays 0
+                            git(proj, "checkout", "-q", f"head-{extra:.2f}")
+                            knob = 0.0
                         t0 = time.perf_counter()
-                        proc = perfgate(["run", "--gate", "--out", str(out)], proj, {"GATE_KNOB_EXTRA": f"{extra:.2f}"})
+                        proc = perfgate(["run", "--gate", "--out", str(out)], proj, {"GATE_KNOB_EXTRA": f"{knob:.2f}"})
                         record(results, "stored", extra, proc, out, time.perf_counter() - t0, family)
                         save()
                     if args.keep_runs:  # after every trial: a run cut short keeps what it measured

@@ -154,6 +154,14 @@ def _map_into(path: Path, repo_top: Path, base_top: Path) -> Path | None:
         return None
 
 
+def has_commit(root: Path, commit: str) -> bool:
+    """Whether the git repository around ``root`` holds ``commit`` (a full hash, checked by the caller)."""
+    top = _git(root, "rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        return False
+    return _git(Path(top.stdout.strip()), "cat-file", "-e", f"{commit}^{{commit}}").returncode == 0
+
+
 def checkout(settings: Settings, ref: str) -> BaseCheckout:
     """Check REF out in a temporary worktree; ConfigError when REF is not a commit of this repository."""
     top = _git(settings.root, "rev-parse", "--show-toplevel")

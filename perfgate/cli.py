@@ -261,7 +261,14 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
         if history:
             _add_run_to_history(settings, run_dir)
         sys.exit(code)
-    sampler_for = gate_mod.sampler_factory(settings, "stored" if stored else "plain", stored[1] if stored else None)
+    lockstep = None
+    if stored:  # settle what the stored comparison does not in lockstep against the baseline's commit
+        lockstep, why_not = gate_mod.lockstep_commit(settings, stored[1])
+        click.echo(f"perfgate: step-time changes the stored comparison does not settle at its first look are "
+                   f"settled in lockstep against the baseline's commit {lockstep[:12]}" if lockstep else
+                   f"perfgate: step times are judged against the stored baseline alone ({why_not})")
+    sampler_for = gate_mod.sampler_factory(settings, "stored" if stored else "plain", stored[1] if stored else None,
+                                           screen=bool(lockstep))
     run = runner.execute(cases, files, settings, run, run_dir, progress, after_case=write_reports,
                          sampler_for=sampler_for)
     run = replace(run, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
@@ -279,7 +286,8 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
         fail("no case could run (see the failures and skip reasons above)", EXIT_INFRA)
     if stored:  # compare with the stored baseline: perfgate/gate.py
         code = gate_mod.gate_run(run, run_dir, settings, stored,
-                                 strict_env=strict_env, gate=gate, cases=cases, workload_files=files, echo=click.echo)
+                                 strict_env=strict_env, gate=gate, cases=cases, workload_files=files, echo=click.echo,
+                                 lockstep=lockstep)
         if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
             publish_summary(run_dir)
         sys.exit(code)

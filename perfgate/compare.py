@@ -78,6 +78,10 @@ class GateSettings:
     # re-run a case whose step time regressed before failing the gate: true, false, or "stored" (the
     # default): against a stored baseline only; `--against`'s lockstep pairs are judged once (docs/gate.md)
     remeasure: bool | str = "stored"
+    # against a stored baseline recorded from a clean commit this repository has: a case whose stored
+    # comparison is not `unchanged` at its first look is settled by lockstep pairs against that commit
+    # (as `run --against` would), not by the stored comparison and the re-measure (docs/gate.md)
+    settle_in_lockstep: bool = True
     # how much to measure (perfgate.sequential): processes are added to a case, look by look, until its step
     # time is settled or its budget is spent; adaptive = false measures exactly `processes` per case
     adaptive: bool = True
@@ -128,7 +132,7 @@ class GateSettings:
 _FLOAT_KEYS = ("threshold", "confidence", "run_to_run", "run_to_run_paired", "process_quantile", "deterministic_tolerance", "memory_tolerance",
                "memory_floor_bytes", "compile_time_tolerance", "compile_time_floor_s", "max_case_s", "precision")
 _TABLE_KEYS = ("workloads", "toggles", "metrics")
-_VALID_KEYS = (*_FLOAT_KEYS, "remeasure", "adaptive", "bootstrap_resamples", "seed", "max_processes", *_TABLE_KEYS)
+_VALID_KEYS = (*_FLOAT_KEYS, "remeasure", "settle_in_lockstep", "adaptive", "bootstrap_resamples", "seed", "max_processes", *_TABLE_KEYS)
 
 
 def _number(value: Any, what: str, low: float = 0.0, high: float | None = None) -> float:
@@ -161,10 +165,11 @@ def parse_gate(raw: Any) -> GateSettings:
         if not (isinstance(raw["remeasure"], bool) or raw["remeasure"] == "stored"):
             raise ConfigError(f"[tool.perfgate.gate] remeasure must be true, false or \"stored\", got {raw['remeasure']!r}")
         kw["remeasure"] = raw["remeasure"]
-    if "adaptive" in raw:
-        if not isinstance(raw["adaptive"], bool):
-            raise ConfigError(f"[tool.perfgate.gate] adaptive must be true or false, got {raw['adaptive']!r}")
-        kw["adaptive"] = raw["adaptive"]
+    for k in ("adaptive", "settle_in_lockstep"):
+        if k in raw:
+            if not isinstance(raw[k], bool):
+                raise ConfigError(f"[tool.perfgate.gate] {k} must be true or false, got {raw[k]!r}")
+            kw[k] = raw[k]
     if kw.get("max_case_s", 1.0) <= 0:
         raise ConfigError(f"[tool.perfgate.gate] max_case_s must be more than 0, got {raw['max_case_s']!r}")
     lowest = {"bootstrap_resamples": 100, "seed": 0, "max_processes": 1}
@@ -703,6 +708,44 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
                                   advice=n.advice or "a one-off slowdown: the machine was busy, or the change is "
                                                      "near the threshold; `perfgate calibrate` measures the noise")
     return replace(comparison, verdicts=verdicts), remeasured
+
+
+LOCKSTEP_SETTLES = ("regression", "win", "inconclusive")  # stored step-time verdicts lockstep pairs settle
+
+
+def _ratio_text(v: Verdict) -> str:
+    if v.ratio is None:
+        return v.kind
+    ci = f" [{v.ratio_low:.3f}, {v.ratio_high:.3f}]" if v.ratio_low is not None and v.ratio_high is not None else ""
+    return f"{v.kind} at {v.ratio:.3f}x{ci}"
+
+
+def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSettings, *, commit: str,
+                       calibration: dict[str, Any] | None = None
+                       ) -> tuple[Comparison, list[tuple[CaseResult, CaseResult]], set[str]]:
+    """Judge again, paired, each stored step-time verdict in LOCKSTEP_SETTLES: ``measure(key)`` runs the case
+    in lockstep pairs against the baseline's ``commit`` and returns (head, base), or None where it cannot
+    (the stored verdict stands, for the re-measure to confirm). The paired verdict replaces the stored one,
+    whose figures its rule keeps. Returns the updated comparison, the pairs measured and the keys settled."""
+    verdicts = list(comparison.verdicts)
+    pairs: list[tuple[CaseResult, CaseResult]] = []
+    settled: set[str] = set()
+    for i, v in enumerate(verdicts):
+        if v.metric != STEP_TIME or v.kind not in LOCKSTEP_SETTLES:
+            continue
+        got = measure(v.case_key)
+        if got is None or got[1] is None:
+            continue
+        head, base = got
+        pairs.append((head, base))
+        new = [n for n in judge_case(v.case_key, base, head, gate, paired=True, calibration=calibration)
+               if n.metric == STEP_TIME]
+        if new:  # else a side failed or skipped in lockstep: the stored verdict stands
+            n = new[0]
+            verdicts[i] = replace(n, rule=f"{n.rule}; settled in lockstep against the baseline's commit "
+                                         f"{commit[:12]} (the stored comparison: {_ratio_text(v)})")
+            settled.add(v.case_key)
+    return replace(comparison, verdicts=verdicts), pairs, settled
 
 
 def sort_key(v: Verdict) -> tuple[int, str, str]:

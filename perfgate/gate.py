@@ -4,6 +4,7 @@ comparison.json next to results.json, print, and return the exit code. No torch.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -11,8 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from perfgate import baselines, console, runner, sequential
-from perfgate.compare import GateSettings, compare_runs, confirm_regressions, gate_settings
-from perfgate.config import Settings
+from perfgate.compare import (
+    LOCKSTEP_SETTLES,
+    GateSettings,
+    compare_runs,
+    confirm_regressions,
+    gate_settings,
+    settle_in_lockstep,
+)
+from perfgate.config import ConfigError, Settings
 from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, RunResult
 from perfgate.storage import atomic_write_json
 
@@ -67,10 +75,33 @@ def load_stored(settings: Settings, run: RunResult, baseline_file: Path | None) 
     return path, baselines.load_baseline(path)
 
 
-def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline | None = None
-                    ) -> Callable[[CaseSpec], sequential.Sampler]:
+COMMIT_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256, as `git rev-parse HEAD` prints it
+
+
+def lockstep_commit(settings: Settings, baseline: baselines.Baseline) -> tuple[str | None, str]:
+    """The commit a stored comparison is settled against in lockstep (docs/gate.md, "Settling in lockstep
+    against the baseline's commit"), or None and why not. The baseline file is untrusted: its commit must
+    be a full hash, recorded from a clean tree, and a commit of this repository."""
+    if not gate_settings(settings).settle_in_lockstep:
+        return None, "settle_in_lockstep = false"
+    env = baseline.run.environment
+    commit = env.get("git_commit")
+    if not isinstance(commit, str) or not COMMIT_HASH.fullmatch(commit):
+        return None, "the baseline records no git commit"
+    if env.get("git_dirty") is not False:
+        return None, f"the baseline was recorded with uncommitted changes to {commit[:12]}"
+    from perfgate import against
+
+    if not against.has_commit(settings.root, commit):
+        return None, f"the baseline's commit {commit[:12]} is not in this repository (a shallow clone? fetch it)"
+    return commit, ""
+
+
+def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline | None = None,
+                    screen: bool = False) -> Callable[[CaseSpec], sequential.Sampler]:
     """How many processes each case gets (perfgate.sequential): ``mode`` "plain" measures to a precision,
-    "stored" until the comparison with ``baseline`` settles, "against" until the paired comparison does."""
+    "stored" until the comparison with ``baseline`` settles (with ``screen``: one look, lockstep pairs
+    settle the rest), "against" until the paired comparison does."""
     gs = gate_settings(settings)
     calibration = baseline.calibration if baseline else {}
 
@@ -82,6 +113,7 @@ def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline 
         else:
             threshold, source = gs.threshold_for(CaseResult(spec=spec, status=STATUS_OK), spec.key, calibration)
             rule = sequential.ComparisonRule(gs, threshold, source, paired=(mode == "against"), base=base_case)
+            return sequential.make_sampler(gs, settings.processes, rule, screen=screen and mode == "stored")
         return sequential.make_sampler(gs, settings.processes, rule)
 
     return make
@@ -89,20 +121,26 @@ def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline 
 
 def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Path, baselines.Baseline], *,
              strict_env: bool, gate: bool, cases: list[CaseSpec], workload_files: dict[str, str],
-             echo: Echo) -> int:
-    """After `perfgate run`: compare with the stored baseline, re-measure time regressions, exit code."""
+             echo: Echo, lockstep: str | None = None) -> int:
+    """After `perfgate run`: compare with the stored baseline, settle what it did not in lockstep against
+    the baseline's commit ``lockstep`` (when there is one), re-measure the other time regressions, exit code."""
     gs = gate_settings(settings)
     path, base = stored
     baselines.check_covers(base, run)
     comparison = compare_runs(run, base.run, gs, baseline_source=str(path), calibration=base.calibration,
                               strict_env=strict_env)
-    if gs.remeasures("stored") and any(v.metric == "step_time" and v.kind == "regression" for v in comparison.verdicts):
+    settled: set[str] = set()
+    if lockstep:
+        comparison, settled = settle_stored(comparison, run, run_dir, settings, lockstep, cases, workload_files,
+                                            base.calibration, echo)
+    if gs.remeasures("stored") and any(v.metric == "step_time" and v.kind == "regression" and v.case_key not in settled
+                                       for v in comparison.verdicts):
         specs = {s.key: s for s in cases}
         sampler_for = sampler_factory(settings, "stored", base)
 
         def remeasure(key: str) -> tuple[CaseResult, CaseResult | None] | None:
             spec = specs.get(key)
-            if spec is None:
+            if spec is None or key in settled:
                 return None
             echo(f"re-measuring {key}: its step time regressed; it must regress again to fail the gate")
             # in the run's own folder, from its fork server: workers under a longer path would get another
@@ -114,6 +152,50 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Pa
         record_remeasures(run, run_dir, again)
     write_comparison(comparison, run_dir, run, echo)
     return conclude(comparison, gate, echo, run)
+
+
+def settle_stored(comparison: Comparison, run: RunResult, run_dir: Path, settings: Settings, commit: str,
+                  cases: list[CaseSpec], workload_files: dict[str, str], calibration: dict[str, Any],
+                  echo: Echo) -> tuple[Comparison, set[str]]:
+    """Settle each stored step-time verdict in LOCKSTEP_SETTLES by lockstep pairs against ``commit`` (checked
+    out once, only when some case needs it); returns the comparison and the keys settled. A checkout that
+    fails leaves the stored verdicts (and the re-measure) in charge, with a warning. The pairs' samples go to
+    lockstep/results.json (head) and lockstep/base/results.json."""
+    from perfgate import against
+
+    specs = {s.key: s for s in cases}
+    todo = [v.case_key for v in comparison.verdicts
+            if v.metric == "step_time" and v.kind in LOCKSTEP_SETTLES and v.case_key in specs]
+    if not todo:
+        return comparison, set()
+    gs = gate_settings(settings)
+    head_dir, base_dir = run_dir / "lockstep", run_dir / "lockstep" / "base"
+    try:
+        with against.interruptible(), against.checked_out(settings, commit) as base:
+            against.probe_base(base, settings.threads)
+            for note in base.notes:
+                echo(f"note: {note}")
+            sampler_for = sampler_factory(settings, "against")
+
+            def measure(key: str) -> tuple[CaseResult, CaseResult | None] | None:
+                spec = specs[key]
+                echo(f"settling {key} in lockstep against the baseline's commit {commit[:12]}")
+                head, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings, head_dir,
+                                                   base_dir, sampler=sampler_for(spec))
+                echo(f"      lockstep {console.outcome_text(head)}")
+                return head, base_case
+
+            comparison, pairs, settled = settle_in_lockstep(comparison, measure, gs, commit=commit,
+                                                            calibration=calibration)
+    except ConfigError as exc:
+        echo(f"perfgate: warning: could not settle in lockstep against the baseline's commit: {exc}")
+        return comparison, set()
+    if pairs:
+        runner.write_results(replace(run, cases=[h for h, _ in pairs]), head_dir / "results.json")
+        runner.write_results(replace(run, run_id=f"{run.run_id}-base", cases=[b for _, b in pairs],
+                                     environment={**run.environment, "git_commit": commit, "git_dirty": False}),
+                             base_dir / "results.json")
+    return comparison, settled
 
 
 def record_remeasures(run: RunResult, run_dir: Path, again: list[CaseResult]) -> None:

@@ -115,10 +115,13 @@ class Budget:
     max_processes: int = 16
     max_seconds: float = 60.0
     adaptive: bool = True
+    # one look that only screens: a case it does not settle `unchanged` is settled in lockstep afterwards
+    # (perfgate.gate.settle_stored; docs/gate.md, "Settling in lockstep against the baseline's commit")
+    screen: bool = False
 
     @property
     def schedule(self) -> list[int]:
-        return look_schedule(self.first, self.max_processes) if self.adaptive else [self.first]
+        return look_schedule(self.first, self.max_processes) if self.adaptive and not self.screen else [self.first]
 
 
 @dataclass
@@ -220,7 +223,8 @@ class Sampler:
             self.stopped, self.confidence = f"settled: {decision.why}", confidence
             return None
         if final:
-            why = (f"budget: {self.budget.max_processes} processes" if nxt is None
+            why = ("screened: one look" if self.budget.screen
+                   else f"budget: {self.budget.max_processes} processes" if nxt is None
                    else f"budget: {self.budget.max_seconds:g} s (another look would take about "
                         f"{elapsed_s + per_process * (nxt - done):.0f} s)")
             self.stopped, self.confidence = f"{why}; {decision.why}", confidence
@@ -268,12 +272,13 @@ def sampling_text(case: CaseResult) -> str:
     return f"{n} process{'es' if n != 1 else ''} ({str(info.get('stopped', ''))[:160]})"
 
 
-def make_sampler(gate: GateSettings, processes: int, rule: Rule | None) -> Sampler:
+def make_sampler(gate: GateSettings, processes: int, rule: Rule | None, screen: bool = False) -> Sampler:
     """A case's Sampler under ``[tool.perfgate.gate]``: looks from ``processes`` (3 at least when comparing:
-    two a side cannot settle a comparison and would only spend its error rate) up to the budget."""
+    two a side cannot settle a comparison and would only spend its error rate) up to the budget; with
+    ``screen``, the first look only (what it does not settle, lockstep pairs settle afterwards)."""
     first = max(processes, 3) if isinstance(rule, ComparisonRule) and gate.adaptive else processes
-    budget = Budget(first=first, max_processes=max(first, gate.max_processes), max_seconds=gate.max_case_s,
-                    adaptive=gate.adaptive)
+    budget = Budget(first=first, max_processes=first if screen else max(first, gate.max_processes),
+                    max_seconds=gate.max_case_s, adaptive=gate.adaptive, screen=screen)
     return Sampler(budget, rule if gate.adaptive else None, alpha=1.0 - gate.confidence)
 
 

@@ -22,6 +22,7 @@ from perfgate.compare import (
     parse_gate,
     process_time,
     set_aside_slowed,
+    settle_in_lockstep,
     shift_median,
     time_change,
     walsh_median,
@@ -255,6 +256,8 @@ def test_thresholds_per_workload_toggle_and_calibration():
     ({"metrics": {"kernels": 0.1}}, "unknown metric 'kernels'"),
     ({"remeasure": "yes"}, 'remeasure must be true, false or "stored"'),
     ({"remeasure": 1}, 'remeasure must be true, false or "stored"'),
+    ({"settle_in_lockstep": "yes"}, "settle_in_lockstep must be true or false"),
+    ({"adaptive": 0}, "adaptive must be true or false"),
 ])
 def test_gate_config_is_validated(raw, message):
     with pytest.raises(ConfigError, match=message):
@@ -277,6 +280,8 @@ def test_the_default_re_measures_against_a_stored_baseline_only():
     assert parse_gate({"remeasure": True}).remeasures("against")
     assert not parse_gate({"remeasure": False}).remeasures("stored")
     assert parse_gate({"remeasure": "stored"}) == GateSettings()
+    assert parse_gate({"settle_in_lockstep": True}) == GateSettings()
+    assert not parse_gate({"settle_in_lockstep": False}).settle_in_lockstep
 
 
 def test_a_regression_must_regress_again_on_remeasure():
@@ -312,6 +317,38 @@ def test_a_re_measure_faster_than_the_baseline_makes_the_regression_inconclusive
     (v,) = [v for v in confirmed.verdicts if v.metric == "step_time"]
     assert v.kind == "inconclusive" and v.ratio < 0.8
     assert "regressed, the re-measure was faster" in v.rule and "disagree" in v.advice
+
+
+def test_settling_in_lockstep_judges_paired_and_keeps_what_it_cannot_settle():
+    """compare.settle_in_lockstep: every stored step-time verdict but `unchanged` goes to ``measure``; a pair
+    judged paired replaces it (its rule naming the commit and the stored figures); a case the commit cannot
+    run (None) or whose base failed in lockstep keeps its stored verdict and is not counted as settled."""
+    rnd = random.Random(13)
+    toggles = ("eager", "tf32", "fp16", "bf16")
+    base = run(*(case(t, groups(rnd, 4, 1e-3, 0.002, 0.002)) for t in toggles))
+    cur = run(*(case(t, groups(rnd, 4, 1.3e-3 if t != "bf16" else 1e-3, 0.002, 0.002)) for t in toggles))
+    gate = GateSettings(bootstrap_resamples=1000)
+    cmp = compare_runs(cur, base, gate)
+    stored = {v.case_key.split("/")[2]: v.kind for v in cmp.verdicts if v.metric == "step_time"}
+    assert stored == {"eager": "regression", "tf32": "regression", "fp16": "regression", "bf16": "unchanged"}
+    asked = []
+
+    def measure(key):
+        t = key.split("/")[2]
+        asked.append(t)
+        if t == "tf32":
+            return None  # the commit lacks the case
+        head = case(t, groups(rnd, 6, 1e-3, 0.002, 0.002))  # eager: the machine's speed, not the code
+        return head, case(t, groups(rnd, 6, 1e-3, 0.002, 0.002), status="failed" if t == "fp16" else "ok")
+
+    settled, pairs, keys = settle_in_lockstep(cmp, measure, gate, commit="a" * 40)
+    after = {v.case_key.split("/")[2]: v for v in settled.verdicts if v.metric == "step_time"}
+    assert sorted(asked) == ["eager", "fp16", "tf32"] and len(pairs) == 2
+    assert keys == {after["eager"].case_key}
+    assert after["eager"].kind == "unchanged" and "paired base/head processes" in after["eager"].rule
+    assert f"settled in lockstep against the baseline's commit {'a' * 12} (the stored comparison: regression at" \
+        in after["eager"].rule
+    assert after["tf32"].kind == after["fp16"].kind == "regression" and "lockstep" not in after["fp16"].rule
 
 
 def test_many_raw_samples_do_not_overflow_the_rank_test_check():

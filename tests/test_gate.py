@@ -185,3 +185,99 @@ def test_against_keeps_both_sides_of_a_remeasure_and_merge_rejudge_agrees(tmp_pa
     data = json.loads((tmp_path / "merged" / "comparison.json").read_text())
     (v,) = [v for v in data["verdicts"] if v["metric"] == "step_time"]
     assert v["kind"] == "regression" and "confirmed by a re-measure" in v["rule"]
+
+
+def _stored_repo(tmp_path: Path) -> tuple[Path, str]:
+    """A git repository whose baseline is recorded from its first commit (clean), and a second commit
+    that makes the work 30x; returns the repository and the first commit."""
+    repo = tmp_path / "repo"
+    (repo / "workloads").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text(PYPROJECT.format(workloads="workloads"))
+    source = (TEST_WORKLOADS / "scaled_work.py").read_text()
+    (repo / "workloads" / "scaled_work.py").write_text(source)
+    (repo / ".gitignore").write_text("reports/\nbaselines/\nruns/\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "base")
+    first = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    for cmd in (("run", "--out", str(repo / "runs" / "base")), ("baseline", "update", str(repo / "runs" / "base"))):
+        proc = run_cli(*cmd, cwd=repo)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    (repo / "workloads" / "scaled_work.py").write_text(source.replace('"PERFGATE_TEST_WORK_SCALE", "1.0"',
+                                                                      '"PERFGATE_TEST_WORK_SCALE", "30.0"'))
+    _git(repo, "commit", "-qam", "head: 30x the work")
+    return repo, first
+
+
+def test_a_stored_regression_is_settled_in_lockstep_against_the_baselines_commit(tmp_path):
+    """The baseline was recorded from a clean commit this repository has: the stored comparison screens
+    (one look), and its `regression` is settled by lockstep pairs against that commit, not re-measured;
+    both sides' pairs are kept, and the temporary worktree is gone."""
+    repo, first = _stored_repo(tmp_path)
+    run_dir = repo / "runs" / "head"
+    proc = run_cli("run", "--gate", "--out", str(run_dir), cwd=repo)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"settled in lockstep against the baseline's commit {first[:12]}" in proc.stdout
+    assert f"settling {CASE} in lockstep" in proc.stdout and "re-measuring" not in proc.stdout
+    head = json.loads((run_dir / "results.json").read_text())["cases"][0]
+    assert head["metadata"]["sampling"]["processes"] == 3  # the screen: one look
+    data = json.loads((run_dir / "comparison.json").read_text())
+    (v,) = [v for v in data["verdicts"] if v["metric"] == "step_time"]
+    assert v["kind"] == "regression" and v["ratio_low"] > 1.0
+    assert "paired base/head processes" in v["rule"] and "the stored comparison: regression at" in v["rule"]
+    for side, commit in ((run_dir / "lockstep", None), (run_dir / "lockstep" / "base", first)):
+        kept = json.loads((side / "results.json").read_text())
+        assert [c["key"] for c in kept["cases"]] == [CASE]
+        assert commit is None or kept["environment"]["git_commit"] == commit
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
+    assert len(worktrees.strip().splitlines()) == 1
+
+    # the same code as the baseline's: the screen settles it `unchanged`, nothing is checked out
+    _git(repo, "checkout", "-q", first)
+    same = run_cli("run", "--gate", "--out", str(repo / "runs" / "same"), cwd=repo)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "settling" not in same.stdout and not (repo / "runs" / "same" / "lockstep").exists()
+
+    # settle_in_lockstep = false: the stored comparison alone, and its regression re-measured
+    _git(repo, "checkout", "-q", "-")
+    with (repo / "pyproject.toml").open("a") as f:
+        f.write("settle_in_lockstep = false\n")
+    off = run_cli("run", "--gate", "--out", str(repo / "runs" / "off"), cwd=repo)
+    assert off.returncode == 1, off.stdout + off.stderr
+    assert "judged against the stored baseline alone (settle_in_lockstep = false)" in off.stdout
+    assert "re-measuring" in off.stdout and "settling" not in off.stdout
+
+
+def test_the_baselines_commit_is_untrusted_input(tmp_path):
+    """lockstep_commit reads the commit from the baseline file: anything but a full hash of a clean commit
+    this repository has is refused (never handed to git as an option or a ref), with the reason said."""
+    from perfgate import config, gate
+    from perfgate.baselines import Baseline
+    from perfgate.model import RunResult
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    (repo / "pyproject.toml").write_text(PYPROJECT.format(workloads=TEST_WORKLOADS))
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "one")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    settings = config.load(cwd=repo)
+
+    def verdict(settings=settings, **env):
+        return gate.lockstep_commit(settings, Baseline(RunResult(run_id="b", suite="smoke", environment=env),
+                                                       "m", "smoke"))
+
+    assert verdict(git_commit=head, git_dirty=False) == (head, "")
+    for bad in ("--output=/tmp/x", "HEAD", head[:12], head.upper(), head + "\n", "../" + head[:37], 42, None,
+                ["x"]):
+        assert verdict(git_commit=bad, git_dirty=False) == (None, "the baseline records no git commit"), bad
+    assert verdict(git_commit=head, git_dirty=True)[1].startswith("the baseline was recorded with uncommitted")
+    assert verdict(git_commit=head)[1].startswith("the baseline was recorded with uncommitted")  # unknown: refused
+    assert "is not in this repository" in verdict(git_commit="0" * 40, git_dirty=False)[1]
+    (tmp_path / "elsewhere").mkdir()  # a project outside any git repository
+    elsewhere = config.load(cwd=tmp_path / "elsewhere")
+    assert "is not in this repository" in verdict(elsewhere, git_commit=head, git_dirty=False)[1]
+    (repo / "pyproject.toml").write_text(PYPROJECT.format(workloads=TEST_WORKLOADS) + "settle_in_lockstep = false\n")
+    off = config.load(cwd=repo)
+    assert verdict(off, git_commit=head, git_dirty=False) == (None, "settle_in_lockstep = false")

@@ -198,3 +198,18 @@ def test_make_sampler_starts_comparisons_at_three_and_respects_adaptive_off():
     assert make_sampler(gate, 2, PrecisionRule(0.025)).budget.schedule[0] == 2
     fixed = make_sampler(GateSettings(adaptive=False), 2, rule)
     assert fixed.budget.schedule == [2] and fixed.rule is None
+
+
+def test_a_screen_is_one_look_at_the_full_error_rate():
+    """settle_in_lockstep's screen (perfgate.gate.sampler_factory): one look of the first processes, judged
+    at the whole alpha since no look follows, and its stop says it screened."""
+    rnd = random.Random(3)
+    gate = GateSettings(bootstrap_resamples=300)
+    base = case([process(rnd, 1e-3, index=i) for i in range(3)])
+    rule = ComparisonRule(gate, 0.05, "global threshold", paired=False, base=base)
+    screen = make_sampler(gate, 2, rule, screen=True)
+    assert screen.budget.schedule == [3]
+    head = case([process(rnd, s, index=i) for i, s in enumerate((1.2e-3, 0.8e-3, 1.0e-3))])  # too wide to settle
+    assert screen.next_target(3, 1.0, head, base) is None
+    assert screen.confidence == pytest.approx(0.95) and screen.stopped.startswith("screened: one look")
+    assert make_sampler(gate, 2, rule).budget.schedule == [3, 5, 8, 12, 16]
