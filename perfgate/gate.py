@@ -172,13 +172,13 @@ def settle_stored(comparison: Comparison, run: RunResult, run_dir: Path, setting
     head_dir, base_dir = run_dir / "lockstep", run_dir / "lockstep" / "base"
     try:
         with against.interruptible(), against.checked_out(settings, commit) as base:
-            against.probe_base(base, settings.threads)
-            for note in base.notes:
-                echo(f"note: {note}")
+            probe_base(base, settings, echo)
             sampler_for = sampler_factory(settings, "against")
 
             def measure(key: str) -> tuple[CaseResult, CaseResult | None] | None:
-                spec = specs[key]
+                spec = specs.get(key)
+                if spec is None:
+                    return None
                 echo(f"settling {key} in lockstep against the baseline's commit {commit[:12]}")
                 head, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings, head_dir,
                                                    base_dir, sampler=sampler_for(spec))
@@ -213,15 +213,22 @@ def execute_against(ref: str, cases: list[CaseSpec], workload_files: dict[str, s
         return _judge_against(base, ref, cases, workload_files, settings, run, run_dir, progress, echo, gate=gate)
 
 
+def probe_base(base: Any, settings: Settings, echo: Echo) -> None:
+    """What the base checkout (perfgate.against.BaseCheckout) can run, and its notes said once."""
+    from perfgate import against
+
+    against.probe_base(base, settings.threads)
+    for note in base.notes:
+        echo(f"note: {note}")
+
+
 def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: dict[str, str],
                    settings: Settings, run: RunResult, run_dir: Path, progress: Any, echo: Echo, *,
                    gate: bool) -> int:
     """execute_against's work once REF is checked out in ``base`` (perfgate.against.BaseCheckout)."""
     from perfgate import against
 
-    against.probe_base(base, settings.threads)
-    for note in base.notes:
-        echo(f"note: {note}")
+    probe_base(base, settings, echo)
     base_dir = run_dir / "base"
     base_run = replace(run, run_id=f"{run.run_id}-base", environment={**run.environment, "git_commit": base.commit,
                                                                    "git_ref": ref}, cases=[])
