@@ -806,8 +806,8 @@ def init_cmd(gpu_runner: str | None, suite_only: bool, force: bool, action: str 
 @config_option
 @handle_errors
 def doctor_cmd(config: str | None) -> None:
-    """What this machine can run (torch, CUDA, compiler, threads, clock pinning, TensorBoard, a browser)
-    and what to fix, one line each. Exit 3 when perfgate cannot measure here."""
+    """What this machine can run (torch, CUDA, compiler, threads, clock pinning, TensorBoard, a browser),
+    how the gate will judge each stored baseline, and what to fix, one line each. Exit 3 when perfgate cannot measure here."""
     from perfgate import doctor
     from perfgate.runner import InfrastructureError, run_probe
 
@@ -816,7 +816,7 @@ def doctor_cmd(config: str | None) -> None:
         probe, error = run_probe([], settings.threads), None
     except InfrastructureError as exc:
         probe, error = None, str(exc)
-    findings = doctor.diagnose(probe, error, settings.threads)
+    findings = [*doctor.diagnose(probe, error, settings.threads), *doctor.check_baselines(settings)]
     for finding in findings:
         click.echo(finding.line())
     sys.exit(EXIT_INFRA if any(f.status == doctor.FAIL for f in findings) else EXIT_OK)

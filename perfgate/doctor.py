@@ -178,6 +178,44 @@ def check_git(which: Callable[[str], str | None] = shutil.which) -> Finding:
     return Finding(OK, "git", path)
 
 
+BASELINE_LINES = 8  # baseline files named one by one; the rest summed up in one line
+
+
+def check_baselines(settings: Any) -> list[Finding]:
+    """Per stored baseline: will `run --gate` settle its step times in lockstep against the baseline's
+    commit (gate.lockstep_commit), or judge them against the stored numbers alone, and why."""
+    from perfgate import gate
+    from perfgate.baselines import list_baselines, load_baseline
+    from perfgate.config import ConfigError
+    from perfgate.validation import SchemaError
+
+    root = Path(settings.baselines_dir)
+    files = list_baselines(root)
+    if not files:
+        return [Finding(OK, "baselines", f"none in {root} yet (perfgate run && perfgate baseline update)")]
+    found = []
+    for f in files[:BASELINE_LINES]:
+        name = f"{f.parent.name}/{f.name}"
+        try:
+            commit, why = gate.lockstep_commit(settings, load_baseline(f))
+        except (ConfigError, SchemaError) as exc:  # a broken file is named, doctor goes on
+            found.append(Finding(WARN, "baselines", f"{name}: {exc}", "perfgate baseline update after a run"))
+            continue
+        if commit:
+            found.append(Finding(OK, "baselines", f"{name}: step times settled in lockstep against its commit "
+                                                  f"{commit[:12]}"))
+        elif why == "settle_in_lockstep = false":
+            found.append(Finding(OK, "baselines", f"{name}: step times against the stored numbers alone ({why})"))
+        else:
+            fix = ("git fetch the commit (in CI: actions/checkout with fetch-depth: 0)" if "not in this repository" in why
+                   else "record it with `perfgate run && perfgate baseline update` from a clean checkout")
+            found.append(Finding(WARN, "baselines", f"{name}: step times against the stored numbers alone ({why}); "
+                                                    "a run that moved as a whole can pass for a code change", fix))
+    if len(files) > BASELINE_LINES:
+        found.append(Finding(OK, "baselines", f"... and {len(files) - BASELINE_LINES} more in {root}"))
+    return found
+
+
 def diagnose(probe: dict[str, Any] | None, probe_error: str | None, threads: int) -> list[Finding]:
     """Every check, in the order ``perfgate doctor`` prints them."""
     env = (probe or {}).get("environment", {})

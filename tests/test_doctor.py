@@ -89,3 +89,44 @@ def test_cpu_torch_next_to_an_nvidia_driver_is_named(monkeypatch):
     probe = {"environment": {"torch": "2.13.0+cpu", "torch_cuda": None, "cuda_available": False}, "toggles": []}
     cuda = [f for f in doctor.check_torch(probe, None) if f.check == "cuda"][0]
     assert cuda.status == "warn" and "CPU build of torch" in cuda.found and "CUDA build" in cuda.fix
+
+
+def test_doctor_says_how_each_stored_baseline_will_be_judged(tmp_path):
+    """check_baselines: a baseline with a clean commit this repository has settles in lockstep (ok); one
+    without a commit, with a dirty tree or a commit not fetched warns with the fix; a broken file is named
+    and the rest still checked."""
+    import subprocess
+
+    from perfgate import config
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    settings = config.load(cwd=tmp_path)
+    assert [f.status for f in doctor.check_baselines(settings)] == ["ok"]  # none yet
+    from perfgate.baselines import from_run, write_baseline
+    from perfgate.model import CaseResult, CaseSpec, ProcessSamples, RunResult
+
+    case = CaseResult(spec=CaseSpec(workload="w", size="smoke", toggles=("eager",), device="cpu"), status="ok",
+                      processes=[ProcessSamples(samples_ns=[1000, 1000], process_index=0)])
+    envs = {"a-clean": {"git_commit": head, "git_dirty": False}, "b-dirty": {"git_commit": head, "git_dirty": True},
+            "c-none": {}, "d-unfetched": {"git_commit": "1" * 40, "git_dirty": False}}
+    for name, env in envs.items():
+        run = RunResult(run_id="r", suite="smoke", environment={**env, "machine_key": name}, cases=[case])
+        write_baseline(from_run(run), tmp_path / "baselines" / name / "smoke.json")
+    (tmp_path / "baselines" / "a-clean" / "ceilings.json").write_text("{}")  # the roofline's file, not a baseline
+    (tmp_path / "baselines" / "e-broken").mkdir()
+    (tmp_path / "baselines" / "e-broken" / "smoke.json").write_text("{")
+    found = {f.found.split(":")[0]: f for f in doctor.check_baselines(settings)}
+    assert len(found) == 5 and all(f.check == "baselines" for f in found.values())
+    assert found["a-clean/smoke.json"].status == "ok" and head[:12] in found["a-clean/smoke.json"].found
+    assert "uncommitted changes" in found["b-dirty/smoke.json"].found and "clean checkout" in found["b-dirty/smoke.json"].fix
+    assert "records no git commit" in found["c-none/smoke.json"].found
+    assert found["d-unfetched/smoke.json"].status == "warn" and "fetch-depth: 0" in found["d-unfetched/smoke.json"].fix
+    assert found["e-broken/smoke.json"].status == "warn" and "baseline update" in found["e-broken/smoke.json"].fix
