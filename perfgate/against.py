@@ -154,20 +154,23 @@ def _map_into(path: Path, repo_top: Path, base_top: Path) -> Path | None:
         return None
 
 
+def _repo_top(root: Path) -> Path | None:
+    """The top folder of the git repository around ``root``, or None outside one."""
+    top = _git(root, "rev-parse", "--show-toplevel")
+    return Path(top.stdout.strip()).resolve() if top.returncode == 0 else None
+
+
 def has_commit(root: Path, commit: str) -> bool:
     """Whether the git repository around ``root`` holds ``commit`` (a full hash, checked by the caller)."""
-    top = _git(root, "rev-parse", "--show-toplevel")
-    if top.returncode != 0:
-        return False
-    return _git(Path(top.stdout.strip()), "cat-file", "-e", f"{commit}^{{commit}}").returncode == 0
+    top = _repo_top(root)
+    return top is not None and _git(top, "cat-file", "-e", f"{commit}^{{commit}}").returncode == 0
 
 
 def checkout(settings: Settings, ref: str) -> BaseCheckout:
     """Check REF out in a temporary worktree; ConfigError when REF is not a commit of this repository."""
-    top = _git(settings.root, "rev-parse", "--show-toplevel")
-    if top.returncode != 0:
+    repo_top = _repo_top(settings.root)
+    if repo_top is None:
         raise ConfigError(f"--against {ref}: {settings.root} is not inside a git repository")
-    repo_top = Path(top.stdout.strip()).resolve()
     rev = _git(repo_top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if rev.returncode != 0:
         raise ConfigError(f"--against {ref}: not a commit in {repo_top} (a branch, tag or hash is valid)")

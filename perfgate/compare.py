@@ -671,6 +671,14 @@ def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | N
 Remeasure = Callable[[str], "tuple[CaseResult, CaseResult | None] | None"]
 
 
+def _ratio_text(v: Verdict) -> str:
+    """A step-time verdict's ratio and CI as rule texts quote it: '1.106x [1.079, 1.131]'."""
+    if v.ratio is None:
+        return "no ratio"
+    ci = f" [{v.ratio_low:.3f}, {v.ratio_high:.3f}]" if v.ratio_low is not None and v.ratio_high is not None else ""
+    return f"{v.ratio:.3f}x{ci}"
+
+
 def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSettings, remeasure: Remeasure,
                         calibration: dict[str, Any] | None = None) -> tuple[Comparison, list[CaseResult]]:
     """Re-measure each case whose step time regressed; it fails the gate only if it regresses again.
@@ -695,7 +703,7 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
         if not new:
             continue
         n = new[0]
-        first = f"first measurement {v.ratio:.3f}x [{v.ratio_low:.3f}, {v.ratio_high:.3f}]"
+        first = f"first measurement {_ratio_text(v)}"
         if n.kind == "regression":
             verdicts[i] = replace(n, rule=f"{n.rule}; confirmed by a re-measure ({first})")
         elif n.kind == "win":  # two measurements that contradict each other decide nothing
@@ -711,13 +719,6 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
 
 
 LOCKSTEP_SETTLES = ("regression", "win", "inconclusive")  # stored step-time verdicts lockstep pairs settle
-
-
-def _ratio_text(v: Verdict) -> str:
-    if v.ratio is None:
-        return v.kind
-    ci = f" [{v.ratio_low:.3f}, {v.ratio_high:.3f}]" if v.ratio_low is not None and v.ratio_high is not None else ""
-    return f"{v.kind} at {v.ratio:.3f}x{ci}"
 
 
 def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSettings, *, commit: str,
@@ -743,7 +744,7 @@ def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSet
         if new:  # else a side failed or skipped in lockstep: the stored verdict stands
             n = new[0]
             verdicts[i] = replace(n, rule=f"{n.rule}; settled in lockstep against the baseline's commit "
-                                         f"{commit[:12]} (the stored comparison: {_ratio_text(v)})")
+                                         f"{commit[:12]} (the stored comparison: {v.kind} at {_ratio_text(v)})")
             settled.add(v.case_key)
     return replace(comparison, verdicts=verdicts), pairs, settled
 

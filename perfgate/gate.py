@@ -164,9 +164,8 @@ def settle_stored(comparison: Comparison, run: RunResult, run_dir: Path, setting
     from perfgate import against
 
     specs = {s.key: s for s in cases}
-    todo = [v.case_key for v in comparison.verdicts
-            if v.metric == "step_time" and v.kind in LOCKSTEP_SETTLES and v.case_key in specs]
-    if not todo:
+    if not any(v.metric == "step_time" and v.kind in LOCKSTEP_SETTLES and v.case_key in specs
+               for v in comparison.verdicts):  # nothing to settle: no checkout
         return comparison, set()
     gs = gate_settings(settings)
     head_dir, base_dir = run_dir / "lockstep", run_dir / "lockstep" / "base"

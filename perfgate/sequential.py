@@ -115,13 +115,13 @@ class Budget:
     max_processes: int = 16
     max_seconds: float = 60.0
     adaptive: bool = True
-    # one look that only screens: a case it does not settle `unchanged` is settled in lockstep afterwards
-    # (perfgate.gate.settle_stored; docs/gate.md, "Settling in lockstep against the baseline's commit")
+    # one look (max_processes = first) that only screens: a case it does not settle `unchanged` is settled
+    # in lockstep afterwards (perfgate.gate.settle_stored; docs/gate.md, "Settling in lockstep ...")
     screen: bool = False
 
     @property
     def schedule(self) -> list[int]:
-        return look_schedule(self.first, self.max_processes) if self.adaptive and not self.screen else [self.first]
+        return look_schedule(self.first, self.max_processes) if self.adaptive else [self.first]
 
 
 @dataclass
