@@ -142,6 +142,13 @@ def test_an_older_store_is_upgraded_with_its_data(store_url: str, tmp_path: Path
         open_store(store_url, create=True)
 
 
+def test_missing_migration_scripts_are_one_line(tmp_path: Path) -> None:
+    url = resolve_url({}, tmp_path, "sqlite:///h.db")
+    with pytest.raises(HistoryError, match="schema migrations in .* cannot be read.*reinstall perfgate") as info:
+        open_store(url, create=True, migrations_dir=tmp_path / "nowhere")
+    assert "\n" not in str(info.value)
+
+
 def test_schema_head_is_alembics_head() -> None:
     from alembic.script import ScriptDirectory
 

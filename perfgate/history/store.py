@@ -340,10 +340,16 @@ def _migrate(store: Store, migrations_dir: Path | None, create: bool) -> str:
 
     from alembic import command
     from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
 
-    script = ScriptDirectory(str(migrations_dir or MIGRATIONS_DIR))
-    head = script.get_current_head()
-    known = {s.revision for s in script.walk_revisions()}
+    where = migrations_dir or MIGRATIONS_DIR
+    try:
+        script = ScriptDirectory(str(where))
+        head = script.get_current_head()
+        known = {s.revision for s in script.walk_revisions()}
+    except CommandError as exc:  # an install without its migration scripts
+        raise HistoryError(f"perfgate's schema migrations in {where} cannot be read ({_first_line(exc)}); "
+                           "reinstall perfgate") from exc
 
     def check_known(rev: str | None) -> None:
         if rev is not None and rev != BEFORE_ALEMBIC and rev not in known:
@@ -362,7 +368,7 @@ def _migrate(store: Store, migrations_dir: Path | None, create: bool) -> str:
             revision = _read_revision(conn)
             check_known(revision)
             if revision != head:
-                config = _alembic_config(conn, migrations_dir or MIGRATIONS_DIR)
+                config = _alembic_config(conn, where)
                 if revision == BEFORE_ALEMBIC:
                     command.stamp(config, FIRST_REVISION)
                 command.upgrade(config, "head")
