@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from perfgate import config as config_mod
+from perfgate import layout
 from perfgate.config import ConfigError
 from perfgate.model import STATUS_OK, SchemaError
 
@@ -212,7 +213,10 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     files = {name: info["file"] for name, info in catalog.workloads.items()}
     env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
     env["machine_key"] = environment.machine_key(env, cases[0].device)
-    env["address_layout"] = runner.address_layout()  # fixed: every worker the same layout (docs/gate.md)
+    env["address_layout"] = runner.address_layout()  # fixed: no address-space randomization in workers
+    env["layout_policy"] = layout.policy()  # drawn: each worker draws its own layout (docs/gate.md)
+    if env["layout_policy"] == "drawn":
+        env["layout_seed"] = layout.run_seed()
     from perfgate import expect, roofline
 
     run = RunResult(run_id=run_dir.name, suite=suite_obj.name, environment=env,
@@ -441,7 +445,8 @@ def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, .
     results = {}
     for spec in cases:
         file = catalog.workloads[spec.workload]["file"]
-        rounds_done = [runner.run_case(spec, file, settings, work, sampler=sampler_for(spec)) for _ in range(rounds)]
+        rounds_done = calibrate.run_rounds(rounds, work, functools.partial(
+            runner.run_case, spec, file, settings, sampler=sampler_for(spec)))
         threshold, _ = gs.threshold_for(rounds_done[0], spec.key)
         noise = calibrate.analyse(spec.key, rounds_done, gs, threshold, per_side)
         if noise is None:

@@ -111,8 +111,11 @@ def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline 
         if mode == "plain" or (mode == "stored" and (base_case is None or base_case.status != STATUS_OK)):
             rule = sequential.PrecisionRule(gs.plain_precision(), gs.process_quantile, gs.confidence)
         else:
-            threshold, source = gs.threshold_for(CaseResult(spec=spec, status=STATUS_OK), spec.key, calibration)
-            rule = sequential.ComparisonRule(gs, threshold, source, paired=(mode == "against"), base=base_case)
+            case = CaseResult(spec=spec, status=STATUS_OK)
+            threshold, source = gs.threshold_for(case, spec.key, calibration)
+            run_to_run, _ = gs.run_to_run_term(case, spec.key, calibration, paired=(mode == "against"))
+            rule = sequential.ComparisonRule(gs, threshold, source, paired=(mode == "against"), base=base_case,
+                                             run_to_run=run_to_run)
             return sequential.make_sampler(gs, settings.processes, rule, screen=screen and mode == "stored")
         return sequential.make_sampler(gs, settings.processes, rule)
 

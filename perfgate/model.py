@@ -180,9 +180,12 @@ class ProcessSamples:
     warmup_units: int = 0
     timer: str = "perf_counter_ns"
     process_index: int = 0
-    # bytes this process allocated before anything of the workload (perfgate.worker.heap_offset); None in
+    # bytes this process allocated before anything of the workload (its layout's heap_offset); None in
     # results written before heap offsets existed
     heap_offset: int | None = None
+    # the memory layout this process drew (perfgate.layout: policy, seed, heap_offset, mmap_pages); None in
+    # results written before layouts were drawn
+    layout: dict[str, Any] | None = None
     # samples per burst when sampled in lockstep with a paired process (``--against``), else None
     bursts: list[int] | None = None
 
@@ -208,6 +211,7 @@ class ProcessSamples:
             timer=f.get("timer", f.string, "perf_counter_ns"),
             process_index=f.get("process_index", lambda v, w: f.integer(v, w, low=0), 0),
             heap_offset=f.get("heap_offset", lambda v, w: f.integer(v, w, low=0)),
+            layout=f.get("layout", f.obj),
             bursts=bursts,
         )
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import perfgate
+from perfgate import layout
 from perfgate.config import Settings
 from perfgate.model import (
     STATUS_FAILED,
@@ -94,13 +95,15 @@ def worker_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, s
     return env
 
 
-LAYOUT_ENV = "PERFGATE_LAYOUT"  # "fixed" (default): no address-space randomization in workers; "random"
+LAYOUT_ENV = layout.LAYOUT_ENV  # "drawn" (default) or "fixed": no address-space randomization; "random"
 ADDR_NO_RANDOMIZE = 0x0040000  # linux/personality.h
 _PERSONALITY_QUERY = 0xFFFFFFFF
 
 
 def fixed_layout_wanted() -> bool:
-    return os.environ.get(LAYOUT_ENV, "fixed") != "random" and sys.platform.startswith("linux")
+    """True when workers start without address-space randomization (every policy but ``random``): what
+    each worker's layout is then comes from its own draw (perfgate.layout), not from the kernel's."""
+    return layout.policy() != "random" and sys.platform.startswith("linux")
 
 
 def _no_address_randomization(libc: Any) -> None:
@@ -163,8 +166,8 @@ def layout_padded_json(obj: Any, end: str = "") -> str:
     """``obj`` as JSON, padded with spaces so that, with ``end``, it fills whole pages. Why: a worker reads
     its case file and (forked) its request; their sizes vary with the run's names, and the size of what a
     process reads decides where its later allocations land, its tensors' among them. Padded, every worker
-    of every run reads the same number of bytes. What they hold still lands on the heap: names of another
-    length move every worker's layout (docs/gate.md, "Limits worth knowing")."""
+    of every run reads the same number of bytes. What they hold still lands on the heap, so names of another
+    length move where the layouts each worker draws start from (perfgate.layout; docs/gate.md)."""
     text = json.dumps(obj)
     if fixed_layout_wanted():
         text += " " * (-(len(text.encode()) + len(end)) % _PAGE)
@@ -435,6 +438,7 @@ def case_config(spec: CaseSpec, workload_file: str, settings: Settings, process_
         "spec": spec.to_json(),
         "workload_file": workload_file,
         "process_index": process_index,
+        "layout": layout.draw(process_index).to_json(),
         "threads": settings.threads,
         "seed": settings.seed,
         "max_memory_mb": settings.max_memory_mb,

@@ -242,7 +242,7 @@ class HeapSpy(Workload):
     description = "records where a worker's first allocations land (test only)"
     sizes = {s: {"steps": 1} for s in ("smoke", "pr", "full")}
     def build(self, params, device, dtype, variants):
-        where = [libc.malloc(n) for n in (24, 200, 1000, 5000, 40000, 100000)]
+        where = [libc.malloc(n) for n in (24, 200, 1000, 5000, 40000, 100000, 1 << 22)]
         with open(os.environ["HEAPSPY_OUT"], "a") as fh:
             fh.write(f"{os.getpid()} " + " ".join(f"{a:x}" for a in where) + "\\n")
         return Built(model=None, state=torch.zeros(2))
@@ -298,49 +298,65 @@ def test_the_fork_server_serves_on_after_a_request_too_large_for_it(tmp_path):
         z.close()
 
 
-def test_heap_offsets_differ_by_index_and_repeat():
-    from perfgate.worker import HEAP_OFFSET_BASE, HEAP_OFFSETS, heap_offset
+def test_layout_draws_are_seeded_per_process_and_spread():
+    from perfgate import layout
 
-    offsets = [heap_offset(i) for i in range(HEAP_OFFSETS)]
-    phases = {(x - HEAP_OFFSET_BASE) % 4096 for x in offsets}  # where in a page the heap's next bytes start
-    assert len(phases) == HEAP_OFFSETS and min(offsets) >= HEAP_OFFSET_BASE
-    assert [heap_offset(i + HEAP_OFFSETS) for i in range(3)] == offsets[:3]
+    draws = [layout.draw(i, seed=7, which="drawn") for i in range(64)]
+    assert draws == [layout.draw(i, seed=7, which="drawn") for i in range(64)]  # a seed and index: one layout
+    assert len({(d.heap_offset, d.mmap_pages) for d in draws}) == 64
+    other = [layout.draw(i, seed=8, which="drawn") for i in range(64)]
+    assert sum(a == b for a, b in zip(draws, other, strict=True)) <= 1  # another run: other layouts
+    offsets = [d.heap_offset for d in draws] + [d.heap_offset for d in other]
+    assert all(d % layout.HEAP_STEP == 0 and 0 < d <= layout.HEAP_SPAN for d in offsets)
+    assert max(offsets) - min(offsets) > layout.HEAP_SPAN // 2  # spread over the span, not one corner
+    pages = [d.mmap_pages for d in draws + other]
+    assert all(0 <= n < layout.MMAP_PAGES for n in pages) and max(pages) - min(pages) > layout.MMAP_PAGES // 2
+    # the pre-2026-11-26 policy: a heap offset per index, every offset of a page once over 64 indices
+    fixed = [layout.draw(i, which="fixed") for i in range(layout.INDEX_OFFSETS)]
+    assert len({(d.heap_offset - layout.INDEX_BASE) % 4096 for d in fixed}) == layout.INDEX_OFFSETS
+    assert {d.mmap_pages for d in fixed} == {0} and {d.seed for d in fixed} == {None}
 
 
-def test_each_worker_starts_from_the_same_heap_offset_by_its_index(tmp_path):
-    """A worker forked after the k-th request must not inherit a heap that handling k requests shaped: where
-    its allocations land decides its speed (docs/gate.md). Each process index gets its own heap offset, the
-    same in every run, so index i's allocations sit where they sat in the last run relative to index 0's
-    (run folders of one length: a name of another length moves every layout, docs/gate.md); without the
-    offsets, every index would put them at the same addresses."""
-    from perfgate.worker import heap_offset
+def test_each_worker_lands_where_its_drawn_layout_puts_it(tmp_path):
+    """A worker forked after the k-th request must not inherit a heap that handling k requests shaped, and
+    each process draws its own layout from the run's seed (perfgate.layout): with one seed, index i's
+    allocations sit where they sat in the last run relative to index 0's, whatever the run folder is
+    called (at one length: a name of another length moves the heap, docs/gate.md) or how many processes run;
+    another seed moves them; results.json records every draw."""
+    from perfgate import layout
 
     if not sys.platform.startswith("linux"):
         pytest.skip("the fork server is Linux only")
     _heapspy_project(tmp_path)
     runs = []
-    for n, name in ((4, "run-a"), (5, "run-b")):  # another process count and run name: the same layouts
+    for n, name, seed in ((4, "run-a", "11"), (5, "run-b", "11"), (4, "run-c", "12")):
         seen = tmp_path / f"{name}.txt"
         proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "-w", "heapspy", "-t", "eager",
                                "--processes", str(n), "--samples", "3", "--out", str(tmp_path / name)],
-                              cwd=tmp_path, env=cli_env(HEAPSPY_OUT=str(seen)), capture_output=True, text=True,
-                              timeout=300)
+                              cwd=tmp_path, env=cli_env(HEAPSPY_OUT=str(seen), PERFGATE_LAYOUT="drawn",
+                                                        PERFGATE_LAYOUT_SEED=seed),
+                              capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         first: dict[str, str] = {}  # each worker's first build (process 0 builds once more, for accuracy)
         for line in seen.read_text().splitlines():
             pid, where = line.split(" ", 1)
             first.setdefault(pid, where)
         runs.append(list(first.values()))  # in process order: one process at a time
-        offsets = [p["heap_offset"] for p in json.loads((tmp_path / name / "results.json").read_text())
-                   ["cases"][0]["processes"]]
-        assert offsets == [heap_offset(i) for i in range(n)]
-    assert len(runs[0]) == 4 and len(runs[1]) == 5
-    shown = "\n".join(runs[0] + ["--"] + runs[1])
-    # Where each index's allocations land relative to index 0's: the same in both runs. Not the addresses
-    # themselves: on the CI machine one run's fork server once started 0x140 bytes further up its heap
-    # than the other's, every worker of that run alike (docs/gate.md, "Limits worth knowing").
+        data = json.loads((tmp_path / name / "results.json").read_text())
+        assert data["environment"]["layout_policy"] == "drawn" and data["environment"]["layout_seed"] == int(seed)
+        drawn = [p["layout"] for p in data["cases"][0]["processes"]]
+        assert drawn == [layout.draw(i, seed=int(seed), which="drawn").to_json() for i in range(n)]
+        # the reserved pages move every later mapping (the 4 MiB allocation is one) by exactly that much
+        big = [int(row.split()[-1], 16) for row in runs[-1]]
+        assert [b - big[0] for b in big] == [(drawn[0]["mmap_pages"] - d["mmap_pages"]) * 4096 for d in drawn], runs[-1]
+    assert [len(r) for r in runs] == [4, 5, 4]
+    shown = "\n".join(runs[0] + ["--"] + runs[1] + ["--"] + runs[2])
+    # Where each index's allocations land relative to index 0's: the same in both runs of one seed. Not the
+    # addresses themselves: on the CI machine one run's fork server once started 0x140 bytes further up its
+    # heap than the other's, every worker of that run alike (docs/gate.md, "Limits worth knowing").
     assert _relative_to_first(runs[1][:4]) == _relative_to_first(runs[0]), shown
-    assert len(set(runs[1])) >= 2, shown
+    assert _relative_to_first(runs[2]) != _relative_to_first(runs[0]), shown
+    assert len(set(runs[1])) >= 4, shown
 
 
 def _relative_to_first(rows: list[str]) -> list[list[int]]:
