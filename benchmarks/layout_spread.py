@@ -9,7 +9,7 @@ inside a run, between the runs' medians (what an unpaired comparison of two runs
 performance modes the processes fall into (``perfgate.compare.performance_modes``).
 
     /work/main/.venv/bin/python benchmarks/layout_spread.py --family conv16 --runs 6 --processes 8
-    PERFGATE_LAYOUT=fixed-index /work/main/.venv/bin/python benchmarks/layout_spread.py ...   # the old layouts
+    PERFGATE_LAYOUT=fixed /work/main/.venv/bin/python benchmarks/layout_spread.py ...   # the old layouts
 """
 
 from __future__ import annotations
