@@ -151,10 +151,13 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
                    "(default: baselines/<machine>/<suite>.json when present, else an estimate).")
 @click.option("--gate", is_flag=True, help="Compare with the baseline (or --against REF); exit 1 on a regression.")
 @click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None,
-              help="Baseline file (default: <baselines_dir>/<machine-key>/<suite>.json).")
+              help="Baseline file (default: <baselines_dir>/<machine-key>/<suite>.json). Not with --against "
+                   "(refused): that compares with REF measured in this job.")
 @click.option("--against", "against_ref", default=None, metavar="REF",
               help="Run REF (a git ref, in a temporary worktree) and this tree interleaved; compare directly.")
-@click.option("--strict-env", is_flag=True, help="Refuse a baseline measured with another torch/CUDA/driver/Python.")
+@click.option("--strict-env", is_flag=True,
+              help="Refuse a baseline measured with another torch/CUDA/driver/Python. Not with --against "
+                   "(refused): both sides run in this job's environment.")
 @click.option("--history", "history", is_flag=True,
               help="Add this run to the history store ([tool.perfgate] history, $PERFGATE_HISTORY_URL).")
 @handle_errors
@@ -175,6 +178,12 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     from perfgate.storage import check_writable_dir
 
     shard_obj = parse_shard(shard) if shard else None  # a bad --shard fails before the slow probe
+    if against_ref:  # options of a stored baseline, which --against does not read: refused, not dropped
+        for given, name in ((baseline_file, "--baseline"), (strict_env, "--strict-env")):
+            if given:
+                raise ConfigError(f"{name} does not apply with --against {against_ref}: the base is measured from "
+                                  f"REF in this job, on this machine, not read from a stored baseline; drop {name} "
+                                  "(or --against to gate on the stored baseline)")
     settings = load_settings(config)
     for d in workloads_dirs:
         if not Path(d).is_dir():
