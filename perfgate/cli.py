@@ -230,9 +230,11 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
                     ceilings=roofline.ceilings_for_run(settings.baselines_dir, env))
     from perfgate import gate as gate_mod
 
+    # --gate with expectations and no baseline stored yet: the expectations alone are the gate
+    no_baseline = gate_mod.expectations_alone(settings, run, gate=gate and not against_ref and not baseline_file)
     try:  # the stored baseline before any case runs: a missing or broken one fails fast
         stored = gate_mod.load_stored(settings, run, Path(baseline_file) if baseline_file else None) \
-            if (gate or baseline_file) and not against_ref else None
+            if (gate or baseline_file) and not against_ref and not no_baseline else None
     except BaseException:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -271,6 +273,8 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
             _add_run_to_history(settings, run_dir)
         sys.exit(code)
     lockstep = None
+    if no_baseline:
+        click.echo(f"perfgate: no baseline at {no_baseline}: --gate judges the expectations alone")
     if stored:  # settle what the stored comparison does not in lockstep against the baseline's commit
         lockstep, why_not = gate_mod.lockstep_commit(settings, stored[1])
         click.echo(f"perfgate: step-time changes the stored comparison does not settle at its first look are "
@@ -299,6 +303,10 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
                                  lockstep=lockstep)
         if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
             publish_summary(run_dir)
+        sys.exit(code)
+    if no_baseline:
+        code = gate_mod.conclude_expectations_alone(run, no_baseline, click.echo)
+        publish_summary(run_dir)
         sys.exit(code)
 
 

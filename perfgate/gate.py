@@ -68,6 +68,26 @@ def expectations_failed(run: RunResult | None, echo: Echo) -> bool:
     return bool(failing)
 
 
+def expectations_alone(settings: Settings, run: RunResult, *, gate: bool) -> Path | None:
+    """Where the stored baseline would be, when a gated run has none there yet but has expectations to judge
+    (docs/expectations.md): the gate is then the expectations alone. None otherwise: a gate with neither
+    fails fast when the baseline is read (exit 2, saying how to make one)."""
+    if not gate or not run.expectations:
+        return None
+    path = default_baseline_path(settings, run)
+    return None if path.exists() else path
+
+
+def conclude_expectations_alone(run: RunResult, baseline_path: Path, echo: Echo) -> int:
+    """The exit code of a gated run with no baseline to compare with: 1 when it missed a ``fail`` expectation."""
+    echo(f"\nperfgate: no baseline to compare with ({baseline_path}; `perfgate baseline update` stores one): "
+         "the gate judged the expectations alone")
+    missed = expectations_failed(run, echo)
+    echo("\nGATE FAILED: a fail expectation was missed; no baseline compared" if missed else
+         "\nGate passed: no fail expectation missed; no baseline compared")
+    return EXIT_GATE if missed else EXIT_OK
+
+
 def load_stored(settings: Settings, run: RunResult, baseline_file: Path | None) -> tuple[Path, baselines.Baseline]:
     """The stored baseline a gated run compares with, read before any case runs (a missing or broken one
     fails fast, and the cases' sampling needs it)."""

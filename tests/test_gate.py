@@ -281,3 +281,41 @@ def test_the_baselines_commit_is_untrusted_input(tmp_path):
     (repo / "pyproject.toml").write_text(PYPROJECT.format(workloads=TEST_WORKLOADS) + "settle_in_lockstep = false\n")
     off = config.load(cwd=repo)
     assert verdict(off, git_commit=head, git_dirty=False) == (None, "settle_in_lockstep = false")
+
+
+NO_BASELINE = """
+[tool.perfgate]
+workloads_dirs = ["{workloads}"]
+processes = 1
+
+[tool.perfgate.timing]
+samples = 3
+
+[tool.perfgate.suites.smoke]
+workloads = ["tiny"]
+toggles = ["eager"]
+device = "cpu"
+"""
+
+
+@pytest.mark.parametrize("rule, code", [("status == ok", 0), ("step_time_s <= 1e-12", 1)], ids=["met", "missed"])
+def test_expectations_gate_a_run_without_a_baseline(tmp_path, rule, code):
+    """No baseline stored yet: `run --gate` measures, judges the expectations, says there was no baseline,
+    and exits 1 only on a missed fail rule."""
+    (tmp_path / "pyproject.toml").write_text(NO_BASELINE.format(workloads=TEST_WORKLOADS)
+                                             + f'\n[tool.perfgate.expect]\n"tiny/*/eager/cpu" = ["{rule}"]\n')
+    proc = run_cli("run", "--gate", "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "no baseline to compare with" in proc.stdout and "Traceback" not in proc.stderr
+    assert ("expectation missed: tiny/smoke/eager/cpu" in proc.stdout) == (code == 1)
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    assert "no baseline compared" in summary if code == 1 else "NO BASELINE" in summary
+
+
+def test_gate_without_a_baseline_or_expectations_is_a_usage_error_before_measuring(tmp_path):
+    """Nothing to judge the run by: one line saying how to make a baseline, exit 2, no case run."""
+    (tmp_path / "pyproject.toml").write_text(NO_BASELINE.format(workloads=TEST_WORKLOADS))
+    proc = run_cli("run", "--gate", "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "perfgate baseline update" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "[1/" not in proc.stdout and not (tmp_path / "r").exists()
