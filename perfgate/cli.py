@@ -265,12 +265,18 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     write_reports = _run_reports_writer(run_dir)
     write_reports(run)
     if against_ref:  # the gate's same-job A/B mode: perfgate/gate.py
-        code = gate_mod.execute_against(against_ref, cases, files, settings, run, run_dir, progress, click.echo,
-                                        gate=gate)
+        no_evidence = None
+        try:
+            code = gate_mod.execute_against(against_ref, cases, files, settings, run, run_dir, progress, click.echo,
+                                            gate=gate)
+        except gate_mod.NoEvidence as exc:  # exit 3 once the summary and the history have the run
+            code, no_evidence = EXIT_INFRA, exc
         if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
             publish_summary(run_dir)
         if history:
             _add_run_to_history(settings, run_dir)
+        if no_evidence:
+            fail(str(no_evidence), EXIT_INFRA)
         sys.exit(code)
     lockstep = None
     if no_baseline:
@@ -532,7 +538,7 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
         click.echo(f"perfgate: warning: {w}", err=True)
     click.echo(console.run_tables(run))
     click.echo(f"\n{runner.summary_status(run) or 'no cases'}; merged results: {out_dir / 'results.json'}")
-    code = EXIT_OK
+    code, no_evidence = EXIT_OK, None
     if gate or baseline_file or rejudge:
         try:
             from perfgate import gate as gate_mod
@@ -543,17 +549,22 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
             comparison = judge_against(out_dir, run, settings)
         else:
             comparison = None if baseline_file else merged_comparison(results)
-        if comparison is not None:
-            gate_mod.write_comparison(comparison, out_dir)
-            code = gate_mod.conclude(comparison, gate, click.echo, run)
-        else:
-            path = Path(baseline_file) if baseline_file else gate_mod.default_baseline_path(settings, run)
-            code = gate_mod.compare_files(str(out_dir), str(path), settings, strict_env=strict_env, gate=gate,
-                                          echo=click.echo)
+        try:
+            if comparison is not None:
+                gate_mod.write_comparison(comparison, out_dir)
+                code = gate_mod.conclude(comparison, gate, click.echo, run)
+            else:
+                path = Path(baseline_file) if baseline_file else gate_mod.default_baseline_path(settings, run)
+                code = gate_mod.compare_files(str(out_dir), str(path), settings, strict_env=strict_env, gate=gate,
+                                              echo=click.echo)
+        except gate_mod.NoEvidence as exc:  # exit 3 once the merged reports are written
+            code, no_evidence = EXIT_INFRA, exc
     write_run_reports(run, out_dir, load_comparison_file(out_dir))
     click.echo(f"reports: {out_dir / 'report.html'} (also summary.md, junit.xml)")
     if gate:
         publish_summary(out_dir)
+    if no_evidence:
+        fail(str(no_evidence), EXIT_INFRA)
     sys.exit(code)
 
 

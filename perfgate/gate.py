@@ -21,7 +21,7 @@ from perfgate.compare import (
     settle_in_lockstep,
 )
 from perfgate.config import ConfigError, Settings
-from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, RunResult
+from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, RunResult, evidence
 from perfgate.storage import atomic_write_json
 
 EXIT_OK, EXIT_GATE = 0, 1
@@ -50,10 +50,22 @@ def write_comparison(comparison: Comparison, run_dir: Path, run: RunResult | Non
     return path
 
 
+class NoEvidence(runner.InfrastructureError):
+    """A gate none of whose cases carried evidence (compare.Evidence): exit 3, never a pass."""
+
+
 def conclude(comparison: Comparison, gate: bool, echo: Echo, run: RunResult | None = None) -> int:
-    echo(console.comparison_text(comparison, gate=gate))
+    """Print the comparison and return the gate's exit code; NoEvidence (exit 3) for a gate whose cases all
+    went unjudged (skipped, or failing as in the base) and that nothing else failed."""
+    found = evidence(run, comparison) if run is not None else None
+    echo(console.comparison_text(comparison, gate=gate, evidence=found))
     missed = expectations_failed(run, echo) if gate else False
-    return EXIT_GATE if gate and (comparison.gate_failed or missed) else EXIT_OK
+    if gate and (comparison.gate_failed or missed):
+        return EXIT_GATE
+    if gate and found is not None and found.carried == 0:
+        raise NoEvidence(f"the gate has no evidence: none of the {found.cases} case(s) ran to be judged "
+                         f"({found.unjudged}); see the skip reasons and failures above")
+    return EXIT_OK
 
 
 def expectations_failed(run: RunResult | None, echo: Echo) -> bool:

@@ -533,3 +533,38 @@ class Comparison:
             "gate_failed": self.gate_failed,
             "verdicts": [v.to_json() for v in self.verdicts],
         }
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a comparison of ``run`` rests on, counted over the run's cases. A case carried evidence when it
+    ran now and was judged against the base (``compared``: it ran on both sides; or it is new to the base,
+    or fixed), or when its status fails the gate (newly failing). One skipped now, or failing now as it did
+    in the base (or new to it), carried none: a gate with no case that carried evidence cannot pass."""
+
+    cases: int
+    carried: int
+    compared: int
+    skipped: int  # of those that carried none
+
+    @property
+    def unjudged(self) -> str:
+        """Why the cases that carried none did: '1 skipped, 1 failed as in the base or new to it'."""
+        return f"{self.skipped} skipped, {self.cases - self.carried - self.skipped} failed as in the base or new to it"
+
+    @property
+    def text(self) -> str:
+        """'evidence: 2 of 3 case(s) ran and were judged (2 compared with the base); 1 carried none (...)'."""
+        none = self.cases - self.carried
+        return (f"evidence: {self.carried} of {self.cases} case(s) ran and were judged ({self.compared} compared "
+                f"with the base)" + (f"; {none} carried none ({self.unjudged})" if none else ""))
+
+
+def evidence(run: RunResult, comparison: Comparison) -> Evidence:
+    """The evidence ``comparison`` of ``run`` rests on (Evidence)."""
+    failing = {v.case_key for v in comparison.verdicts if v.fails_gate}
+    compared = {v.case_key for v in comparison.verdicts if v.metric != "status"}
+    none = [c for c in run.cases if c.status != STATUS_OK and c.key not in failing]
+    return Evidence(cases=len(run.cases), carried=len(run.cases) - len(none),
+                    compared=sum(1 for c in run.cases if c.key in compared),
+                    skipped=sum(1 for c in none if c.status == STATUS_SKIPPED))

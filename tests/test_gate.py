@@ -319,3 +319,33 @@ def test_gate_without_a_baseline_or_expectations_is_a_usage_error_before_measuri
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "perfgate baseline update" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert "[1/" not in proc.stdout and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("workload, toggle, why", [("fault_raise", "eager", "0 skipped, 1 failed"),
+                                                   ("tiny", "cuda-graphs", "1 skipped, 0 failed")],
+                         ids=["failed-on-both-sides", "skipped-on-both-sides"])
+def test_a_gate_with_no_evidence_exits_3_in_both_modes(tmp_path, workload, toggle, why):
+    """The only gated case fails (or is skipped) on both sides: `run --against REF --gate` and
+    `compare --gate` exit 3 with one line, never a pass, and the summary says no case carried evidence."""
+    repo = tmp_path / "repo"
+    (repo / "workloads").mkdir(parents=True)
+    (repo / "workloads" / "faults.py").write_text((TEST_WORKLOADS / "faults.py").read_text())
+    (repo / "pyproject.toml").write_text(NO_BASELINE.format(workloads="workloads")
+                                         .replace('["tiny"]', f'["{workload}"]').replace('["eager"]', f'["{toggle}"]'))
+    (repo / ".gitignore").write_text("runs/\nreports/\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "base")
+    run_dir = repo / "runs" / "ab"
+    proc = run_cli("run", "--against", "HEAD", "--gate", "--out", str(run_dir), cwd=repo)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("perfgate: error: the gate has no evidence: none of the 1 case(s) ran") and why in line
+    assert "Evidence: 0 of 1 case(s)" in proc.stdout and "Gate passed" not in proc.stdout
+    summary = (run_dir / "summary.md").read_text()
+    assert "NO EVIDENCE" in summary and "Evidence: 0 of 1 case(s) ran and were judged" in summary
+    # the same verdicts from the stored files (the base run as the baseline): exit 3 as well
+    again = run_cli("compare", str(run_dir), str(run_dir / "base"), "--gate", cwd=repo)
+    assert again.returncode == 3, again.stdout + again.stderr
+    assert again.stderr.strip().startswith("perfgate: error: the gate has no evidence")
+    assert run_cli("compare", str(run_dir), str(run_dir / "base"), cwd=repo).returncode == 0  # not gated: a report
