@@ -152,10 +152,13 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
                    "(default: baselines/<machine>/<suite>.json when present, else an estimate).")
 @click.option("--gate", is_flag=True, help="Compare with the baseline (or --against REF); exit 1 on a regression.")
 @click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None,
-              help="Baseline file (default: <baselines_dir>/<machine-key>/<suite>.json).")
+              help="Baseline file (default: <baselines_dir>/<machine-key>/<suite>.json). Not with --against "
+                   "(refused): that compares with REF measured in this job.")
 @click.option("--against", "against_ref", default=None, metavar="REF",
               help="Run REF (a git ref, in a temporary worktree) and this tree interleaved; compare directly.")
-@click.option("--strict-env", is_flag=True, help="Refuse a baseline measured with another torch/CUDA/driver/Python.")
+@click.option("--strict-env", is_flag=True,
+              help="Refuse a baseline measured with another torch/CUDA/driver/Python. Not with --against "
+                   "(refused): both sides run in this job's environment.")
 @click.option("--history", "history", is_flag=True,
               help="Add this run to the history store ([tool.perfgate] history, $PERFGATE_HISTORY_URL).")
 @handle_errors
@@ -176,6 +179,12 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     from perfgate.storage import check_writable_dir
 
     shard_obj = parse_shard(shard) if shard else None  # a bad --shard fails before the slow probe
+    if against_ref:  # options of a stored baseline, which --against does not read: refused, not dropped
+        for given, name in ((baseline_file, "--baseline"), (strict_env, "--strict-env")):
+            if given:
+                raise ConfigError(f"{name} does not apply with --against {against_ref}: the base is measured from "
+                                  f"REF in this job, on this machine, not read from a stored baseline; drop {name} "
+                                  "(or --against to gate on the stored baseline)")
     settings = load_settings(config)
     for d in workloads_dirs:
         if not Path(d).is_dir():
@@ -225,9 +234,11 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
                     ceilings=roofline.ceilings_for_run(settings.baselines_dir, env))
     from perfgate import gate as gate_mod
 
+    # --gate with expectations and no baseline stored yet: the expectations alone are the gate
+    no_baseline = gate_mod.expectations_alone(settings, run, gate=gate and not against_ref and not baseline_file)
     try:  # the stored baseline before any case runs: a missing or broken one fails fast
         stored = gate_mod.load_stored(settings, run, Path(baseline_file) if baseline_file else None) \
-            if (gate or baseline_file) and not against_ref else None
+            if (gate or baseline_file) and not against_ref and not no_baseline else None
     except BaseException:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -258,14 +269,22 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     write_reports = _run_reports_writer(run_dir)
     write_reports(run)
     if against_ref:  # the gate's same-job A/B mode: perfgate/gate.py
-        code = gate_mod.execute_against(against_ref, cases, files, settings, run, run_dir, progress, click.echo,
-                                        gate=gate)
+        no_evidence = None
+        try:
+            code = gate_mod.execute_against(against_ref, cases, files, settings, run, run_dir, progress, click.echo,
+                                            gate=gate)
+        except gate_mod.NoEvidence as exc:  # exit 3 once the summary and the history have the run
+            code, no_evidence = EXIT_INFRA, exc
         if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
             publish_summary(run_dir)
         if history:
             _add_run_to_history(settings, run_dir)
+        if no_evidence:
+            fail(str(no_evidence), EXIT_INFRA)
         sys.exit(code)
     lockstep = None
+    if no_baseline:
+        click.echo(f"perfgate: no baseline at {no_baseline}: --gate judges the expectations alone")
     if stored:  # settle what the stored comparison does not in lockstep against the baseline's commit
         lockstep, why_not = gate_mod.lockstep_commit(settings, stored[1])
         click.echo(f"perfgate: step-time changes the stored comparison does not settle at its first look are "
@@ -294,6 +313,10 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
                                  lockstep=lockstep)
         if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
             publish_summary(run_dir)
+        sys.exit(code)
+    if no_baseline:
+        code = gate_mod.conclude_expectations_alone(run, no_baseline, click.echo)
+        publish_summary(run_dir)
         sys.exit(code)
 
 
@@ -520,7 +543,7 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
         click.echo(f"perfgate: warning: {w}", err=True)
     click.echo(console.run_tables(run))
     click.echo(f"\n{runner.summary_status(run) or 'no cases'}; merged results: {out_dir / 'results.json'}")
-    code = EXIT_OK
+    code, no_evidence = EXIT_OK, None
     if gate or baseline_file or rejudge:
         try:
             from perfgate import gate as gate_mod
@@ -531,17 +554,22 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
             comparison = judge_against(out_dir, run, settings)
         else:
             comparison = None if baseline_file else merged_comparison(results)
-        if comparison is not None:
-            gate_mod.write_comparison(comparison, out_dir)
-            code = gate_mod.conclude(comparison, gate, click.echo, run)
-        else:
-            path = Path(baseline_file) if baseline_file else gate_mod.default_baseline_path(settings, run)
-            code = gate_mod.compare_files(str(out_dir), str(path), settings, strict_env=strict_env, gate=gate,
-                                          echo=click.echo)
+        try:
+            if comparison is not None:
+                gate_mod.write_comparison(comparison, out_dir)
+                code = gate_mod.conclude(comparison, gate, click.echo, run)
+            else:
+                path = Path(baseline_file) if baseline_file else gate_mod.default_baseline_path(settings, run)
+                code = gate_mod.compare_files(str(out_dir), str(path), settings, strict_env=strict_env, gate=gate,
+                                              echo=click.echo)
+        except gate_mod.NoEvidence as exc:  # exit 3 once the merged reports are written
+            code, no_evidence = EXIT_INFRA, exc
     write_run_reports(run, out_dir, load_comparison_file(out_dir))
     click.echo(f"reports: {out_dir / 'report.html'} (also summary.md, junit.xml)")
     if gate:
         publish_summary(out_dir)
+    if no_evidence:
+        fail(str(no_evidence), EXIT_INFRA)
     sys.exit(code)
 
 

@@ -41,6 +41,7 @@ from perfgate.model import (
     Comparison,
     RunResult,
     Verdict,
+    higher_is_better,
 )
 from perfgate.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, quantile_name
 from perfgate.stats import quantile as stats_quantile
@@ -581,7 +582,9 @@ def budget_advice(change: TimeChange, threshold: float, sampling: dict[str, Any]
 # ---------------------------------------------------------------- other metric kinds
 
 def _relative_verdict(key: str, metric: str, base: float, cur: float, tol: float, floor: float,
-                      what: str, higher_is_worse: bool = True) -> Verdict:
+                      what: str) -> Verdict:
+    """Unchanged within max(tol of the baseline, floor); beyond it a win or a regression, the way up the
+    metric's model.METRICS entry says."""
     diff = cur - base
     allowed = max(abs(base) * tol, floor)
     ratio = cur / base if base else None
@@ -589,7 +592,7 @@ def _relative_verdict(key: str, metric: str, base: float, cur: float, tol: float
     if abs(diff) <= allowed:
         kind = "unchanged"
     else:
-        worse = diff > 0 if higher_is_worse else diff < 0
+        worse = diff < 0 if higher_is_better(metric) else diff > 0
         kind = "regression" if worse else "win"
     return Verdict(case_key=key, metric=metric, kind=kind, baseline=base, current=cur, ratio=ratio,
                    threshold=tol, rule=rule)

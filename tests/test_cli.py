@@ -126,6 +126,20 @@ def test_an_unwritable_out_is_reported_before_any_case_runs(tmp_path):
     assert "[1/" not in proc.stdout
 
 
+@pytest.mark.parametrize("option", [("--baseline", "baselines/x.json"), ("--strict-env",)], ids=["baseline", "strict-env"])
+def test_options_against_ignores_are_refused_before_anything_runs(tmp_path, option):
+    """--baseline and --strict-env concern a stored baseline, which --against does not read: refused, and
+    --help says so."""
+    proc = run_cli("run", *TINY_RUN, "-w", "tiny", "-t", "eager", "--against", "HEAD", "--gate", *option,
+                   "--out", str(tmp_path / "r"))
+    assert_one_line_usage_error(proc, option[0], "--against")
+    assert not (tmp_path / "r").exists() and "[1/" not in proc.stdout
+    helped = run_cli("run", "--help")
+    assert helped.returncode == 0
+    text = " ".join(helped.stdout.split())
+    assert f"{option[0]}" in text and "Not with --against (refused)" in text
+
+
 def test_bad_config_is_one_line(tmp_path):
     cfg = tmp_path / "pyproject.toml"
     cfg.write_text("[tool.perfgate]\nthreads = 0\n")

@@ -29,7 +29,7 @@ from perfgate.compare import (
     walsh_median,
 )
 from perfgate.config import ConfigError
-from perfgate.model import VERDICT_KINDS, CaseResult, CaseSpec, ProcessSamples, RunResult
+from perfgate.model import METRICS, VERDICT_KINDS, CaseResult, CaseSpec, ProcessSamples, RunResult
 
 
 def spec(toggle: str = "eager", workload: str = "w") -> CaseSpec:
@@ -254,6 +254,25 @@ def test_metric_kinds():
     assert judge_metric("k", "compile_cold_s", 10.0, 20.0, g).kind == "regression"
     assert judge_metric("k", "achieved_flops_per_s", 1.0, 2.0, g) is None  # info only
     assert judge_metric("k", "recompiles", 0, None, g).kind == "missing"
+
+
+@pytest.mark.parametrize("metric", sorted(METRICS))
+def test_every_metric_is_judged_in_the_direction_its_table_entry_says(metric):
+    """More and less of each registered metric, past every kind's tolerance and floor: worse is a regression,
+    better a win, as model.METRICS says; info metrics are never judged."""
+    g = GateSettings()
+    more, less = judge_metric("k", metric, 1e9, 4e9, g), judge_metric("k", metric, 1e9, 0.25e9, g)
+    if METRICS[metric].kind == "info":
+        assert more is None and less is None
+        return
+    better, worse = (more, less) if METRICS[metric].higher_is_better else (less, more)
+    assert (better.kind, worse.kind) == ("win", "regression"), metric
+
+
+def test_more_construction_cache_hits_is_a_win():
+    g = GateSettings()
+    assert judge_metric("k", "construction_cache_hits", 3, 5, g).kind == "win"
+    assert judge_metric("k", "construction_cache_hits", 5, 3, g).kind == "regression"
 
 
 def test_accuracy_drift_is_a_regression():

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from perfgate import expect, roofline
-from perfgate.model import STATUS_OK, CaseResult, Comparison, RunResult, Verdict
+from perfgate.model import STATUS_OK, CaseResult, Comparison, Evidence, RunResult, Verdict, evidence
 from perfgate.stats import PROCESS_QUANTILE, Ratio, SampleSummary, format_seconds, ratio_of
 
 # The relative change that counts as "pays off" / "hurts" for the recommendation when neither the
@@ -507,6 +507,11 @@ class ReportInput:
     def verdict(self) -> Banner:
         return banner(self)
 
+    @property
+    def evidence(self) -> Evidence | None:
+        """How many of the run's cases carried evidence in the comparison (None without one)."""
+        return evidence(self.run, self.comparison) if self.comparison else None
+
     def verdicts_of(self, *kinds: str) -> list[tuple[CaseRow, Verdict]]:
         out = []
         for r in self.rows:
@@ -528,7 +533,7 @@ class ReportInput:
 class Banner:
     """The verdict line at the top of every format."""
 
-    state: str  # pass | fail | no-baseline
+    state: str  # pass | fail | no-baseline | no-evidence
     headline: str
     counts: dict[str, int]
 
@@ -550,4 +555,8 @@ def banner(report: ReportInput) -> Banner:
             f"{c['inconclusive']} inconclusive"
     if comp.gate_failed or ev.gate_failed:
         return Banner("fail", f"FAIL: {parts} ({runs}){exp}", c)
+    found = report.evidence
+    if found is not None and found.carried == 0:  # `--gate` exits 3: nothing it could pass on
+        return Banner("no-evidence", f"NO EVIDENCE: no case ran to be judged ({found.unjudged}); the gate cannot "
+                                     f"pass{exp}", c)
     return Banner("pass", f"PASS: {parts} ({runs}){exp}", c)
