@@ -340,7 +340,9 @@ def recording_steps(workload: Any, at: list[int]) -> Iterator[dict[int, Any]]:
         new = original(model, state, built, params)
         count += 1
         if count in wanted:
-            snapshots[count] = _first_tensor(workload.output(new)).detach().clone()
+            out = _first_tensor(workload.output(new))
+            if hasattr(out, "detach"):  # a step's state need not be a tensor mid-unit; only the end is checked
+                snapshots[count] = out.detach().clone()
         return new
 
     workload.step = step  # an instance attribute: run_unit's self.step finds it first
