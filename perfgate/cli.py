@@ -228,8 +228,13 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
         env["layout_seed"] = layout.run_seed()
     from perfgate import expect, roofline
 
+    run_settings = settings.to_json()
+    if suite is None and (workloads or toggles or size):  # not the suite: say so (RunResult.what_ran)
+        run_settings["selection"] = "; ".join(
+            f"{label} {', '.join(chosen)}" for label, chosen in
+            (("workloads", workloads), ("size", (size,) if size else ()), ("toggles", toggles)) if chosen)
     run = RunResult(run_id=run_dir.name, suite=suite_obj.name, environment=env,
-                    started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settings=settings.to_json(),
+                    started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settings=run_settings,
                     expectations=expect.rules_json(settings, catalog.workloads, cases),
                     ceilings=roofline.ceilings_for_run(settings.baselines_dir, env))
     from perfgate import gate as gate_mod
@@ -255,7 +260,7 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
                                  run_dir / "results.json")
             click.echo(f"perfgate: nothing to run in shard {shard_obj.text}; results: {run_dir / 'results.json'}")
             return
-    click.echo(f"perfgate: {len(cases)} case(s) of suite {suite_obj.name!r} on {cases[0].device}, "
+    click.echo(f"perfgate: {len(cases)} case(s) of {run.what_ran} on {cases[0].device}, "
                f"{sampling_plan(settings)}, {settings.threads} thread(s) -> {run_dir}")
 
     def progress(event: str, k: int, n: int, spec: Any, result: Any, elapsed: float) -> None:

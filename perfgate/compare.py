@@ -637,8 +637,9 @@ def judge_accuracy(key: str, base: dict[str, Any], cur: dict[str, Any]) -> Verdi
             return Verdict(kind="unchanged", rule="output drifts past the workload's tolerance, as in the baseline",
                            advice="this toggle's output already drifted in the baseline: fix it or widen the "
                                   "workload's tolerance", **common)
+        why = cur.get("reason")
         return Verdict(kind="regression", rule="output drifts from the eager fp32 reference past the workload's "
-                                               "tolerance (relative L2)", **common)
+                                               "tolerance (relative L2)" + (f": {why}" if why else ""), **common)
     if base.get("verdict") == "drift":
         return Verdict(kind="win", rule="output back within the workload's tolerance (drifted in the baseline)", **common)
     return Verdict(kind="unchanged", rule="output within the workload's tolerance", **common)

@@ -363,6 +363,15 @@ class RunResult:
     ceilings: dict[str, Any] = field(default_factory=dict)
     schema: str = SCHEMA
 
+    @property
+    def what_ran(self) -> str:
+        """The run named for a reader: ``suite 'smoke'``, or for cases chosen on the command line without
+        ``--suite`` (``settings["selection"]``), the selection and the suite its other choices came from."""
+        selection = self.settings.get("selection")
+        if selection:
+            return f"a selection ({selection}) with defaults from suite {self.suite!r}"
+        return f"suite {self.suite!r}" if self.suite else "no suite"
+
     def case(self, key: str) -> CaseResult | None:
         for c in self.cases:
             if c.key == key:

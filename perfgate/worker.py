@@ -89,6 +89,10 @@ def classify(exc: BaseException) -> str:
     lowered = text.lower()
     if "out of memory" in lowered or "can't allocate memory" in lowered or "cannot allocate memory" in lowered:
         return "oom"
+    from perfgate.toggles import ToggleUnsupported
+
+    if isinstance(exc, ToggleUnsupported):  # tried and found impossible here (a failed CUDA graph capture)
+        return "unsupported"
     if module.startswith(("torch._dynamo", "torch._inductor", "torch.jit", "torch._C._jit")) or "torchscript" in lowered:
         return "compile-error"
     if isinstance(exc, NotImplementedError) or "not implemented for" in lowered or "not supported" in lowered:

@@ -71,6 +71,18 @@ def test_run_shows_progress_and_a_table_per_workload(tiny_run):
     assert "3 ok, 2 skipped" in proc.stdout and str(out / "results.json") in proc.stdout
 
 
+def test_a_selection_without_suite_is_named_as_one_not_as_the_default_suite(tiny_run):
+    proc, out = tiny_run
+    label = ("a selection (workloads tiny, operator_rollout; toggles eager, doubled, cuda-graphs) "
+             "with defaults from suite 'smoke'")
+    assert f"perfgate: 5 case(s) of {label} on cpu" in proc.stdout
+    assert "case(s) of suite" not in proc.stdout
+    html = (out / "report.html").read_text()
+    assert label.replace("'", "&#39;") in html and "suite <b>smoke" not in html
+    assert ("Run `r`, a selection `workloads tiny, operator_rollout; toggles eager, doubled, cuda-graphs` with "
+            "defaults from suite `smoke`") in (out / "summary.md").read_text()
+
+
 def test_list_shows_workloads_sizes_toggles_and_suites():
     proc = run_cli("list", "--workloads-dir", str(TEST_WORKLOADS))
     assert proc.returncode == 0, proc.stderr

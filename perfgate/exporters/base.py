@@ -94,6 +94,17 @@ def format_verdict_change(v: Verdict | None) -> str:
     return f"{format_ratio(v.ratio, v.ratio_low, v.ratio_high)} {v.kind}".strip() if v.ratio else v.kind
 
 
+def tolerance_text(tolerance: Any) -> str:
+    """A workload's tolerance as a reader writes it: ``rel_l2 <= 0.05``, ``rel_l2 <= 0.05, max_abs <= 0.1``;
+    a bare number is a relative L2 bound; "" when there is none."""
+    if isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool):
+        return f"rel_l2 <= {tolerance:g}"
+    if not isinstance(tolerance, dict):
+        return ""
+    return ", ".join(f"{key} <= {value:g}" for key, value in tolerance.items()
+                     if isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
 def first_line(text: str | None, limit: int = 200) -> str:
     """The last non-empty line of an error message (where Python puts the exception), shortened."""
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
@@ -253,7 +264,7 @@ class CaseRow:
         verdict = acc.get("verdict", "")
         rel = acc.get("rel_l2")
         mx = acc.get("max_abs")
-        parts = [verdict] if verdict else []
+        parts = [f"{verdict} (amplified)" if acc.get("amplified") else verdict] if verdict else []
         if rel is not None:
             parts.append(f"rel_l2 {rel:.2g}")
         if mx is not None:
@@ -333,9 +344,12 @@ def recommend(case: CaseResult, speedup: Ratio | None, memory_change: float | No
     if memory_change is not None and abs(memory_change - 1) >= 0.05:
         mem = f"; peak memory {memory_change:.2f}x eager"
     if case.accuracy.get("verdict") == "drift":
-        tol = case.accuracy.get("tolerance")
-        tol_text = f" (tolerance {tol})" if tol is not None else ""
-        return Recommendation("avoid", f"output drifts from the fp32 reference beyond tolerance{tol_text}{mem}")
+        tol = tolerance_text(case.accuracy.get("tolerance"))
+        why = case.accuracy.get("reason")
+        return Recommendation("avoid", f"output drifts from the fp32 reference beyond tolerance"
+                                       f"{f' ({tol})' if tol else ''}{f': {why}' if why else ''}{mem}")
+    if case.accuracy.get("amplified"):  # named, since its rel_l2 alone looks like drift
+        mem = f"{mem}; accuracy {case.accuracy.get('reason', 'amplified by the dynamics, not damaged')}"
     if speedup is None:
         return Recommendation("neutral", "no eager case in this run to compare with" + mem)
     band = f"{threshold * 100:.0f}%"

@@ -113,7 +113,10 @@ class MarkdownExporter:
         run = report.run
         out.add(f"## perfgate: {icon} {cell(b.headline)}", force=True)
         out.add("", force=True)
-        out.add(f"Run {code(run.run_id, False)}, suite {code(run.suite, False)}"
+        selection = run.settings.get("selection")  # RunResult.what_ran, with code spans
+        what_ran = (f"a selection {code(selection, False)} with defaults from suite {code(run.suite, False)}"
+                    if selection else f"suite {code(run.suite, False)}")
+        out.add(f"Run {code(run.run_id, False)}, {what_ran}"
                 + (f", baseline {code(report.comparison.baseline_source, False)}" if report.comparison else "")
                 + f". Full report: `{report.html_filename}` in the run's artifacts.", force=True)
         out.add("", force=True)
