@@ -799,6 +799,8 @@ def init_cmd(gpu_runner: str | None, suite_only: bool, force: bool, action: str 
     init.apply(top, planned)
     for p in planned:
         click.echo(f"{p.state:>9}  {p.path}")
+    if gpu_runner and not suite_only:
+        click.echo(init.RUNNER_GROUPS_WARNING.replace("LABEL", gpu_runner), err=True)
     click.echo(init.NEXT_STEPS)
 
 

@@ -160,6 +160,35 @@ def test_never_writes_through_a_symbolic_link(tmp_path):
     assert list(outside.iterdir()) == [] and not (repo / "pyproject.toml").exists()
 
 
+def test_a_file_where_a_folder_goes_is_exit_2_before_anything_is_written(tmp_path):
+    """`.github/workflows` is a file: init used to write pyproject.toml and workloads/, then fail (exit 3)."""
+    repo = _new_repo(tmp_path / "r")
+    (repo / ".github").mkdir()
+    (repo / ".github" / "workflows").write_text("not a folder\n")
+    proc = run_cli("init", cwd=repo)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "workflows: exists and is not a folder" in proc.stderr
+    assert _snapshot(repo) == {".github/workflows": "not a folder\n"}
+
+
+def test_a_pyproject_that_is_not_utf8_is_exit_2_and_untouched(tmp_path):
+    repo = _new_repo(tmp_path / "r")
+    (repo / "pyproject.toml").write_bytes(b'[project]\nname = "caf\xe9"\n')
+    proc = run_cli("init", cwd=repo)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "not UTF-8" in proc.stderr
+    assert (repo / "pyproject.toml").read_bytes() == b'[project]\nname = "caf\xe9"\n'
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "pyproject.toml"]
+
+
+def test_gpu_runner_warns_that_runner_groups_are_required(tmp_path):
+    repo = _new_repo(tmp_path / "r")
+    proc = run_cli("init", "--gpu-runner", "gpu-a100", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert "runner groups are required" in proc.stderr and "gpu-a100 + perfgate-pr" in proc.stderr
+    assert "runner group" not in run_cli("init", "--force", cwd=_new_repo(tmp_path / "cpu")).stderr
+
+
 # ---------------------------------------------------------------- the generated workflows
 
 
