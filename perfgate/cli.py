@@ -74,6 +74,9 @@ def load_settings(config: str | None) -> config_mod.Settings:
 def main() -> None:
     """perfgate: run standard PyTorch workloads under each optimization toggle, measure them honestly,
     gate regressions against baselines."""
+    from perfgate.runner import keep_environment_private
+
+    keep_environment_private()  # workloads run as this user: they must not read this process's environment
 
 
 config_option = click.option("--config", "config", type=click.Path(dir_okay=False), default=None,
