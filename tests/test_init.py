@@ -276,9 +276,19 @@ def test_generated_gpu_gate_keeps_the_approval_pinning_and_base_judging_of_perfg
     assert gpu["runs-on"] == ["self-hosted", "gpu-a100", "perfgate-pr"] and gpu["permissions"] == {"contents": "read"}
     assert gpu["steps"][0]["with"]["ref"] == "${{ needs.approve.outputs.sha }}"
     assert gpu["steps"][1] == own["jobs"]["gpu"]["steps"][1]  # refuse anything but the approved commit
-    (run,) = [s for s in gpu["steps"] if s.get("uses", "").split("@")[0] == init.ACTION.split("@")[0]]
-    assert run["with"]["against"] == "${{ needs.approve.outputs.base }}" and run["with"]["gate"] == "false"
-    assert run["with"]["suite"] == "gpu" and run["with"]["shard"] == "${{ matrix.shard }}/${{ env.PERFGATE_SHARDS }}"
+    # measured with the runner's read-only Python (docs/ci.md), never setup-python's writable tool cache
+    assert not [s for s in gpu["steps"] if s.get("uses", "").split("@")[0] in ("actions/setup-python",
+                                                                               init.ACTION.split("@")[0])]
+    install = next(s["run"] for s in gpu["steps"] if "install the pinned perfgate" in s.get("name", ""))
+    assert '"${PERFGATE_RUNNER_PYTHON:-python3}" -m venv --system-site-packages "$RUNNER_TEMP/venv"' in install
+    assert f"perfgate @ git+https://github.com/{init.ACTION.split('@')[0]}@{init.ACTION.split('@')[1]}" in install
+    run = next(s["run"] for s in gpu["steps"] if "-m perfgate run" in s.get("run", ""))
+    assert "--suite gpu" in run and '--against "$BASE_SHA"' in run and "--gate" not in run
+    assert '--shard "$SHARD/$PERFGATE_SHARDS"' in run and gpu["env"]["BASE_SHA"] == "${{ needs.approve.outputs.base }}"
+    # then the same sweep as perfgate's own, and the upload
+    sweep = [s for s in gpu["steps"] if s.get("name") == "end every process the pull request's code left"]
+    assert sweep == [s for s in own["jobs"]["gpu"]["steps"] if s.get("name") == sweep[0]["name"]]
+    assert gpu["steps"][-1] == own["jobs"]["gpu"]["steps"][-1] and gen["env"]["PIP_CONFIG_FILE"] == "/dev/null"
     merge = gen["jobs"]["merge"]
     assert merge["runs-on"] == "ubuntu-latest" and merge["steps"][0]["with"]["ref"] == "${{ needs.approve.outputs.base }}"
     install = [s["run"] for s in merge["steps"] if "install the pinned perfgate" in s.get("name", "")][0]

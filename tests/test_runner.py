@@ -84,6 +84,17 @@ def _started_pids(pids_file: Path) -> list[int]:
     return [int(p) for p in pids_file.read_text().split()] if pids_file.is_file() else []
 
 
+def _all_end(pids: list[int], at_least: int, what: str) -> None:
+    """At least ``at_least`` pids, all of which end within 10 s; any still alive is killed either way."""
+    try:
+        assert len(pids) >= at_least, pids
+        wait_for(lambda: not [p for p in pids if _alive(p)], 10, f"{what} {pids} to end")
+    finally:
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
 needs_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreapers and /proc are Linux's")
 
 
@@ -104,12 +115,9 @@ def test_a_worker_leaves_no_process_behind(tmp_path, start, hang_s, timeout_s):
     try:
         assert proc.returncode == (3 if hang_s != "0" else 0), proc.stdout + proc.stderr  # 3: no case could run
         case = load_results(tmp_path / "run" / "results.json").cases[0]
-        assert case.status == ("failed" if hang_s != "0" else "ok") and len(pids) >= 3  # a build: 3 more
-        wait_for(lambda: not [p for p in pids if _alive(p)], 10, f"the workload's processes {pids} to end")
+        assert case.status == ("failed" if hang_s != "0" else "ok")
     finally:
-        for p in pids:
-            if _alive(p):
-                os.kill(p, signal.SIGKILL)
+        _all_end(pids, 3, "the workload's processes")  # a build: 3 more
 
 
 @needs_linux
@@ -431,6 +439,21 @@ def test_layout_padding_fills_the_exec_strings_to_a_page():
         assert runner.layout_padded_env(cmd, env) == env  # padding a padded environment changes nothing
 
 
+ONE_WORKLOAD = '''
+
+class OneWorkload(Workload):
+    name = "{name}"
+    description = "{description} (test only)"
+    sizes = {{"smoke": {{"n": 4}}, "pr": {{"n": 4}}, "full": {{"n": 4}}}}
+    channels_last_applies = False
+
+    def build(self, params, device, dtype, variants):
+        before_build()
+        return Built(model=None, state=torch.zeros(params["n"], device=device, dtype=dtype))
+
+    def step(self, model, state, built, params):
+        return state + 1.0
+'''
 DAEMON_WORKLOAD = '''"""Double-forks a daemon (sleep) when imported, as a careless workload file might; its pid goes to
 $PERFGATE_TEST_PIDS_FILE. With PERFGATE_TEST_DIE_IN_BUILD set, build() starts one more and kills its worker
 (os._exit), so the worker cannot end what it started (test only)."""
@@ -461,21 +484,11 @@ def start_daemon():
 start_daemon()
 
 
-class DaemonAtImport(Workload):
-    name = "daemon_at_import"
-    description = "starts a daemon when imported (test only)"
-    sizes = {"smoke": {"n": 4}, "pr": {"n": 4}, "full": {"n": 4}}
-    channels_last_applies = False
-
-    def build(self, params, device, dtype, variants):
-        if os.environ.get("PERFGATE_TEST_DIE_IN_BUILD"):
-            start_daemon()
-            os._exit(1)
-        return Built(model=None, state=torch.zeros(params["n"], device=device, dtype=dtype))
-
-    def step(self, model, state, built, params):
-        return state + 1.0
-'''
+def before_build():
+    if os.environ.get("PERFGATE_TEST_DIE_IN_BUILD"):
+        start_daemon()
+        os._exit(1)
+''' + ONE_WORKLOAD.format(name="daemon_at_import", description="starts a daemon when imported")
 
 
 def _daemon_workloads(tmp_path: Path) -> Path:
@@ -485,15 +498,6 @@ def _daemon_workloads(tmp_path: Path) -> Path:
     return folder
 
 
-def _no_daemon_left(pids_file: Path, at_least: int) -> None:
-    pids = _started_pids(pids_file)
-    try:
-        assert len(pids) >= at_least, pids
-        wait_for(lambda: not [p for p in pids if _alive(p)], 10, f"the daemons {pids} to end")
-    finally:
-        for p in pids:
-            if _alive(p):
-                os.kill(p, signal.SIGKILL)
 
 
 @needs_linux
@@ -504,7 +508,7 @@ def test_a_daemon_a_workload_file_starts_at_import_does_not_outlive_perfgate_lis
                           cwd=REPO, env=cli_env(PERFGATE_TEST_PIDS_FILE=str(pids_file)), capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0 and "daemon_at_import" in proc.stdout, proc.stdout + proc.stderr
-    _no_daemon_left(pids_file, 1)
+    _all_end(_started_pids(pids_file), 1, "the daemons")
 
 
 @needs_linux
@@ -521,7 +525,7 @@ def test_a_daemon_left_by_a_spawned_worker_that_died_does_not_outlive_the_run(tm
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3, proc.stdout + proc.stderr  # its only case crashed
     assert load_results(tmp_path / "run" / "results.json").cases[0].failure_class == "crash"
-    _no_daemon_left(pids_file, 3)
+    _all_end(_started_pids(pids_file), 3, "the daemons")
 
 
 def test_the_runners_tracking_id_reaches_workers_and_no_config_passes_a_withheld_variable(monkeypatch):
@@ -567,19 +571,9 @@ def peek():
         fh.write(json.dumps(found) + "\\n")
 
 
-class PeeksAtAncestors(Workload):
-    name = "peeks_at_ancestors"
-    description = "reads its ancestors' environment (test only)"
-    sizes = {"smoke": {"n": 4}, "pr": {"n": 4}, "full": {"n": 4}}
-    channels_last_applies = False
-
-    def build(self, params, device, dtype, variants):
-        peek()
-        return Built(model=None, state=torch.zeros(params["n"], device=device, dtype=dtype))
-
-    def step(self, model, state, built, params):
-        return state + 1.0
-'''.replace("SECRET", repr(SECRET))
+before_build = peek
+'''.replace("SECRET", repr(SECRET)) + ONE_WORKLOAD.format(name="peeks_at_ancestors",
+                                                         description="reads its ancestors' environment")
 NOBODY = 65534
 
 
