@@ -588,9 +588,12 @@ def _unprivileged(python: str) -> tuple[list[str], object]:
     it is not root; else uid 65534, when ``python`` is one that user can run. Skips otherwise."""
     if os.geteuid() != 0:
         return [python], None
-    probe = subprocess.run([python, "-c", "import torch"], preexec_fn=_as_nobody, capture_output=True, timeout=120,
-                           cwd="/")
-    if probe.returncode != 0:
+    try:
+        usable = subprocess.run([python, "-c", "import torch"], preexec_fn=_as_nobody, capture_output=True,
+                                timeout=120, cwd="/").returncode == 0
+    except OSError:  # it cannot even start it
+        usable = False
+    if not usable:
         pytest.skip(f"running as root, and uid {NOBODY} cannot run {python} with torch (set "
                     "PERFGATE_TEST_UNPRIVILEGED_PYTHON to one it can): root reads every process's environment, "
                     "not dumpable or not, so only an unprivileged user can show the boundary (docs/ci.md)")
