@@ -791,6 +791,13 @@ def test_gpu_job_ends_every_process_the_pull_request_left_before_it_uploads(gpu_
     assert sweep["run"] in template.replace("\n          ", "\n")  # the same script, as YAML indents it
 
 
+def test_the_merged_report_replaces_an_artifact_of_its_name_the_measuring_job_could_have_uploaded(gpu_wf):
+    upload = next(s for s in _steps(gpu_wf["jobs"]["merge"]) if s.get("uses", "").startswith("actions/upload-artifact"))
+    (download,) = [s for s in _steps(gpu_wf["jobs"]["comment"]) if s.get("uses", "").startswith("actions/download")]
+    assert upload["with"]["name"] == download["with"]["name"] == "perfgate-report"
+    assert upload["with"]["overwrite"] is True
+
+
 def test_the_sweep_ends_a_daemon_of_the_same_user_and_spares_its_ancestors(gpu_wf, tmp_path):
     """The step's script, run for real inside a PID namespace of its own (so that it can only see, and end,
     the processes of this test): a double-forked daemon and a process that made itself not dumpable are
