@@ -604,8 +604,8 @@ def _unprivileged(python: str) -> tuple[list[str], object]:
 def test_a_private_process_environment_is_unreadable_to_a_child_of_the_same_user(tmp_path):
     """The mechanism, without torch: a parent holding a secret in its environment calls
     keep_environment_private(), and a child of the same (unprivileged) user cannot read it."""
-    python = shutil.which("python3") or sys.executable
-    if os.geteuid() == 0:
+    python = sys.executable
+    if os.geteuid() == 0:  # this interpreter may be out of uid 65534's reach (under /root): any that is not
         python = next((p for p in ("/usr/bin/python3", sys.executable)
                        if subprocess.run([p, "-c", "import tomllib"], preexec_fn=_as_nobody, capture_output=True,
                                          timeout=60, cwd="/").returncode == 0), None)
