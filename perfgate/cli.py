@@ -75,6 +75,9 @@ def load_settings(config: str | None) -> config_mod.Settings:
 def main() -> None:
     """perfgate: run standard PyTorch workloads under each optimization toggle, measure them honestly,
     gate regressions against baselines."""
+    from perfgate.runner import keep_environment_private
+
+    keep_environment_private()  # workloads run as this user: they must not read this process's environment
 
 
 config_option = click.option("--config", "config", type=click.Path(dir_okay=False), default=None,
@@ -837,6 +840,8 @@ def init_cmd(gpu_runner: str | None, suite_only: bool, force: bool, action: str 
     init.apply(top, planned)
     for p in planned:
         click.echo(f"{p.state:>9}  {p.path}")
+    if gpu_runner and not suite_only:
+        click.echo(init.RUNNER_GROUPS_WARNING.replace("LABEL", gpu_runner), err=True)
     click.echo(init.NEXT_STEPS)
 
 

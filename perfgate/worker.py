@@ -18,6 +18,7 @@ import random
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -263,14 +264,26 @@ def limit_memory(max_memory_mb: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
-def _main_case(spec_file: str, out_file: str) -> int:
+def _ending_what_it_starts(run: Callable[[], int]) -> int:
+    """``run()`` in a worker that ends, before it returns, every process the workload code started, in its
+    own session or not: they stay below this process while it runs (perfgate.reaper)."""
     from perfgate import reaper
 
-    reaper.become_subreaper()  # whatever the workload starts stays below this process (perfgate.reaper)
+    reaper.become_subreaper()
     try:
-        return _run_case_file(spec_file, out_file)
+        return run()
     finally:
         reaper.kill_descendants(os.getpid(), reap=True)
+
+
+def _print_probe(workloads_dirs: list[str]) -> int:
+    data = probe(workloads_dirs)
+    data["environment"]["python_executable"] = sys.executable
+    data["environment"]["worker_platform"] = platform.platform()
+    data["environment"]["pid"] = os.getpid()
+    json.dump(data, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
 
 
 def _run_case_file(spec_file: str, out_file: str) -> int:
@@ -303,17 +316,11 @@ def main(argv: list[str] | None = None) -> int:
         from perfgate import zygote
 
         return zygote.serve(args.zygote)
-    if args.probe:
-        data = probe(args.workloads_dir)
-        data["environment"]["python_executable"] = sys.executable
-        data["environment"]["worker_platform"] = platform.platform()
-        data["environment"]["pid"] = os.getpid()
-        json.dump(data, sys.stdout)
-        sys.stdout.write("\n")
-        return 0
+    if args.probe:  # imports the workload files: their code runs here as a case's would
+        return _ending_what_it_starts(functools.partial(_print_probe, args.workloads_dir))
     if not (args.case and args.out):
         parser.error("either --probe or both --case and --out")
-    return _main_case(args.case, args.out)
+    return _ending_what_it_starts(functools.partial(_run_case_file, args.case, args.out))
 
 
 if __name__ == "__main__":
