@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gate_accuracy import make_project, perfgate  # noqa: E402
 
-from perfgate.compare import performance_modes, process_time  # noqa: E402
+from perfgate.compare import performance_modes  # noqa: E402
 from perfgate.model import load_results  # noqa: E402
 from perfgate.stats import PROCESS_QUANTILE  # noqa: E402
 
@@ -47,7 +47,7 @@ def run_once(proj: Path, name: str, processes: int) -> tuple[list[tuple[int, str
         raise SystemExit(f"perfgate run failed ({proc.returncode}): {proc.stderr[-1500:]}")
     (case,) = load_results(out / "results.json").cases
     rows = [(p.process_index if p.process_index is not None else i, json.dumps(p.layout) if p.layout else "-",
-             process_time(p.step_times_s, PROCESS_QUANTILE)) for i, p in enumerate(case.processes)]
+             p.step_time(PROCESS_QUANTILE)) for i, p in enumerate(case.processes)]
     return rows, wall
 
 

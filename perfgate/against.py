@@ -278,9 +278,9 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
                 head_results.append(out.result)
                 t_head += out.wall_s
             else:
-                base_job = runner.LockstepJob(runner.case_config(spec, base_file, settings, i, base_dir,
-                                                                 profile=(i == 0)),
-                                              base_dir / ".work", base_env, base.path)
+                base_cfg = runner.case_config(spec, base_file, settings, i, base_dir, profile=(i == 0))
+                base_cfg["timing"].pop("layouts", None)  # pairs never regroup; an older base worker lacks the key
+                base_job = runner.LockstepJob(base_cfg, base_dir / ".work", base_env, base.path)
                 # base and head side by side, sampling in turns: the same moments of the machine for both
                 base_out, head_out = lockstep_pair(base_job, head_job, settings, i)
                 head_results.append(head_out.result)

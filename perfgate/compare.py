@@ -43,8 +43,7 @@ from perfgate.model import (
     Verdict,
     higher_is_better,
 )
-from perfgate.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, quantile_name
-from perfgate.stats import quantile as stats_quantile
+from perfgate.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, process_step_time, quantile_name
 
 STEP_TIME = "step_time"
 ACCURACY = "accuracy"
@@ -300,9 +299,10 @@ def set_aside_slowed(logs: Sequence[float]) -> list[float]:
     return [x for x in logs if x <= fence]
 
 
-def process_time(samples: Sequence[float], quantile: float = 0.5) -> float:
-    """One worker process's step time: the ``quantile`` of its samples (0.5: the median)."""
-    return stats_quantile(sorted(samples), quantile)
+def process_time(samples: Sequence[float], quantile: float = 0.5, layout_groups: Sequence[int] | None = None) -> float:
+    """One worker process's step time: the ``quantile`` of its samples (0.5: the median); over several
+    layouts, the median of each layout's (``stats.process_step_time``)."""
+    return process_step_time(samples, quantile, layout_groups)
 
 
 def _rank_test_can_reach(alpha: float, n1: int, n2: int | None = None) -> bool:
@@ -378,25 +378,33 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
                 paired: bool = False, confidence: float = 0.95, resamples: int = 4000,
                 seed: int = 0, base_bursts: Sequence[Sequence[int] | None] | None = None,
                 head_bursts: Sequence[Sequence[int] | None] | None = None,
-                run_to_run: float = 0.0, quantile: float = 0.5) -> TimeChange | None:
+                run_to_run: float = 0.0, quantile: float = 0.5,
+                base_layouts: Sequence[Sequence[int] | None] | None = None,
+                head_layouts: Sequence[Sequence[int] | None] | None = None) -> TimeChange | None:
     """Compare step-time samples grouped by worker process (seconds per step) of base and head.
 
     ``paired``: group i of base ran with group i of head (``--against``); ``base_bursts`` /
     ``head_bursts``: per process, its samples per lockstep burst (None where not sampled in lockstep).
     ``run_to_run``: relative sd of the ratio between repeated runs, added to the CI in quadrature.
-    ``quantile``: each process's step time is this quantile of its samples (``process_time``).
+    ``quantile``: each process's step time is this quantile of its samples (``process_time``);
+    ``base_layouts`` / ``head_layouts``: per process, its samples per memory layout (None: one layout).
     Returns None when either side has no samples.
     """
     import numpy as np
     from scipy import stats as sps
 
+    base_layouts = list(base_layouts or [None] * len(base_groups))
+    head_layouts = list(head_layouts or [None] * len(head_groups))
     if paired and len(base_groups) == len(head_groups):
         keep = [i for i in range(len(base_groups)) if len(base_groups[i]) and len(head_groups[i])]
         base_bursts = [(base_bursts or [None] * len(base_groups))[i] for i in keep]
         head_bursts = [(head_bursts or [None] * len(head_groups))[i] for i in keep]
+        base_layouts, head_layouts = [base_layouts[i] for i in keep], [head_layouts[i] for i in keep]
         base_groups, head_groups = [list(base_groups[i]) for i in keep], [list(head_groups[i]) for i in keep]
     else:
         paired = False
+        base_layouts = [lay for g, lay in zip(base_groups, base_layouts, strict=False) if len(g)]
+        head_layouts = [lay for g, lay in zip(head_groups, head_layouts, strict=False) if len(g)]
         base_groups = [list(g) for g in base_groups if len(g)]
         head_groups = [list(g) for g in head_groups if len(g)]
     if not base_groups or not head_groups:
@@ -406,8 +414,8 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
     process_level = len(base_groups) >= 2 and len(head_groups) >= 2
     set_aside, modes = (0, 0), (1, 1)
     if process_level:
-        base = np.log([process_time(g, quantile) for g in base_groups])
-        head = np.log([process_time(g, quantile) for g in head_groups])
+        base = np.log([process_time(g, quantile, lay) for g, lay in zip(base_groups, base_layouts, strict=True)])
+        head = np.log([process_time(g, quantile, lay) for g, lay in zip(head_groups, head_layouts, strict=True)])
         if not paired:
             kept_base, kept_head = set_aside_slowed(base), set_aside_slowed(head)
             set_aside = (len(base) - len(kept_base), len(head) - len(kept_head))
@@ -483,6 +491,8 @@ def case_time_change(base: CaseResult, head: CaseResult, gate: GateSettings, *, 
                        paired=paired, confidence=gate.confidence if confidence is None else confidence,
                        resamples=gate.bootstrap_resamples, seed=gate.seed,
                        base_bursts=[p.bursts for p in base.processes], head_bursts=[p.bursts for p in head.processes],
+                       base_layouts=[p.layout_groups for p in base.processes],
+                       head_layouts=[p.layout_groups for p in head.processes],
                        run_to_run=gate.run_to_run_for(paired, head.spec.device) if run_to_run is None else run_to_run,
                        quantile=gate.process_quantile)
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from perfgate.stats import Ratio, SampleSummary, ratio_of, summarize
+from perfgate.stats import Ratio, SampleSummary, process_step_time, ratio_of, summarize
 from perfgate.validation import Fields, SchemaError
 from perfgate.validation import read_json_file as read_json_file  # the one reader of JSON files
 
@@ -215,6 +215,8 @@ class ProcessSamples:
     # the memory layout this process drew (perfgate.layout: policy, seed, heap_offset, mmap_pages); None in
     # results written before layouts were drawn
     layout: dict[str, Any] | None = None
+    # samples per memory layout when the process sampled several, one after the other (perfgate.layout), else None
+    layout_groups: list[int] | None = None
     # samples per burst when sampled in lockstep with a paired process (``--against``), else None
     bursts: list[int] | None = None
 
@@ -222,6 +224,10 @@ class ProcessSamples:
     def step_times_s(self) -> list[float]:
         per = 1e-9 / (self.loops * self.steps_per_unit)
         return [ns * per for ns in self.samples_ns]
+
+    def step_time(self, quantile: float) -> float:
+        """The process's step time as the gate judges it (``stats.process_step_time``), seconds."""
+        return process_step_time(self.step_times_s, quantile, self.layout_groups)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -241,6 +247,7 @@ class ProcessSamples:
             process_index=f.get("process_index", lambda v, w: f.integer(v, w, low=0), 0),
             heap_offset=f.get("heap_offset", lambda v, w: f.integer(v, w, low=0)),
             layout=f.get("layout", f.obj),
+            layout_groups=f.get("layout_groups", f.each(lambda v, w: f.integer(v, w, low=1))),
             bursts=bursts,
         )
 

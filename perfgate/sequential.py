@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfgate.compare import GateSettings, case_time_change, judge_time, process_time, set_aside_slowed
+from perfgate.compare import GateSettings, case_time_change, judge_time, set_aside_slowed
 from perfgate.model import STATUS_OK, CaseResult
 
 GROWTH = 1.5  # each look has about this many times the processes of the one before
@@ -144,7 +144,7 @@ class PrecisionRule:
         """The relative half-width of the case's step-time CI, or None with fewer than 2 processes."""
         from scipy import stats as sps
 
-        logs = [math.log(process_time(p.step_times_s, self.quantile)) for p in head.processes if p.samples_ns]
+        logs = [math.log(p.step_time(self.quantile)) for p in head.processes if p.samples_ns]
         logs = set_aside_slowed(logs)
         if len(logs) < 2:
             return None

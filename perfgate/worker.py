@@ -194,9 +194,22 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
                 os.sched_setaffinity(0, cfg["cpus"])
             return lockstep_mod.serve(channel, sample_ns, take, rewarm)
 
+    relayout, moved_to = None, []
+    if (layout.policy == "drawn" and not compiled and not prepared.captured and lockstep is None
+            and not spec.device.startswith("cuda") and int(timing.get("layouts", 1)) > 1):
+        def relayout(group: int) -> Any:
+            """The workload built anew on the process's ``group``-th layout (perfgate.layout): a new heap
+            offset and reservation first, so its tensors and what its steps allocate land elsewhere."""
+            nonlocal prepared
+            moved = layout_mod.draw(index, layout.seed, "drawn", group)
+            layout_mod.apply(moved)
+            moved_to.append(moved.to_json())
+            prepared = toggles_mod.prepare(workload, params, spec.device, registry_toggles, variants)
+            return prepared.timed()[0]
+
     with timed_context():
         m = measure(timed_unit, timer, sync=sync, lockstep=lockstep,
-                    check=functools.partial(check_step_output, spec.workload), **timing)
+                    check=functools.partial(check_step_output, spec.workload), relayout=relayout, **timing)
     result["process"] = {
         "samples_ns": m.samples_ns,
         "loops": m.loops,
@@ -206,7 +219,8 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "timer": m.timer,
         "process_index": index,
         "heap_offset": layout.heap_offset,
-        "layout": layout.to_json(),
+        "layout": {**layout.to_json(), "moved_to": moved_to} if moved_to else layout.to_json(),
+        "layout_groups": m.layout_groups,
         "bursts": m.bursts,
     }
     result["metrics"].update(workload.metrics(prepared.built))

@@ -523,3 +523,20 @@ def test_a_stored_gpu_comparison_does_not_call_a_win_that_a_whole_run_moving_exp
     gpu = verdict("cuda")
     assert gpu.kind == "inconclusive" and "run-to-run 3% (run_to_run_cuda default, not calibrated)" in gpu.rule
     assert verdict("cuda", {"k": {"run_to_run": 0.005}}).kind == "win"  # measured quiet: the evidence stands
+
+
+def test_a_process_that_sampled_several_layouts_is_the_median_of_them():
+    """One fast layout among a process's four does not make the process fast (stats.process_step_time),
+    and time_change reads the groups each process recorded."""
+    from perfgate.stats import process_step_time
+
+    slow, fast = [1.0e-3] * 3, [0.75e-3] * 3
+    samples = slow + fast + slow + slow
+    assert process_step_time(samples, 0.1) == pytest.approx(0.75e-3)  # one quantile over all: the fast layout
+    assert process_step_time(samples, 0.1, [3, 3, 3, 3]) == pytest.approx(1.0e-3)
+    assert process_step_time(samples, 0.1, [3, 3, 3]) == pytest.approx(0.75e-3)  # groups that do not add up: ignored
+    base = [slow * 4 for _ in range(6)]
+    head = [samples for _ in range(6)]
+    grouped = time_change(base, head, resamples=500, quantile=0.1, head_layouts=[[3, 3, 3, 3]] * 6)
+    assert grouped.ratio == pytest.approx(1.0)
+    assert time_change(base, head, resamples=500, quantile=0.1).ratio == pytest.approx(0.75)
