@@ -283,27 +283,17 @@ def test_the_baselines_commit_is_untrusted_input(tmp_path):
     assert verdict(off, git_commit=head, git_dirty=False) == (None, "settle_in_lockstep = false")
 
 
-NO_BASELINE = """
-[tool.perfgate]
-workloads_dirs = ["{workloads}"]
-processes = 1
-
-[tool.perfgate.timing]
-samples = 3
-
-[tool.perfgate.suites.smoke]
-workloads = ["tiny"]
-toggles = ["eager"]
-device = "cpu"
-"""
+def tiny_project(workload: str = "tiny", toggle: str = "eager", workloads: str | Path = TEST_WORKLOADS) -> str:
+    """PYPROJECT with one case of a tests/workloads workload instead of scaled_work."""
+    return PYPROJECT.format(workloads=workloads).replace('["scaled_work"]', f'["{workload}"]').replace(
+        '["eager"]', f'["{toggle}"]')
 
 
 @pytest.mark.parametrize("rule, code", [("status == ok", 0), ("step_time_s <= 1e-12", 1)], ids=["met", "missed"])
 def test_expectations_gate_a_run_without_a_baseline(tmp_path, rule, code):
     """No baseline stored yet: `run --gate` measures, judges the expectations, says there was no baseline,
     and exits 1 only on a missed fail rule."""
-    (tmp_path / "pyproject.toml").write_text(NO_BASELINE.format(workloads=TEST_WORKLOADS)
-                                             + f'\n[tool.perfgate.expect]\n"tiny/*/eager/cpu" = ["{rule}"]\n')
+    (tmp_path / "pyproject.toml").write_text(tiny_project() + f'\n[tool.perfgate.expect]\n"tiny/*/eager/cpu" = ["{rule}"]\n')
     proc = run_cli("run", "--gate", "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert proc.returncode == code, proc.stdout + proc.stderr
     assert "no baseline to compare with" in proc.stdout and "Traceback" not in proc.stderr
@@ -314,7 +304,7 @@ def test_expectations_gate_a_run_without_a_baseline(tmp_path, rule, code):
 
 def test_gate_without_a_baseline_or_expectations_is_a_usage_error_before_measuring(tmp_path):
     """Nothing to judge the run by: one line saying how to make a baseline, exit 2, no case run."""
-    (tmp_path / "pyproject.toml").write_text(NO_BASELINE.format(workloads=TEST_WORKLOADS))
+    (tmp_path / "pyproject.toml").write_text(tiny_project())
     proc = run_cli("run", "--gate", "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "perfgate baseline update" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -330,8 +320,7 @@ def test_a_gate_with_no_evidence_exits_3_in_both_modes(tmp_path, workload, toggl
     repo = tmp_path / "repo"
     (repo / "workloads").mkdir(parents=True)
     (repo / "workloads" / "faults.py").write_text((TEST_WORKLOADS / "faults.py").read_text())
-    (repo / "pyproject.toml").write_text(NO_BASELINE.format(workloads="workloads")
-                                         .replace('["tiny"]', f'["{workload}"]').replace('["eager"]', f'["{toggle}"]'))
+    (repo / "pyproject.toml").write_text(tiny_project(workload, toggle, "workloads"))
     (repo / ".gitignore").write_text("runs/\nreports/\n")
     _git(repo, "init", "-q")
     _git(repo, "add", ".")
