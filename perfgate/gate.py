@@ -51,7 +51,7 @@ def write_comparison(comparison: Comparison, run_dir: Path, run: RunResult | Non
 
 
 class NoEvidence(runner.InfrastructureError):
-    """A gate none of whose cases carried evidence (compare.Evidence): exit 3, never a pass."""
+    """A gate none of whose cases carried evidence (model.Evidence): exit 3, never a pass."""
 
 
 def conclude(comparison: Comparison, gate: bool, echo: Echo, run: RunResult | None = None) -> int:
