@@ -39,6 +39,7 @@ from perfgate.model import (
     STATUS_SKIPPED,
     CaseResult,
     Comparison,
+    ProcessSamples,
     RunResult,
     Verdict,
     higher_is_better,
@@ -480,21 +481,69 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
     )
 
 
+# The clocks-event reasons (perfgate.gpu_clocks, read through NVML) for which a GPU slows itself down: heat,
+# power and the hardware's own slowdowns. Not an idle GPU, nor clocks someone set (applications clocks,
+# sync boost, display): those are the machine's configuration, the same for every process.
+THROTTLING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                      "hw_power_brake_slowdown", "board_limit", "reliability")
+
+
+def throttled(process: ProcessSamples) -> str | None:
+    """Why ``process``'s GPU throttled around its timed samples: the THROTTLING_REASONS NVML reported right
+    before or right after them, joined by ", "; None for a CPU process, one without clock readings, or one
+    whose GPU reported none of them."""
+    clocks = process.gpu_clocks or {}
+    seen: list[str] = []
+    for key in ("throttle_reasons_before", "throttle_reasons_after"):
+        seen += [r for r in clocks.get(key) or () if r in THROTTLING_REASONS and r not in seen]
+    return ", ".join(seen) or None
+
+
+def _throttled_kept(why: Sequence[str | None], units: str) -> tuple[list[int], str]:
+    """Indices of the ``units`` (processes of a side, or pairs) to keep given why each throttled, and what
+    was done in words. Throttled units are set aside while they are fewer than half: when half or more
+    throttle, throttling is how this GPU runs this load, not an accident of some processes, and all stay."""
+    hit = [i for i, w in enumerate(why) if w]
+    if not hit:
+        return list(range(len(why))), ""
+    reasons = ", ".join(sorted({r for w in why if w for r in w.split(", ")}))
+    if 2 * len(hit) < len(why):
+        return [i for i, w in enumerate(why) if not w], f"{len(hit)} {units} set aside as throttled ({reasons})"
+    return list(range(len(why))), f"{len(hit)} of {len(why)} {units} throttled ({reasons}), all kept: half or more"
+
+
 def case_time_change(base: CaseResult, head: CaseResult, gate: GateSettings, *, paired: bool = False,
                      confidence: float | None = None, run_to_run: float | None = None) -> TimeChange | None:
     """``time_change`` between two measured cases with the gate's settings: its bootstrap, seed, quantile and
     the run-to-run term of the mode (paired: ``--against``'s lockstep pairs, with their bursts), at
     ``confidence`` (a sequential look's) or the gate's own; ``run_to_run`` (the case's
     ``GateSettings.run_to_run_term``) or the configured default. The one call the gate, adaptive sampling
-    and ``perfgate calibrate`` share."""
-    return time_change([p.step_times_s for p in base.processes], [p.step_times_s for p in head.processes],
-                       paired=paired, confidence=gate.confidence if confidence is None else confidence,
-                       resamples=gate.bootstrap_resamples, seed=gate.seed,
-                       base_bursts=[p.bursts for p in base.processes], head_bursts=[p.bursts for p in head.processes],
-                       base_layouts=[p.layout_groups for p in base.processes],
-                       head_layouts=[p.layout_groups for p in head.processes],
-                       run_to_run=gate.run_to_run_for(paired, head.spec.device) if run_to_run is None else run_to_run,
-                       quantile=gate.process_quantile)
+    and ``perfgate calibrate`` share.
+
+    Processes whose GPU throttled (``throttled``) are set aside first, on each side (a pair with either
+    throttled, when paired), and the change's ``test`` says how many and why."""
+    base_p, head_p = list(base.processes), list(head.processes)
+    notes = []
+    if paired and len(base_p) == len(head_p):
+        keep, note = _throttled_kept([throttled(b) or throttled(h) for b, h in zip(base_p, head_p, strict=True)],
+                                     "pair(s)")
+        base_p, head_p = [base_p[i] for i in keep], [head_p[i] for i in keep]
+        notes = [note] if note else []
+    else:
+        for side, processes in (("base", base_p), ("head", head_p)):
+            keep, note = _throttled_kept([throttled(p) for p in processes], f"{side} process(es)")
+            processes[:] = [processes[i] for i in keep]
+            notes += [note] if note else []
+    change = time_change([p.step_times_s for p in base_p], [p.step_times_s for p in head_p],
+                         paired=paired, confidence=gate.confidence if confidence is None else confidence,
+                         resamples=gate.bootstrap_resamples, seed=gate.seed,
+                         base_bursts=[p.bursts for p in base_p], head_bursts=[p.bursts for p in head_p],
+                         base_layouts=[p.layout_groups for p in base_p], head_layouts=[p.layout_groups for p in head_p],
+                         run_to_run=gate.run_to_run_for(paired, head.spec.device) if run_to_run is None else run_to_run,
+                         quantile=gate.process_quantile)
+    if change is None or not notes:
+        return change
+    return replace(change, test=f"{change.test} ({'; '.join(notes)})")
 
 
 ADVICE_NOISY = ("the noise is too large to settle a change of this size: run more worker processes "

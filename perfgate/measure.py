@@ -96,6 +96,7 @@ def measure(
     check: Callable[[Any], None] | None = None,
     layouts: int = 1,
     relayout: Callable[[int], Callable[[], Any]] | None = None,
+    around_samples: Callable[[str], None] | None = None,
 ) -> Measurement:
     """Time ``unit``: first call alone (compile lands there), warm-up until three consecutive units agree
     within ``warmup_tolerance`` (or ``max_warmup`` units), then ``samples`` samples of ``loops`` units each,
@@ -112,7 +113,10 @@ def measure(
 
     ``layouts`` > 1 with ``relayout`` (and no lockstep): the samples come in that many groups, each a share
     of ``samples``, ``min_time_s`` and ``max_time_s``; before group k > 0, ``relayout(k)`` returns the unit
-    to time from then on (the workload built anew on another memory layout), warmed up by 3 units first."""
+    to time from then on (the workload built anew on another memory layout), warmed up by 3 units first.
+
+    ``around_samples`` is called with "before" once warm-up is done and with "after" once the last sample
+    is taken (perfgate.gpu_clocks reads the GPU's clocks there), outside every timed sample."""
     t0 = clock()
     first = unit()
     sync()
@@ -153,6 +157,8 @@ def measure(
         sync()
 
     try:
+        if around_samples is not None:
+            around_samples("before")
         if lockstep is not None:
             bursts = lockstep(float(unit_ns * loops), take, rewarm)
         else:
@@ -168,6 +174,8 @@ def measure(
                 _sample_group(take, clock, out, before + max(3, math.ceil(samples / groups)), min_time_s / groups,
                               max_time_s / groups)
                 layout_groups.append(len(out) - before)
+        if around_samples is not None:
+            around_samples("after")
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -219,6 +219,9 @@ class ProcessSamples:
     layout_groups: list[int] | None = None
     # samples per burst when sampled in lockstep with a paired process (``--against``), else None
     bursts: list[int] | None = None
+    # the GPU's SM clock and clocks-event (throttle) reasons before and after the samples, read through
+    # NVML (perfgate.gpu_clocks); None on CPU, without nvidia-ml-py, and in results written before it
+    gpu_clocks: dict[str, Any] | None = None
 
     @property
     def step_times_s(self) -> list[float]:
@@ -249,7 +252,24 @@ class ProcessSamples:
             layout=f.get("layout", f.obj),
             layout_groups=f.get("layout_groups", f.each(lambda v, w: f.integer(v, w, low=1))),
             bursts=bursts,
+            gpu_clocks=_gpu_clocks(f.get("gpu_clocks", f.obj), f),
         )
+
+
+def _gpu_clocks(data: dict[str, Any] | None, f: Fields) -> dict[str, Any] | None:
+    """A process's GPU clock readings (perfgate.gpu_clocks.ClockRecorder.record) with every field that
+    readers use checked: clocks, temperature and power numbers or null, reasons lists of names."""
+    if data is None:
+        return None
+    g = Fields(data, f.source, f.path("gpu_clocks"))
+    for key in ("sm_clock_mhz_before", "sm_clock_mhz_after", "max_sm_clock_mhz", "power_w"):
+        g.get(key, g.non_negative)
+    g.get("temperature_c", g.number)
+    for key in ("throttle_reasons_before", "throttle_reasons_after"):
+        g.get(key, g.each(g.name))
+    g.get("nvml_device", g.string)
+    g.get("error", g.string)
+    return dict(data)
 
 
 @dataclass

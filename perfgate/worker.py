@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from perfgate import gpu_clocks
 from perfgate import layout as layout_mod
 from perfgate.storage import atomic_write_json
 
@@ -207,9 +208,15 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
             prepared = toggles_mod.prepare(workload, params, spec.device, registry_toggles, variants)
             return prepared.timed()[0]
 
-    with timed_context():
-        m = measure(timed_unit, timer, sync=sync, lockstep=lockstep,
-                    check=functools.partial(check_step_output, spec.workload), relayout=relayout, **timing)
+    clocks = gpu_clocks.recorder_for(spec.device)  # None on CPU or without nvidia-ml-py
+    try:
+        with timed_context():
+            m = measure(timed_unit, timer, sync=sync, lockstep=lockstep,
+                        check=functools.partial(check_step_output, spec.workload), relayout=relayout,
+                        around_samples=clocks.at if clocks is not None else None, **timing)
+    finally:
+        if clocks is not None:
+            clocks.close()
     result["process"] = {
         "samples_ns": m.samples_ns,
         "loops": m.loops,
@@ -222,6 +229,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "layout": {**layout.to_json(), "moved_to": moved_to} if moved_to else layout.to_json(),
         "layout_groups": m.layout_groups,
         "bursts": m.bursts,
+        "gpu_clocks": clocks.record() if clocks is not None else None,
     }
     result["metrics"].update(workload.metrics(prepared.built))
     result["metadata"] = {

@@ -13,6 +13,7 @@ from perfgate.compare import (
     GateSettings,
     TimeChange,
     budget_advice,
+    case_time_change,
     compare_runs,
     confirm_regressions,
     judge_case,
@@ -25,6 +26,7 @@ from perfgate.compare import (
     set_aside_slowed,
     settle_in_lockstep,
     shift_median,
+    throttled,
     time_change,
     walsh_median,
 )
@@ -172,6 +174,61 @@ def test_a_process_slowed_by_the_machine_throughout_is_set_aside():
     assert len(set_aside_slowed([0.0, 0.0, 1.0])) == 3
     assert len(set_aside_slowed([0.0, 0.001, 0.002, 0.001, 0.0, 0.05])) == 6
     assert len(set_aside_slowed([0.0, 0.001, 0.002, 0.001, 0.0, 0.10])) == 5
+
+
+def _throttled(c: CaseResult, indices: list[int], *reasons: str) -> CaseResult:
+    """``c`` with the processes at ``indices`` reporting ``reasons`` right after their samples (NVML)."""
+    for i in indices:
+        c.processes[i].gpu_clocks = {"sm_clock_mhz_before": 1980, "sm_clock_mhz_after": 1410,
+                                     "throttle_reasons_before": [], "throttle_reasons_after": list(reasons)}
+    return c
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_a_throttled_gpu_process_is_set_aside_and_no_longer_moves_the_verdict(paired):
+    """Three of eight head processes ran 12% slower because their GPU slowed itself down for heat: too many
+    for the slowed-by-the-machine rule (at most a quarter of a side), so kept they make the step time
+    inconclusive. Marked throttled by their clock readings, they (or their pairs) are set aside and the
+    verdict is what the code did: unchanged, the rule saying how many and why."""
+    rnd = random.Random(27)
+    base = slowed(rnd, 8, 1e-3, 0.0)
+    head = slowed(rnd, 5, 1e-3, 0.0) + [[x * 1.12 for x in g] for g in slowed(rnd, 3, 1e-3, 0.0)]
+    g = GateSettings(threshold=0.05, bootstrap_resamples=1000, run_to_run=0.01, process_quantile=0.1)
+
+    def step_time(head_case):
+        (v,) = [x for x in judge_case("k", case("eager", base), head_case, g, paired=paired) if x.metric == "step_time"]
+        return v
+
+    assert step_time(case("eager", head)).kind == "inconclusive"
+    v = step_time(_throttled(case("eager", head), [5, 6, 7], "sw_thermal_slowdown"))
+    assert v.kind == "unchanged"
+    unit = "pair(s)" if paired else "head process(es)"
+    assert f"3 {unit} set aside as throttled (sw_thermal_slowdown)" in v.rule
+    # idle and clock settings are the machine's configuration, not a slowdown: nothing set aside
+    v = step_time(_throttled(case("eager", head), [5, 6, 7], "gpu_idle", "applications_clocks_setting"))
+    assert v.kind == "inconclusive" and "throttled" not in v.rule
+
+
+def test_throttled_names_the_slowdown_reasons_only():
+    p = ProcessSamples(samples_ns=[1000])
+    assert throttled(p) is None  # a CPU process: no clock readings
+    p.gpu_clocks = {"error": "NVML did not initialise"}
+    assert throttled(p) is None
+    p.gpu_clocks = {"throttle_reasons_before": ["gpu_idle", "sync_boost"], "throttle_reasons_after": None}
+    assert throttled(p) is None
+    p.gpu_clocks = {"throttle_reasons_before": ["hw_slowdown", "sw_power_cap"],
+                    "throttle_reasons_after": ["sw_power_cap", "applications_clocks_setting"]}
+    assert throttled(p) == "hw_slowdown, sw_power_cap"
+
+
+def test_when_half_of_a_side_throttles_every_process_stays():
+    """Half or more of a side throttling is how this GPU runs this load (a power cap under a heavy kernel):
+    setting them aside would keep a minority as the fast truth, so all stay and the rule says so."""
+    rnd = random.Random(28)
+    base, head = case("eager", slowed(rnd, 4, 1e-3, 0.0)), _throttled(case("eager", slowed(rnd, 4, 1e-3, 0.0)), [0, 1], "sw_power_cap")
+    change = case_time_change(base, head, GateSettings(bootstrap_resamples=500))
+    assert change.n_head == 4
+    assert "2 of 4 head process(es) throttled (sw_power_cap), all kept" in change.test
 
 
 def test_a_minority_mode_is_never_kept_against_the_majority():
