@@ -47,8 +47,13 @@ def fake_pynvml(*, clock=lambda: 1980, reasons=lambda: 0, old_api=False, fail=()
     api("nvmlShutdown", lambda: None)
     api("nvmlDeviceGetHandleByIndex", lambda i: f"handle-{i}")
     api("nvmlDeviceGetHandleByUUID", lambda u: f"handle-{u}")
-    api("nvmlDeviceGetHandleByPciBusId", lambda b: f"handle-{b}" if b in bus_ids else (_ for _ in ()).throw(
-        FakeNVMLError("Not Found")))
+
+    def by_bus_id(bus_id):
+        if bus_id not in bus_ids:
+            raise FakeNVMLError("Not Found")
+        return f"handle-{bus_id}"
+
+    api("nvmlDeviceGetHandleByPciBusId", by_bus_id)
     api("nvmlDeviceGetClockInfo", lambda h, kind: clock())
     api("nvmlDeviceGetMaxClockInfo", lambda h, kind: 1980)
     api("nvmlDeviceGetTemperature", lambda h, sensor: 71)
