@@ -178,6 +178,15 @@ def test_redact_shows_dialect_host_port_and_database_only() -> None:
         assert not any(s in shown for s in ("pa", "ss", "u:", "hunter2", "a@")), (odd, shown)
 
 
+def test_a_drivers_message_is_scrubbed_of_the_urls_secrets() -> None:
+    from perfgate.history.store import scrub
+
+    url = "postgresql+psycopg://bob:p%40ssw0rd@h:5/db?password=hunter2&sslpassword=s3cr3t-key"
+    text = scrub(f"auth failed for user bob (p@ssw0rd); options hunter2 s3cr3t-key; dsn {url}", url)
+    assert not any(s in text for s in ("bob", "p@ssw0rd", "p%40ssw0rd", "hunter2", "s3cr3t-key")), text
+    assert text.startswith("auth failed for user ***")
+
+
 @pytest.mark.parametrize("shape", list(_shapes("x")))
 def test_no_password_in_the_error_line_of_an_unreachable_store(tmp_path: Path, shape: str) -> None:
     import socket

@@ -63,3 +63,21 @@ def test_merge_prints_a_hostile_workload_name_and_message_as_data(tmp_path):
 def test_a_line_after_an_empty_line_is_labelled_itself():
     assert clean("a\n\n::error::x") == f"a\n\n{DATA_LINE_LABEL}::error::x"
     assert clean("\u00a0::error::x") == f"{DATA_LINE_LABEL}\u00a0::error::x"  # .NET's TrimStart trims it too
+
+
+def test_the_cli_prints_only_through_console_echo():
+    """Every print path of the orchestrator goes through console.echo (so through clean). The worker side
+    (worker, runner, zygote, lockstep, the ceilings probe) speaks JSON to the orchestrator, not to a person."""
+    from pathlib import Path
+
+    import perfgate
+
+    worker_side = {"worker.py", "runner.py", "zygote.py", "lockstep.py", "ceilings.py", "console.py"}
+    offenders = []
+    for path in Path(perfgate.__file__).parent.rglob("*.py"):
+        if path.name in worker_side:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"\bclick\.(echo|secho)\(|(?<![\w.])print\(|sys\.(stdout|stderr)\.write\(", line):
+                offenders.append(f"{path.name}:{n}: {line.strip()}")
+    assert not offenders, offenders

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -196,6 +197,7 @@ def scrub(text: str, url: str) -> str:
         secrets |= {userinfo, *userinfo.split(":"), *userinfo.split("@")}
     for _, _, value in (part.partition("=") for part in re.split(r"[?&]", rest)[1:]):
         secrets.add(value)
+    secrets |= {unquote(s) for s in secrets}  # the driver sees (and may quote) them percent-decoded
     for secret in sorted((s for s in secrets if len(s) >= 3), key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
