@@ -24,7 +24,7 @@ FORCED_VALUE_CHARS = 300
 
 def comment_length(text: str) -> int:
     """``text``'s length as GitHub's JavaScript counts it: UTF-16 code units."""
-    return len(text.encode("utf-16-le")) // 2
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2  # a lone surrogate (from a worker) is one unit
 
 
 # Text in a cell that GitHub renders as exactly these characters: letters, digits, spaces and the
