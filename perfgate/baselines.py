@@ -19,7 +19,7 @@ from typing import Any
 
 from perfgate.model import STATUS_FAILED, STATUS_OK, RunResult, SchemaError, read_json_file
 from perfgate.paths import component, contained
-from perfgate.stats import format_seconds
+from perfgate.stats import RUN_TO_RUN_MAX, format_seconds
 from perfgate.storage import atomic_write_text
 from perfgate.validation import Fields
 
@@ -116,6 +116,9 @@ def _check_calibration(f: Fields) -> None:
     threshold = f.get("threshold", f.number)
     if threshold is not None and not 0 < threshold <= 10:
         f.fail(f.path("threshold"), "a relative change between 0 and 10", threshold)
+    run_to_run = f.get("run_to_run", f.number)
+    if run_to_run is not None and not 0 <= run_to_run <= RUN_TO_RUN_MAX:
+        f.fail(f.path("run_to_run"), f"a relative spread between 0 and {RUN_TO_RUN_MAX:g}", run_to_run)
     for key, value in f.data.items():
         if key != "threshold" and not isinstance(value, (str, list, dict)) and value is not None:
             f.get(key, f.number_or_nan)

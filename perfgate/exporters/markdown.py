@@ -135,15 +135,22 @@ class MarkdownExporter:
         # room for the closing tag and the truncation note, whatever is cut
         out = _Budget(self.size_budget - comment_length(note) - 64)
         b = report.verdict
-        icon = {"pass": "✅", "fail": "❌"}.get(b.state, "ℹ️")
+        icon = {"pass": "✅", "fail": "❌", "no-evidence": "⚠️"}.get(b.state, "ℹ️")
         run = report.run
         out.add(f"## perfgate: {icon} {cell(b.headline)}", force=True)
         out.add("", force=True)
-        out.add(f"Run {_forced(run.run_id)}, suite {_forced(run.suite)}"
+        selection = run.settings.get("selection")  # RunResult.what_ran, with code spans
+        what_ran = (f"a selection {_forced(selection)} with defaults from suite {_forced(run.suite)}"
+                    if selection else f"suite {_forced(run.suite)}")
+        out.add(f"Run {_forced(run.run_id)}, {what_ran}"
                 + (f", baseline {_forced(report.comparison.baseline_source)}" if report.comparison else "")
                 + f". Full report: `{html}` in the run's artifacts.", force=True)
         out.add("", force=True)
         comp = report.comparison
+        found = report.evidence
+        if found is not None:
+            out.add(f"{found.text[0].upper()}{found.text[1:]}.", force=True)
+            out.add("", force=True)
         if comp:
             for w in comp.warnings:
                 out.add(f"> ⚠️ {code(w, False)}")

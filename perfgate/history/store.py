@@ -1,6 +1,6 @@
 """The history store: every run kept in a real database through SQLAlchemy (SQLite file or PostgreSQL).
 
-Tables (schema version in ``schema_version``; see MIGRATIONS):
+Tables (their revision in Alembic's ``alembic_version``; see perfgate/history/migrations/):
 
 - ``runs``: one row per ingested run, unique ``run_id``; commit, branch, time, machine key, suite,
   environment and settings (JSON text), where it came from.
@@ -11,10 +11,12 @@ Tables (schema version in ``schema_version``; see MIGRATIONS):
   the median) and the number of samples behind it. ``history show`` and ``detect`` read series from here.
   Keys and metric names are stored once (in case_specs and series), so 10,000 runs of 50 cases stay small.
 
-Schema migrations are versioned with our own small mechanism (no Alembic): ``MIGRATIONS`` is an ordered
-list of functions, the store records how many of them it has had in ``schema_version``, and opening a
-store applies the missing ones in one transaction. An older store is upgraded, never dropped; a store
-whose version is newer than this code knows is refused (HistoryError, exit 2) and left as it is.
+Schema migrations are Alembic revisions shipped in perfgate/history/migrations/versions/; opening a
+store runs ``upgrade head`` in one transaction under the write lock. ``schema_version`` marks the
+database as a perfgate history. A store made before Alembic (``schema_version`` at 1, no
+``alembic_version``) is stamped at the first revision, whose schema it has, then upgraded. An older
+store is upgraded, never dropped; a store at a revision this code does not know (made by a newer
+perfgate) is refused (HistoryError, exit 2) and left as it is.
 
 Concurrent writers: SQLite runs in WAL mode with a busy timeout and every write transaction begins
 IMMEDIATE (it takes the write lock up front, so two writers queue instead of deadlocking); PostgreSQL
@@ -28,7 +30,6 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,8 @@ class HistoryError(ConfigError):
     """The store cannot be used as asked (corrupt, foreign, newer, unreachable): one line, exit 2."""
 
 
+# The tables as the newest revision (SCHEMA_HEAD) leaves them, for the queries below. The database's
+# schema comes from the migrations, never from these: a change here needs a new revision there.
 metadata = sa.MetaData()
 
 schema_version = sa.Table(
@@ -112,22 +115,15 @@ measurements = sa.Table(
     sa.Column("n", sa.Integer),
 )
 
-TABLES = (runs, case_specs, series_table, cases, measurements)
-
 APPLICATION = "perfgate.history"
 
-
-def _migration_1(conn: Connection) -> None:
-    """Version 1: runs, case_specs, series, cases, measurements, with their indexes."""
-    for table in TABLES:
-        table.create(conn)
-
-
-# The schema's history: migration i (1-based) takes a store from version i-1 to version i. Append only;
-# never edit one that has shipped (stores out there already had it). The Table objects above describe
-# the latest schema; _migration_1 creates them as they were at version 1, so a change to a table in a
-# later version must first copy its version-1 definition into _migration_1.
-MIGRATIONS: list[Callable[[Connection], None]] = [_migration_1]
+# Alembic's scripts (env.py, versions/) inside the package, so a wheel carries them.
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# The newest revision in MIGRATIONS_DIR/versions. Kept here so that opening a store that is already up
+# to date does not import Alembic (0.1 s of `history show`'s start-up); a test checks it is Alembic's head.
+SCHEMA_HEAD = "0001"
+# The revision whose schema a store made before Alembic (its own schema_version at 1) has.
+FIRST_REVISION = "0001"
 
 
 # ---------------------------------------------------------------- where the store is
@@ -215,7 +211,7 @@ class Store:
 
     url: str
     engine: Engine
-    version: int = 0
+    revision: str = ""  # the schema revision (Alembic's) the store is at once open
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -287,14 +283,13 @@ def _sqlite_engine(url: str) -> Engine:
     return engine
 
 
-def open_store(url: str, *, create: bool, migrations: Sequence[Callable[[Connection], None]] | None = None) -> Store:
+def open_store(url: str, *, create: bool, migrations_dir: Path | None = None) -> Store:
     """Open (and with ``create``, make or upgrade) the store at ``url`` (from resolve_url).
 
     ``create=False`` (show, detect, report): a store that does not exist yet is a HistoryError naming how
     to make one; an older store is upgraded either way (reading needs the current schema).
-    ``migrations`` defaults to MIGRATIONS (tests pass their own).
+    ``migrations_dir`` defaults to MIGRATIONS_DIR (tests pass a copy with revisions of their own).
     """
-    steps = list(MIGRATIONS if migrations is None else migrations)
     path = sqlite_path(url)
     if path is not None:
         exists = _check_sqlite_file(path)
@@ -316,7 +311,7 @@ def open_store(url: str, *, create: bool, migrations: Sequence[Callable[[Connect
             raise HistoryError(f"history URL {redact(url)!r} is not valid: {scrub(_first_line(exc), url)}") from exc
     store = Store(url, engine)
     try:
-        store.version = _migrate(store, steps, create)
+        store.revision = _migrate(store, migrations_dir, create)
     except HistoryError:
         engine.dispose()
         raise
@@ -336,52 +331,93 @@ def _first_line(exc: Any) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _read_version(conn: Connection) -> int | None:
-    """The store's schema version; None when it has no perfgate tables at all (a new, empty database)."""
+# What _read_revision finds in a perfgate store made before Alembic: its schema is FIRST_REVISION's.
+BEFORE_ALEMBIC = "1 (before Alembic)"
+
+
+def _read_revision(conn: Connection) -> str | None:
+    """The store's schema revision: Alembic's, or BEFORE_ALEMBIC for a store made by the release before
+    Alembic; None when the database has no tables at all (a new, empty one). HistoryError for a database
+    that is not a perfgate history, or a pre-Alembic one at a version no release made."""
     names = set(sa.inspect(conn).get_table_names())
-    if "schema_version" not in names:
-        if names:
-            raise HistoryError(f"database holds tables of something else ({', '.join(sorted(names)[:5])}); "
-                               "not a perfgate history store")
+    if not names:
         return None
+    if "schema_version" not in names:
+        raise HistoryError(f"database holds tables of something else ({', '.join(sorted(names)[:5])}); "
+                           "not a perfgate history store")
     row = conn.execute(sa.select(schema_version.c.version, schema_version.c.application)).first()
     if row is None or row.application != APPLICATION:
         raise HistoryError("database has a schema_version table that is not perfgate's; not a perfgate history store")
-    return int(row.version)
+    if "alembic_version" in names:
+        revs = [r[0] for r in conn.exec_driver_sql("SELECT version_num FROM alembic_version")]
+        if len(revs) != 1:
+            raise HistoryError(f"history store has {len(revs)} schema revisions recorded in alembic_version "
+                               f"({', '.join(revs) or 'none'}); expected one")
+        return revs[0]
+    # The release before Alembic counted its own migrations in schema_version; it shipped one.
+    if row.version != 1:
+        raise HistoryError(f"history store has schema version {row.version} without Alembic's bookkeeping, "
+                           "newer than this perfgate knows (1); upgrade perfgate to read it")
+    return BEFORE_ALEMBIC
 
 
-def _migrate(store: Store, steps: Sequence[Callable[[Connection], None]], create: bool) -> int:
-    latest = len(steps)
+def _alembic_config(conn: Connection, migrations_dir: Path) -> Any:
+    from alembic.config import Config
+
+    config = Config()
+    # ConfigParser interpolation: a '%' in the install path must be doubled
+    config.set_main_option("script_location", str(migrations_dir).replace("%", "%%"))
+    config.attributes["connection"] = conn  # env.py runs the migrations on it, inside our transaction
+    return config
+
+
+def _migrate(store: Store, migrations_dir: Path | None, create: bool) -> str:
+    """Bring the store to the head revision of ``migrations_dir``; that revision."""
     with store.engine.connect() as conn:
         with conn.begin():
-            version = _read_version(conn)
-    if version is not None and version > latest:
-        raise HistoryError(f"history store {store.describe()} has schema version {version}, newer than this "
-                           f"perfgate knows ({latest}); upgrade perfgate to read it")
-    if version == latest:
-        return latest
-    if version is None and not create:
+            revision = _read_revision(conn)
+    if revision == SCHEMA_HEAD and migrations_dir is None:
+        return revision  # up to date, without importing Alembic
+    if revision is None and not create:
         raise HistoryError(f"history store {store.describe()} is empty; `perfgate history add RUN` fills it")
-    # Upgrade under the write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: a table lock), re-reading the
-    # version inside it: two processes opening an old store at once upgrade it once.
+
+    from alembic import command
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    where = migrations_dir or MIGRATIONS_DIR
+    try:
+        script = ScriptDirectory(str(where))
+        head = script.get_current_head()
+        known = {s.revision for s in script.walk_revisions()}
+    except CommandError as exc:  # an install without its migration scripts
+        raise HistoryError(f"perfgate's schema migrations in {where} cannot be read ({_first_line(exc)}); "
+                           "reinstall perfgate") from exc
+
+    def check_known(rev: str | None) -> None:
+        if rev is not None and rev != BEFORE_ALEMBIC and rev not in known:
+            raise HistoryError(f"history store {store.describe()} is at schema revision {rev}, newer than this "
+                               f"perfgate knows (head {head}); upgrade perfgate to read it")
+
+    check_known(revision)
+    if revision == head:
+        return head
+    # Upgrade under the write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock), re-reading the
+    # revision inside it: two processes opening an old store at once upgrade it once.
     with store.engine.connect() as conn:
         with conn.begin():
             if not store.is_sqlite:
                 conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7316016)")
-            version = _read_version(conn)
-            if version is None:
-                schema_version.create(conn)
-                conn.execute(schema_version.insert().values(id=1, version=0, application=APPLICATION))
-                version = 0
-            if version > latest:
-                raise HistoryError(f"history store {store.describe()} has schema version {version}, newer than "
-                                   f"this perfgate knows ({latest}); upgrade perfgate to read it")
-            for i in range(version, latest):
-                steps[i](conn)
-            if version < latest:
-                conn.execute(schema_version.update().where(schema_version.c.id == 1).values(version=latest))
-                store.notes.append(f"history store {store.describe()}: schema {version} -> {latest}")
-    return latest
+            revision = _read_revision(conn)
+            check_known(revision)
+            if revision != head:
+                config = _alembic_config(conn, where)
+                if revision == BEFORE_ALEMBIC:
+                    command.stamp(config, FIRST_REVISION)
+                command.upgrade(config, "head")
+                was = "none (a new store)" if revision is None else revision
+                store.notes.append(f"history store {store.describe()}: schema {was} -> {head}")
+    return head
 
 
 # ---------------------------------------------------------------- writing
@@ -435,8 +471,11 @@ def add_run(store: Store, record: RunRecord, retries: int = 5) -> bool:
                             for m in record.measurements])
             return True
         except IntegrityError as exc:
-            if "run_id" in str(exc.orig) or "runs" in str(exc.orig):
-                return False  # the same run_id, committed by another writer between our check and insert
+            # a concurrent writer may have committed the same run_id between our check and our insert; any
+            # other refusal (another constraint, whatever its message says) is an error: asking the store by
+            # the unique key tells the two apart, and the rolled-back transaction left nothing behind
+            if _has_run(store, record.run_id):
+                return False
             raise HistoryError(f"history store {store.describe()}: run {record.run_id} was refused "
                                f"({_first_line(exc.orig)})") from exc
         except OperationalError as exc:
@@ -448,6 +487,12 @@ def add_run(store: Store, record: RunRecord, retries: int = 5) -> bool:
             raise HistoryError(f"history store {store.describe()}: could not write run {record.run_id} "
                                f"({_first_line(getattr(exc, 'orig', None) or exc)})") from exc
     return False
+
+
+def _has_run(store: Store, run_id: str) -> bool:
+    """Whether a run with ``run_id`` (the runs table's unique key) is committed in the store."""
+    with store.engine.connect() as conn:
+        return conn.execute(sa.select(runs.c.id).where(runs.c.run_id == run_id)).first() is not None
 
 
 def _insert_ignoring_duplicates(conn: Connection, table: sa.Table, rows: list[dict[str, Any]],
