@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfgate import runner
+from perfgate import console, runner
 from perfgate.config import ConfigError, Settings
 from perfgate.model import STATUS_OK, CaseResult, CaseSpec
 from perfgate.plan import Catalog, parse_probe_answer
@@ -176,7 +175,7 @@ def checkout(settings: Settings, ref: str) -> BaseCheckout:
         raise ConfigError(f"--against {ref}: not a commit in {repo_top} (a branch, tag or hash is valid)")
     commit = rev.stdout.strip()
     for stale in prune_stale_worktrees(repo_top):
-        print(f"perfgate: removed the stale worktree {stale} (its perfgate did not finish)", file=sys.stderr)
+        console.echo(f"perfgate: removed the stale worktree {stale} (its perfgate did not finish)", err=True)
     holder = Path(tempfile.mkdtemp(prefix=HOLDER_PREFIX))
     path = holder / "base"
     lock_fd = _lock(holder)  # before the worktree exists: no other perfgate's prune can take it for stale

@@ -606,18 +606,18 @@ def _judge_size(change: TimeChange, threshold: float, threshold_source: str) -> 
     return kind, rule, advice
 
 
-def budget_advice(change: TimeChange, threshold: float, sampling: dict[str, Any], gate: GateSettings) -> str | None:
-    """What it would take to settle an inconclusive step time: the change this budget resolves, and the
-    processes (and seconds, at this case's pace) that would narrow the CI enough. A sketch: the sampling
-    part of the CI shrinks as 1/sqrt(processes), the run-to-run part does not."""
+def budget_advice(change: TimeChange, threshold: float, sampling: dict[str, Any], gate: GateSettings,
+                  confidence: float) -> str | None:
+    """What it would take to settle an inconclusive step time judged at ``confidence``: the change this
+    budget resolves, and the processes (and seconds, at this case's pace) that would narrow the CI enough.
+    A sketch: the sampling part of the CI shrinks as 1/sqrt(processes), the run-to-run part does not.
+    ``sampling`` (the case's record) is evidence for the advice's figures only, never for the verdict."""
     n, seconds = sampling.get("processes"), sampling.get("seconds")
-    if not isinstance(n, int) or n < 1 or not isinstance(seconds, (int, float)):
+    if (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10_000
+            or not isinstance(seconds, (int, float)) or not 0 <= seconds < 1e9):
         return None
     est = math.log(change.ratio)
     half = (math.log(change.high) - math.log(change.low)) / 2
-    confidence = sampling.get("confidence", gate.confidence)
-    if not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
-        confidence = gate.confidence
     z = statistics.NormalDist().inv_cdf(1 - (1 - confidence) / 2)
     floor = z * math.log1p(change.run_to_run)
     line = math.log1p(threshold)
@@ -729,21 +729,27 @@ def _status_verdict(key: str, base: CaseResult | None, cur: CaseResult | None) -
     return None
 
 
+# The confidence a case's step time is judged at, from the judging side's own sampling design
+# (perfgate.sequential.look_confidence); None: the gate's nominal confidence.
+LookConfidence = Callable[[CaseResult], float]
+
+
 def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: GateSettings, *,
-               paired: bool = False, calibration: dict[str, Any] | None = None) -> list[Verdict]:
-    """Every verdict of one case: its status, or its step time, accuracy and metrics when both ran ok."""
+               paired: bool = False, calibration: dict[str, Any] | None = None,
+               look_confidence: LookConfidence | None = None) -> list[Verdict]:
+    """Every verdict of one case: its status, or its step time, accuracy and metrics when both ran ok.
+    The step time is judged at ``look_confidence(cur)`` (the level of the sequential look that ends at
+    the case's process count) or the gate's confidence; never at a level the results file states."""
     status = _status_verdict(key, base, cur)
     if status is not None:
         return [status]
     assert base is not None and cur is not None
     out: list[Verdict] = []
     threshold, source = gate.threshold_for(cur, key, calibration)
-    sampling = cur.metadata.get("sampling") if isinstance(cur.metadata.get("sampling"), dict) else {}
-    # a case sampled until its comparison settled is judged at the confidence of the look that settled it
-    # (its share of the error rate, perfgate.sequential), never at the nominal one
-    confidence = sampling.get("confidence", gate.confidence)
-    if not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
-        confidence = gate.confidence
+    # a case sampled until its comparison settled is judged at the confidence of its last look (its share
+    # of the error rate, perfgate.sequential), recomputed here from the judge's settings: the level the
+    # case's metadata records was written by the measuring side, which may be the pull request's code
+    confidence = look_confidence(cur) if look_confidence is not None else gate.confidence
     run_to_run, run_to_run_source = gate.run_to_run_term(cur, key, calibration, paired)
     change = case_time_change(base, cur, gate, paired=paired, confidence=confidence, run_to_run=run_to_run)
     if change is None:
@@ -752,9 +758,11 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
         kind, rule, advice = judge_time(change, threshold, source)
         rule += f"; run-to-run {run_to_run * 100:g}% ({run_to_run_source})"
         if confidence != gate.confidence:
-            rule += f"; judged at {confidence * 100:.2f}% confidence ({sampling.get('stopped', '')})"
-        if kind == "inconclusive" and sampling:
-            advice = budget_advice(change, threshold, sampling, gate) or advice
+            rule += (f"; judged at {confidence * 100:.2f}% confidence (the sequential look at "
+                     f"{len(cur.processes)} processes)")
+        sampling = cur.metadata.get("sampling")
+        if kind == "inconclusive" and isinstance(sampling, dict):
+            advice = budget_advice(change, threshold, sampling, gate, confidence) or advice
         out.append(Verdict(
             case_key=key, metric=STEP_TIME, kind=kind,
             baseline=change.base_s, current=change.head_s,
@@ -779,8 +787,10 @@ def environment_diff(base_env: dict[str, Any], cur_env: dict[str, Any]) -> dict[
 
 def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | None = None, *,
                  mode: str = "baseline", baseline_source: str | None = None,
-                 calibration: dict[str, Any] | None = None, strict_env: bool = False) -> Comparison:
-    """Judge every case of ``current`` against ``baseline``. ``mode="against"`` pairs processes.
+                 calibration: dict[str, Any] | None = None, strict_env: bool = False,
+                 look_confidence: LookConfidence | None = None) -> Comparison:
+    """Judge every case of ``current`` against ``baseline``. ``mode="against"`` pairs processes;
+    ``look_confidence``: as judge_case.
 
     Raises ConfigError when ``strict_env`` and the environments differ in torch, CUDA, driver, Python
     or hardware.
@@ -799,7 +809,8 @@ def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | N
     verdicts: list[Verdict] = []
     for key in keys:
         verdicts.extend(judge_case(key, baseline.case(key), current.case(key), gate,
-                                   paired=(mode == "against"), calibration=calibration))
+                                   paired=(mode == "against"), calibration=calibration,
+                                   look_confidence=look_confidence))
     return Comparison(verdicts=verdicts, mode=mode, baseline_source=baseline_source, baseline=baseline,
                       environment_diff=diff, warnings=warnings)
 
@@ -816,7 +827,8 @@ def _ratio_text(v: Verdict) -> str:
 
 
 def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSettings, remeasure: Remeasure,
-                        calibration: dict[str, Any] | None = None) -> tuple[Comparison, list[CaseResult]]:
+                        calibration: dict[str, Any] | None = None,
+                        look_confidence: LookConfidence | None = None) -> tuple[Comparison, list[CaseResult]]:
     """Re-measure each case whose step time regressed; it fails the gate only if it regresses again.
 
     ``remeasure(key)`` runs the case again and returns (new head case, new base case or None to keep the
@@ -835,7 +847,8 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
         remeasured.append(head)
         base = base or comparison.baseline.case(v.case_key)
         new = [n for n in judge_case(v.case_key, base, head, gate, paired=comparison.mode == "against",
-                                     calibration=calibration) if n.metric in (STEP_TIME, STATUS)]
+                                     calibration=calibration, look_confidence=look_confidence)
+               if n.metric in (STEP_TIME, STATUS)]
         if not new:
             continue
         n = new[0]
@@ -858,7 +871,7 @@ LOCKSTEP_SETTLES = ("regression", "win", "inconclusive")  # stored step-time ver
 
 
 def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSettings, *, commit: str,
-                       calibration: dict[str, Any] | None = None
+                       calibration: dict[str, Any] | None = None, look_confidence: LookConfidence | None = None
                        ) -> tuple[Comparison, list[tuple[CaseResult, CaseResult]], set[str]]:
     """Judge again, paired, each stored step-time verdict in LOCKSTEP_SETTLES: ``measure(key)`` runs the case
     in lockstep pairs against the baseline's ``commit`` and returns (head, base), or None where it cannot
@@ -875,8 +888,8 @@ def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSet
             continue
         head, base = got
         pairs.append((head, base))
-        new = [n for n in judge_case(v.case_key, base, head, gate, paired=True, calibration=calibration)
-               if n.metric == STEP_TIME]
+        new = [n for n in judge_case(v.case_key, base, head, gate, paired=True, calibration=calibration,
+                                     look_confidence=look_confidence) if n.metric == STEP_TIME]
         if new:  # else a side failed or skipped in lockstep: the stored verdict stands
             n = new[0]
             verdicts[i] = replace(n, rule=f"{n.rule}; settled in lockstep against the baseline's commit "

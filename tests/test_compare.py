@@ -511,7 +511,7 @@ def test_lockstep_bursts_cancel_a_change_of_machine_speed_within_a_pair():
 def test_an_inconclusive_step_time_says_what_budget_would_settle_it(paired):
     gate = GateSettings()
     wide = replace(_change(1.02, 0.95, 1.10), paired=paired, run_to_run=0.01)  # the term the change carried
-    advice = budget_advice(wide, 0.05, {"processes": 5, "seconds": 40.0}, gate)
+    advice = budget_advice(wide, 0.05, {"processes": 5, "seconds": 40.0}, gate, 0.95)
     # half-width ln(1.10/0.95)/2 = 7.6%; to clear 1.05 from 1.02 it must shrink to ln(1.05/1.02) = 2.9%, of
     # which the run-to-run term (1.96 x 1%) does not shrink: 5 x (7.07 / sqrt(2.9^2 - 1.95^2))^2 = 55 processes
     assert "known to +/-7.6%" in advice
@@ -520,13 +520,13 @@ def test_an_inconclusive_step_time_says_what_budget_would_settle_it(paired):
     # the run-to-run term alone is wider than the distance to the line: no budget settles it
     # (1.01 under a 2% threshold: 1% from either line, less than the run-to-run term's 1.95%)
     stuck = replace(_change(1.01, 0.98, 1.04), paired=paired, run_to_run=0.01)
-    assert "no budget settles this one" in budget_advice(stuck, 0.02, {"processes": 16, "seconds": 60.0}, gate)
-    assert budget_advice(wide, 0.05, {}, gate) is None
+    assert "no budget settles this one" in budget_advice(stuck, 0.02, {"processes": 16, "seconds": 60.0}, gate, 0.95)
+    assert budget_advice(wide, 0.05, {}, gate, 0.95) is None
     # a smaller term (a lockstep pair's default, 0.5%: 5 x (7.27 / sqrt(2.9^2 - 0.98^2))^2 = 36 processes)
     # needs fewer, and the floor is taken at the confidence the case was judged at
     half = replace(wide, run_to_run=0.005)
-    assert "about 36 processes" in budget_advice(half, 0.05, {"processes": 5, "seconds": 40.0}, gate)
-    strict = budget_advice(wide, 0.05, {"processes": 5, "seconds": 40.0, "confidence": 0.99}, GateSettings())
+    assert "about 36 processes" in budget_advice(half, 0.05, {"processes": 5, "seconds": 40.0}, gate, 0.95)
+    strict = budget_advice(wide, 0.05, {"processes": 5, "seconds": 40.0}, GateSettings(), 0.99)
     assert ("about 36 processes" not in strict) and ("about 55 processes" not in strict)
 
 

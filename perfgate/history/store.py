@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -131,14 +133,14 @@ def resolve_url(settings_extra: dict[str, Any], root: Path, override: str | None
     [tool.perfgate], else the default SQLite file. A relative SQLite path is relative to ``root``."""
     url = override or os.environ.get(URL_ENV) or settings_extra.get("history") or DEFAULT_URL
     if not isinstance(url, str) or not url.strip():
-        raise HistoryError(f"[tool.perfgate] history must be a database URL string, got {url!r}; "
+        raise HistoryError(f"[tool.perfgate] history must be a database URL string, got {'an empty one' if isinstance(url, str) else type(url).__name__}; "
                            f"e.g. {DEFAULT_URL!r} or 'postgresql://user@host/db'")
     url = url.strip()
     scheme = url.split(":", 1)[0].lower()
     if scheme == "sqlite":
         prefix = "sqlite:///"
         if not url.startswith(prefix) or url == prefix:
-            raise HistoryError(f"history URL {url!r}: a SQLite store is sqlite:///PATH (relative to the project "
+            raise HistoryError(f"history URL {redact(url)!r}: a SQLite store is sqlite:///PATH (relative to the project "
                                "root) or sqlite:////ABSOLUTE/PATH")
         path = Path(url[len(prefix):])
         if not path.is_absolute():
@@ -146,16 +148,55 @@ def resolve_url(settings_extra: dict[str, Any], root: Path, override: str | None
         return prefix + str(path)
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
         rest = url.split(":", 1)[1]
+        if rest.split("?", 1)[0].count("@") > 1:  # SQLAlchemy would take the password's tail for the host
+            raise HistoryError(f"history URL {redact(url)!r}: its user or password holds an unencoded '@'; "
+                               "write it as %40")
         return "postgresql+psycopg:" + rest
     raise HistoryError(f"history URL {redact(url)!r}: unsupported database; valid: sqlite:///PATH, postgresql://...")
 
 
+_SHOWN_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?")
+_SHOWN_DATABASE = re.compile(r"[A-Za-z0-9._$-]*")
+
+
 def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - a URL SQLAlchemy cannot parse is shown without anything after '@'
-        return url.split("@")[-1]
+    """How a store is shown anywhere (messages, `history add`, history.html): ``dialect://host:port/db``,
+    never its user, password or query (``?password=``, ``?sslpassword=``...). Parsed by hand, not by
+    SQLAlchemy, which reads a password holding an unencoded '@' as part of the host; a host or database
+    that is not plainly one (the URL is malformed) is shown as '?'."""
+    scheme, sep, rest = url.partition("://")
+    dialect = scheme.split("+", 1)[0].lower()
+    if not sep or not re.fullmatch(r"[a-z][a-z0-9.-]*", dialect):
+        return "(a database URL)"
+    if dialect == "sqlite":  # a local file: its path, never a query
+        return "sqlite:///" + rest[1:].split("?", 1)[0] if rest.startswith("/") else "sqlite://?"
+    # the query starts at the first '?' after the last '/' (a password may hold '/' or '?'); the host follows
+    # the last '@' before the query (a password may hold '@')
+    last_slash = rest.rfind("/")
+    query = rest.find("?", last_slash + 1)
+    before_query = (rest if query < 0 else rest[:query]).split("#", 1)[0]
+    if "@" in rest and "@" not in before_query:  # an '@' only past the cut: the cut was inside the userinfo
+        return f"{dialect}://?"
+    host, _, database = before_query.rpartition("@")[2].partition("/")
+    host = host if _SHOWN_HOST.fullmatch(host) else "?"
+    database = database if _SHOWN_DATABASE.fullmatch(database) else "?"
+    return f"{dialect}://{host}/{database}"
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (a driver's error message) without the parts of ``url`` that may be secret: the URL itself,
+    its userinfo and each of its parts, and every query value, each replaced by '***'."""
+    _, _, rest = url.partition("://")
+    secrets = {url, rest}
+    if "@" in rest:
+        userinfo = rest.rsplit("@", 1)[0]
+        secrets |= {userinfo, *userinfo.split(":"), *userinfo.split("@")}
+    for _, _, value in (part.partition("=") for part in re.split(r"[?&]", rest)[1:]):
+        secrets.add(value)
+    secrets |= {unquote(s) for s in secrets}  # the driver sees (and may quote) them percent-decoded
+    for secret in sorted((s for s in secrets if len(s) >= 3), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -267,7 +308,7 @@ def open_store(url: str, *, create: bool, migrations_dir: Path | None = None) ->
         except ModuleNotFoundError as exc:
             raise HistoryError(f"a PostgreSQL history store needs psycopg: pip install 'perfgate[postgres]' ({exc})") from exc
         except SQLAlchemyError as exc:
-            raise HistoryError(f"history URL {redact(url)!r} is not valid: {_first_line(exc)}") from exc
+            raise HistoryError(f"history URL {redact(url)!r} is not valid: {scrub(_first_line(exc), url)}") from exc
     store = Store(url, engine)
     try:
         store.revision = _migrate(store, migrations_dir, create)
@@ -276,10 +317,12 @@ def open_store(url: str, *, create: bool, migrations_dir: Path | None = None) ->
         raise
     except OperationalError as exc:
         engine.dispose()
-        raise HistoryError(f"cannot reach the history store {store.describe()}: {_first_line(exc.orig or exc)}") from exc
+        raise HistoryError(f"cannot reach the history store {store.describe()}: "
+                           f"{scrub(_first_line(exc.orig or exc), url)}") from exc
     except SQLAlchemyError as exc:
         engine.dispose()
-        raise HistoryError(f"history store {store.describe()} cannot be used: {_first_line(exc.orig if hasattr(exc, 'orig') else exc)}") from exc
+        raise HistoryError(f"history store {store.describe()} cannot be used: "
+                           f"{scrub(_first_line(exc.orig if hasattr(exc, 'orig') else exc), url)}") from exc
     return store
 
 
