@@ -112,8 +112,9 @@ def measure(
     for the cheapest sign of a step that stopped returning its output.
 
     ``layouts`` > 1 with ``relayout`` (and no lockstep): the samples come in that many groups, each a share
-    of ``samples``, ``min_time_s`` and ``max_time_s``; before group k > 0, ``relayout(k)`` returns the unit
-    to time from then on (the workload built anew on another memory layout), warmed up by 3 units first.
+    of ``samples`` (at least 2), ``min_time_s`` and ``max_time_s``; before group k > 0, ``relayout(k)``
+    returns the unit to time from then on (the workload built anew on another memory layout), run once
+    untimed first.
 
     ``around_samples`` is called with "before" once warm-up is done and with "after" once the last sample
     is taken (perfgate.gpu_clocks reads the GPU's clocks there), outside every timed sample."""
@@ -168,11 +169,11 @@ def measure(
                     current[0] = relayout(group)
                     if check is not None:
                         current[0] = _every_return_checked(current[0], check)
-                    for _ in range(3):
-                        timer.time_ns(current[0], 1)
+                    timer.time_ns(current[0], 1)  # the new build's first unit: its allocations, untimed
+                least = 3 if groups == 1 else 2
                 before = len(out)
-                _sample_group(take, clock, out, before + max(3, math.ceil(samples / groups)), min_time_s / groups,
-                              max_time_s / groups)
+                _sample_group(take, clock, out, before + max(least, math.ceil(samples / groups)), least,
+                              min_time_s / groups, max_time_s / groups)
                 layout_groups.append(len(out) - before)
         if around_samples is not None:
             around_samples("after")
@@ -184,16 +185,16 @@ def measure(
 
 
 def _sample_group(take: Callable[[int], list[int]], clock: Callable[[], float], out: list[int], samples: int,
-                  min_time_s: float, max_time_s: float) -> None:
+                  least: int, min_time_s: float, max_time_s: float) -> None:
     """Take samples until ``out`` holds ``samples`` and ``min_time_s`` has passed, or past ``max_time_s``
-    once this call took at least 3."""
+    once this call took at least ``least``."""
     start, first = clock(), len(out)
     while True:
         take(1)
         elapsed = clock() - start
         if len(out) >= samples and elapsed >= min_time_s:
             break
-        if len(out) - first >= 3 and elapsed > max_time_s:
+        if len(out) - first >= least and elapsed > max_time_s:
             break
 
 
