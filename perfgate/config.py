@@ -59,8 +59,8 @@ class TimingSettings:
     # median over the groups. A layout can make a process stably fast or slow by up to 25% (docs/gate.md);
     # sampled several times inside a process, that spread shrinks with samples, not only with processes.
     # Applies to eager CPU cases timed on their own (not compiled, not graph-captured, not in lockstep).
-    # 3: the median of three, so one layout of a process's three cannot decide it (a conv rollout here had
-    # one process in 16 at 0.5x on its own layout; docs/gate.md, "Layouts drawn per process").
+    # 3: the median of three, so one group of a process's three cannot decide it, whether its layout or the
+    # machine's speed during it was the odd one (docs/gate.md, "Layouts drawn per process").
     layouts: int = 3
 
 
