@@ -118,17 +118,29 @@ _KNOWN_KEYS = {
 }
 
 
+def read_toml(path: Path) -> dict[str, Any]:
+    """The parsed TOML of ``path``; ConfigError naming the file (and, for a syntax error, its line)."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:  # its text ends "(at line N, column M)"
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+
+
 def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml with a [tool.perfgate] table, from ``start`` upward."""
+    """The nearest pyproject.toml with a [tool.perfgate] table, from ``start`` upward.
+
+    A pyproject.toml on the way that cannot be read (a TOML syntax error, not UTF-8, unreadable) is a
+    ConfigError, not a file to step over: it may hold the table meant to apply, and running with a
+    parent's configuration or the defaults instead would be a silent surprise.
+    """
     for d in [start, *start.parents]:
         candidate = d / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
-                continue
-            if "perfgate" in data.get("tool", {}):
-                return candidate
+        if candidate.is_file() and "perfgate" in read_toml(candidate).get("tool", {}):
+            return candidate
     return None
 
 
@@ -205,14 +217,7 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
             reports_dir=cwd / "reports",
             suites=dict(DEFAULT_SUITES),
         )
-    try:
-        data = tomllib.loads(source.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: not valid TOML ({exc})") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
-    except OSError as exc:
-        raise ConfigError(f"{source}: cannot read ({exc.strerror or exc})") from exc
+    data = read_toml(source)
     raw = data.get("tool", {}).get("perfgate")
     if raw is None:
         raise ConfigError(f"{source}: has no [tool.perfgate] table")

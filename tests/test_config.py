@@ -164,3 +164,26 @@ def test_worker_env_names_are_read_and_checked(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworker_env = ["A=B"]\n')
     with pytest.raises(ConfigError, match="worker_env entry 'A=B' is not a variable name"):
         load(cwd=tmp_path)
+
+
+def test_a_nearest_pyproject_with_a_toml_error_is_an_error_naming_file_and_line(tmp_path):
+    # issue 28 item 5: the broken file used to be stepped over, and the parent's threads = 4 applied
+    write(tmp_path / "pyproject.toml", "[tool.perfgate]\nthreads = 4\n")
+    broken = write(tmp_path / "sub" / "pyproject.toml", "[project]\nname = 'x'\n\n[tool.perfgate\nthreads = 1\n")
+    with pytest.raises(ConfigError) as exc:
+        load(cwd=tmp_path / "sub")
+    message = str(exc.value)
+    assert message.startswith(f"{broken}: not valid TOML") and "line 4" in message and "\n" not in message
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        find_pyproject(tmp_path / "sub")
+
+
+def test_a_broken_nearest_pyproject_exits_2_with_one_line(tmp_path):
+    from conftest import run_cli
+
+    write(tmp_path / "pyproject.toml", "[tool.perfgate]\nthreads = 4\n")
+    broken = write(tmp_path / "sub" / "pyproject.toml", "[tool.perfgate]\nthreads = = 1\n")
+    proc = run_cli("list", cwd=tmp_path / "sub")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(broken) in lines[0] and "line 2" in lines[0], proc.stderr
