@@ -760,3 +760,13 @@ def test_action_runs_the_users_suite_and_answers_with_verdict_and_report(user_re
 def test_action_names_a_usage_error_and_fails_the_step(user_repo, tmp_path, inputs, verdict):
     proc, outputs = _run_step(_action_run_step(), _action_env(user_repo, **inputs), tmp_path)
     assert proc.returncode == 2 and outputs["verdict"] == verdict and outputs["exit-code"] == "2"
+
+
+def test_a_job_tests_every_dependency_at_its_declared_floor(workflows):
+    """Issue 28 item 10: the lowest-versions job installs the floors (.ci/lowest-constraints.txt) and tests."""
+    wf = workflows["perfgate.yml"]
+    job = wf["jobs"]["lowest-versions"]
+    script = "\n".join(s.get("run", "") for s in _steps(job))
+    assert "-c .ci/lowest-constraints.txt" in script and "python -m pytest" in script
+    assert (REPO / ".ci" / "lowest-constraints.txt").is_file()
+    assert "lowest-versions" in _final_job(wf)[1]["needs"]  # its failure fails the required check
