@@ -276,9 +276,9 @@ Flag = Annotated[bool, expected("true or false")]
 Measured = Annotated[_NUMBER, _number_schema(), expected("a number")]
 Number = Annotated[_NUMBER, satisfying(math.isfinite), _number_schema(), expected("a finite number")]
 NonNegative = Annotated[_NUMBER, satisfying(lambda v: math.isfinite(v) and v >= 0), _number_schema(minimum=0),
-                        expected("a number >= 0")]
+                        expected("a finite number >= 0")]
 Positive = Annotated[_NUMBER, satisfying(lambda v: math.isfinite(v) and v > 0), _number_schema(exclusiveMinimum=0),
-                     expected("a number > 0")]
+                     expected("a finite number > 0")]
 
 
 def one_of(choices: tuple[str, ...]) -> Any:
@@ -356,6 +356,9 @@ pydantic's error types (TOML says "a table" where JSON says "an object")."""
     if kind == "field":
         loc = (*loc, ctx["field"])
     field = path_text(loc, where)
+    value = problem.get("input")
+    if kind == "field":  # a model validator's complaint: show the field's value, not the whole object
+        value = value.get(ctx["field"]) if isinstance(value, dict) else getattr(value, ctx["field"], value)
     if kind == "unknown_keys":
         inside = f"[{table}{'.' + field if field else ''}]" if table else (field or "the document")
         raise error(f"{source}: unknown key(s) {ctx['unknown']} in {inside}; valid: {ctx['valid']}")
@@ -367,4 +370,4 @@ pydantic's error types (TOML says "a table" where JSON says "an object")."""
         words = {**_WORDS, **(nouns or {})}[kind].format(expected=str(ctx.get("expected", "")).replace("'", ""))
     else:  # a rule no type above words; pydantic's own sentence, which names it
         words = f"valid ({problem['msg']})"
-    raise error(f"{source}: {field or 'document'} must be {words}, got {describe(problem.get('input'))}")
+    raise error(f"{source}: {field or 'document'} must be {words}, got {describe(value)}")

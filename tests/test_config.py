@@ -108,10 +108,10 @@ BAD = [
     ("threads = 0", "threads must be an integer >= 1, got 0"),
     ("processes = -1", "processes must be an integer >= 1"),
     ("processes = true", "processes must be an integer >= 1, got True"),
-    ("timeout_s = 0", "timeout_s must be a number > 0"),
+    ("timeout_s = 0", "timeout_s must be a finite number > 0"),
     # issue 28 item 6: a boolean is not a number (true was a 1-second timeout)
-    ("timeout_s = true", "timeout_s must be a number > 0, got True"),
-    ("timing = {min_time_s = false}", "timing.min_time_s must be a number > 0, got False"),
+    ("timeout_s = true", "timeout_s must be a finite number > 0, got True"),
+    ("timing = {min_time_s = false}", "timing.min_time_s must be a finite number > 0, got False"),
     ("seed = true", "seed must be an integer, got True"),
     ("max_memory_mb = 0", "max_memory_mb must be an integer >= 1"),
     ("seed = 1.5", "seed must be an integer, got 1.5"),
