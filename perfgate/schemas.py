@@ -1,7 +1,8 @@
 """The JSON Schemas of the files perfgate writes and reads, generated from their declared models. No torch.
 
-results.json (perfgate.model.ResultsDocument), a stored baseline (perfgate.baselines.BaselineDocument)
-and comparison.json (perfgate.model.ComparisonDocument) are declared once, as the pydantic models their
+results.json (perfgate.model.ResultsDocument), a stored baseline (perfgate.baselines.BaselineDocument),
+comparison.json (perfgate.model.ComparisonDocument) and a machine's ceilings.json
+(perfgate.roofline.CeilingsDocument) are declared once, as the pydantic models their
 readers validate against; these schemas are what those models say, for other tools and for readers of
 the files. They are published in docs/schemas/: ``python -m perfgate.schemas`` rewrites them there,
 ``python -m perfgate.schemas --check`` exits 1 when they are stale (tests/test_schemas.py runs it).
@@ -19,6 +20,7 @@ from pydantic import BaseModel
 
 from perfgate.baselines import BaselineDocument
 from perfgate.model import ComparisonDocument, ResultsDocument
+from perfgate.roofline import CeilingsDocument
 from perfgate.storage import atomic_write_text
 
 # file name under docs/schemas/ -> the model its schema is generated from
@@ -26,6 +28,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "results.schema.json": ResultsDocument,
     "baseline.schema.json": BaselineDocument,
     "comparison.schema.json": ComparisonDocument,
+    "ceilings.schema.json": CeilingsDocument,
 }
 PUBLISHED = Path("docs") / "schemas"  # relative to the repository root
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 from fixtures.synthetic import synthetic_comparison, synthetic_run
 
-from perfgate import baselines, schemas
+from perfgate import baselines, roofline, schemas
 
 PUBLISHED = REPO / "docs" / "schemas"
 
@@ -44,6 +44,11 @@ def test_what_perfgate_writes_passes_the_published_schemas():
         "results.schema.json": run.to_json(),
         "baseline.schema.json": json.loads(baselines.from_run(synthetic_run(["operator_rollout"])).dumps()),
         "comparison.schema.json": synthetic_comparison(run, run).to_json(),
+        # as perfgate.ceilings.measure returns it and write_ceilings stores it
+        "ceilings.schema.json": {"schema": roofline.CEILINGS_SCHEMA, "cpu": {
+            "flops": {"float32": 1.2e11, "bfloat16": 3e10}, "bandwidth": {"copy": 1e10, "triad": 1.1e10},
+            "threads": 1, "matmul_n": 512, "stream_bytes": 1 << 26, "device_name": None, "torch": "2.13.0+cpu",
+            "seconds": 2.5, "measured_at": "2026-11-26T06:00:00+0000", "errors": ["float16 matmul: RuntimeError"]}},
     }
     for name, doc in documents.items():
         schema = json.loads((PUBLISHED / name).read_text())
