@@ -186,12 +186,16 @@ def test_a_nearest_pyproject_with_a_toml_error_is_an_error_naming_file_and_line(
         find_pyproject(tmp_path / "sub")
 
 
-def test_a_broken_nearest_pyproject_exits_2_with_one_line(tmp_path):
+@pytest.mark.parametrize("text, needle", [
+    ("[tool.perfgate]\nthreads = = 1\n", "line 2"),  # item 5: was stepped over for the parent's table
+    ("[tool.perfgate]\ndefault_suite = ['smoke']\n", "default_suite must be a string"),  # item 6: was exit 3
+], ids=["toml-syntax", "default-suite-list"])
+def test_a_broken_nearest_pyproject_exits_2_with_one_line(tmp_path, text, needle):
     from conftest import run_cli
 
     write(tmp_path / "pyproject.toml", "[tool.perfgate]\nthreads = 4\n")
-    broken = write(tmp_path / "sub" / "pyproject.toml", "[tool.perfgate]\nthreads = = 1\n")
+    broken = write(tmp_path / "sub" / "pyproject.toml", text)
     proc = run_cli("list", cwd=tmp_path / "sub")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and str(broken) in lines[0] and "line 2" in lines[0], proc.stderr
+    assert len(lines) == 1 and str(broken) in lines[0] and needle in lines[0], proc.stderr
