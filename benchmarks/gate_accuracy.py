@@ -90,7 +90,87 @@ class RolloutKnob(OperatorRollout):
         return state
 '''
 
-FAMILIES = {"matmul": WORKLOAD, "rollout": ROLLOUT}
+# Two families from outside the project, as a user would write them (the layout issue's reproduction): a
+# conv rollout of Conv2d-InstanceNorm-GELU blocks (64x64, 16 channels) and a small transformer block.
+CONV16 = '''
+import os
+import torch
+from torch import nn
+from perfgate.workload import Built, Tolerance, Workload
+
+EXTRA = {extra}  # the fraction of work a "code change" adds: more rollout steps in every unit
+
+
+class ConvKnob(Workload):
+    name = "gate_knob"
+    description = "user's conv rollout: 3 Conv2d-InstanceNorm-GELU blocks, 64x64, 16 channels, batch 2"
+    sizes = {{s: {{"T": 20, "grid": 64, "channels": 16, "batch": 2}} for s in ("smoke", "pr", "full")}}
+    tolerance = Tolerance(rel_l2=1e-3)
+
+    def build(self, params, device, dtype, variants):
+        torch.manual_seed(0)
+        c = params["channels"]
+        layers = [nn.Conv2d(2, c, 1)]
+        for _ in range(3):
+            layers += [nn.Conv2d(c, c, 3, padding=1), nn.InstanceNorm2d(c, affine=True), nn.GELU()]
+        model = nn.Sequential(*layers, nn.Conv2d(c, 2, 1)).eval()
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(params["batch"], 2, params["grid"], params["grid"], generator=g)
+        return Built(model=model, state=x)
+
+    def steps_per_unit(self, params):
+        return params["T"]
+
+    def run_unit(self, model, built, params):
+        extra = EXTRA + float(os.environ.get("GATE_KNOB_EXTRA", "0"))
+        state = built.state
+        for _ in range(round(params["T"] * (1 + extra))):
+            state = self.step(model, state, built, params)
+        return state
+
+    def step(self, model, state, built, params):
+        return 0.5 * model(state) + 0.5 * state
+'''
+
+TRANSFORMER = '''
+import os
+import torch
+from torch import nn
+from perfgate.workload import Built, Tolerance, Workload
+
+EXTRA = {extra}  # the fraction of work a "code change" adds: more layers applied in every unit
+
+
+class TransformerKnob(Workload):
+    name = "gate_knob"
+    description = "user's small transformer block: 64 tokens, width 128, 4 heads, batch 2"
+    sizes = {{s: {{"T": 8, "tokens": 64, "width": 128, "batch": 2}} for s in ("smoke", "pr", "full")}}
+    tolerance = Tolerance(rel_l2=1e-3)
+    channels_last_applies = False
+
+    def build(self, params, device, dtype, variants):
+        torch.manual_seed(0)
+        model = nn.TransformerEncoderLayer(params["width"], 4, dim_feedforward=4 * params["width"],
+                                           dropout=0.0, batch_first=True).eval()
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(params["batch"], params["tokens"], params["width"], generator=g)
+        return Built(model=model, state=x)
+
+    def steps_per_unit(self, params):
+        return params["T"]
+
+    def run_unit(self, model, built, params):
+        extra = EXTRA + float(os.environ.get("GATE_KNOB_EXTRA", "0"))
+        state = built.state
+        for _ in range(round(params["T"] * (1 + extra))):
+            state = self.step(model, state, built, params)
+        return state
+
+    def step(self, model, state, built, params):
+        return torch.nn.functional.layer_norm(model(state), state.shape[-1:])
+'''
+
+FAMILIES = {"matmul": WORKLOAD, "rollout": ROLLOUT, "conv16": CONV16, "transformer": TRANSFORMER}
 
 PYPROJECT = """
 [tool.perfgate]
@@ -238,7 +318,13 @@ def main() -> int:
     ap.add_argument("--stored-knob", choices=("commit", "env"), default="commit",
                     help="stored mode: each condition a commit on the baseline's (default), or the knob in the "
                          "environment of one commit-less project (the stored comparison alone)")
-    ap.add_argument("--families", default="matmul,rollout", help="matmul (small matmul chain), rollout (conv)")
+    ap.add_argument("--families", default="matmul,rollout",
+                    help="matmul (small matmul chain), rollout (operator_rollout's conv blocks), conv16 (a user's "
+                         "Conv2d-InstanceNorm-GELU rollout, 64x64, 16 channels), transformer (a small encoder block)")
+    ap.add_argument("--vary-paths", action="store_true",
+                    help="stored mode: baseline and gated runs from two checkouts whose paths differ in length, "
+                         "into run folders whose names differ in length trial by trial (what a user's --out and "
+                         "CI checkouts do); the gated runs name the baseline with --baseline")
     ap.add_argument("--out", type=Path, default=None, help="write every trial as JSON here (rewritten per trial)")
     ap.add_argument("--keep-runs", type=Path, default=None,
                     help="copy each stored-mode run's results.json and comparison.json here, as FAMILY/tNN-EXTRA "
@@ -261,30 +347,40 @@ def main() -> int:
                 proj = make_project(tmpdir / family / "stored", 0.0, args.processes, args.threshold, family)
                 if args.stored_knob == "commit":
                     make_branches(proj, extras, family)
+                other = proj
+                if args.vary_paths:  # a second checkout of the same project, at a path of another length
+                    other = tmpdir / family / ("stored-checkout-at-a-longer-path-" + "p" * 40)
+                    shutil.copytree(proj, other)
                 for trial in range(args.trials):
                     # baseline and gated runs as two CI jobs would run them: the same variables set (only the
-                    # knob's value differs) and run folders of one length, since a worker's memory layout
-                    # depends on both (docs/gate.md, "Why processes of the same code differ")
-                    base_dir = proj / "runs" / f"t{trial:02d}-base"
+                    # knob's value differs); with --vary-paths from checkouts and into folders whose names
+                    # differ in length, which move a worker's memory layout (docs/gate.md)
+                    base_proj, gate_proj = (proj, other) if trial % 2 == 0 else (other, proj)
+                    base_dir = base_proj / "runs" / f"t{trial:02d}-base"
                     if args.stored_knob == "commit":
-                        git(proj, "checkout", "-q", "base")
-                    base = perfgate(["run", "--out", str(base_dir)], proj, {"GATE_KNOB_EXTRA": f"{0:.2f}"})
+                        git(base_proj, "checkout", "-q", "base")
+                    base = perfgate(["run", "--out", str(base_dir)], base_proj, {"GATE_KNOB_EXTRA": f"{0:.2f}"})
                     if base.returncode != 0:
                         print(base.stdout[-2000:], base.stderr[-2000:])
                         return 3
-                    perfgate(["baseline", "update", str(base_dir)], proj)
+                    perfgate(["baseline", "update", str(base_dir)], base_proj)
+                    (baseline_file,) = (base_proj / "baselines").glob("*/smoke.json")
                     for extra in extras:
-                        out = proj / "runs" / f"t{trial:02d}-{extra:.2f}"
+                        name = f"t{trial:02d}-{extra:.2f}"
+                        if args.vary_paths:
+                            name += "-" + "n" * ((17 * trial + 29 * round(extra * 100)) % 90)
+                        out = gate_proj / "runs" / name
                         knob = extra
                         if args.stored_knob == "commit":  # the change is in the commit; the variable stays 0
-                            git(proj, "checkout", "-q", f"head-{extra:.2f}")
+                            git(gate_proj, "checkout", "-q", f"head-{extra:.2f}")
                             knob = 0.0
                         t0 = time.perf_counter()
-                        proc = perfgate(["run", "--gate", "--out", str(out)], proj, {"GATE_KNOB_EXTRA": f"{knob:.2f}"})
+                        proc = perfgate(["run", "--gate", "--baseline", str(baseline_file), "--out", str(out)],
+                                        gate_proj, {"GATE_KNOB_EXTRA": f"{knob:.2f}"})
                         record(results, "stored", extra, proc, out, time.perf_counter() - t0, family)
                         save()
                     if args.keep_runs:  # after every trial: a run cut short keeps what it measured
-                        for run_dir in (proj / "runs").iterdir():
+                        for run_dir in [*(proj / "runs").iterdir(), *((other / "runs").iterdir() if other != proj else [])]:
                             keep = args.keep_runs / family / run_dir.name
                             keep.mkdir(parents=True, exist_ok=True)
                             for name in ("results.json", "comparison.json"):

@@ -207,11 +207,8 @@ def checkout(settings: Settings, ref: str) -> BaseCheckout:
 
 def probe_base(base: BaseCheckout, threads: int) -> Catalog:
     """What the base checkout's own perfgate sees in its own workloads."""
-    cmd = [sys.executable, "-m", "perfgate.worker", "--probe"]
-    for d in base.workloads_dirs:
-        cmd += ["--workloads-dir", str(d)]
-    env = runner.worker_env(threads, {"PYTHONPATH": base.python_path})
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=runner.PROBE_TIMEOUT_S, env=env, cwd=base.path)
+    proc = runner.run_worker_command(runner.probe_args(base.workloads_dirs), threads, runner.PROBE_TIMEOUT_S,
+                                     {"PYTHONPATH": base.python_path}, cwd=base.path)
     if proc.returncode != 0:
         raise runner.InfrastructureError(f"the worker probe of {base.ref} failed: {proc.stderr.strip()[-400:]}")
     data = parse_probe_answer(proc.stdout, f"the worker probe of {base.ref}")

@@ -29,7 +29,7 @@ from perfgate.model import (
     readable,
 )
 from perfgate.paths import component, contained
-from perfgate.stats import format_seconds
+from perfgate.stats import RUN_TO_RUN_MAX, format_seconds
 from perfgate.storage import atomic_write_text
 from perfgate.validation import Document, Measured, Name, Text, check, expected, satisfying
 
@@ -48,11 +48,16 @@ CalibrationValue = Annotated[Measured | str | list[Any] | dict[str, Any] | None,
                              expected("a number, a string, a list, an object or null")]
 
 
+RunToRun = Annotated[Measured, satisfying(lambda v: 0 <= v <= RUN_TO_RUN_MAX),
+                     expected(f"a finite number in [0, {RUN_TO_RUN_MAX:g}]: a relative spread")]
+
+
 class CalibrationDocument(Document):
     """One case's entry as `perfgate calibrate --write` stores it: a threshold, and the noise behind it."""
 
     model_config = ConfigDict(extra="allow")
     threshold: Threshold | None = None
+    run_to_run: RunToRun | None = None  # the spread of whole runs calibrate measured for the case
     __pydantic_extra__: dict[str, CalibrationValue]
 
 

@@ -12,14 +12,34 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from perfgate import layout
 from perfgate.compare import GateSettings, case_time_change, judge_time, process_time
 from perfgate.model import STATUS_OK, CaseResult
 from perfgate.stats import quantile
 
 Z_POWER = 0.8416  # one-sided z of 80% power
+
+
+def run_rounds(rounds: int, work: Path, run_round: Callable[[Path], CaseResult]) -> list[CaseResult]:
+    """``rounds`` A/A rounds of one case, ``run_round(folder)`` each. Every round draws its own layouts
+    (perfgate.layout) and runs in a folder of its own, as a separate run would, so the ratios between
+    rounds see what moves whole runs, layouts included."""
+    done = []
+    for index in range(rounds):
+        layout.reseed(index)
+        done.append(run_round(round_folder(work, index)))
+    return done
+
+
+def round_folder(work: Path, index: int) -> Path:
+    """Round ``index``'s folder, its name another length each round: a run folder's name moves where a
+    worker's allocations land (docs/gate.md), and a user's runs do not share one."""
+    return work / f"round-{index}-{'x' * (7 * index % 23)}"
 
 
 def _z(p: float) -> float:
@@ -118,6 +138,8 @@ class CaseNoise:
             "rounds": len(self.rounds),
             "aa_verdicts": self.aa_verdicts,
             "aa_ratios": [round(r, 5) for r in self.aa_ratios],
+            # what the gate adds to unpaired comparisons of this case (GateSettings.run_to_run_term)
+            "run_to_run": None if self.round_to_round is None else round(self.round_to_round, 5),
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
 

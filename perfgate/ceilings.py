@@ -140,11 +140,11 @@ def measure(threads: int = 1, budget_s: float = DEFAULT_BUDGET_S) -> dict[str, A
 def measure_in_worker(threads: int = 1, budget_s: float = DEFAULT_BUDGET_S, timeout_s: float = 300) -> dict[str, Any]:
     """Run ``measure`` in a worker subprocess (threads pinned as for a case); RuntimeError naming why it
     failed. No torch in this process."""
-    from perfgate.runner import worker_env
+    from perfgate.runner import run_worker_command
 
-    cmd = [sys.executable, "-m", "perfgate.ceilings", "--threads", str(threads), "--budget", str(budget_s)]
+    args = ["-m", "perfgate.ceilings", "--threads", str(threads), "--budget", str(budget_s)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=worker_env(threads))
+        proc = run_worker_command(args, threads, timeout_s)
     except subprocess.TimeoutExpired as exc:
         raise RuntimeError(f"measuring the ceilings took longer than {timeout_s:g} s") from exc
     if proc.returncode != 0:

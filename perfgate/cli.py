@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from perfgate import config as config_mod
+from perfgate import layout
 from perfgate.config import ConfigError
 from perfgate.model import STATUS_OK, SchemaError
 
@@ -74,6 +75,9 @@ def load_settings(config: str | None) -> config_mod.Settings:
 def main() -> None:
     """perfgate: run standard PyTorch workloads under each optimization toggle, measure them honestly,
     gate regressions against baselines."""
+    from perfgate.runner import keep_environment_private
+
+    keep_environment_private()  # workloads run as this user: they must not read this process's environment
 
 
 config_option = click.option("--config", "config", type=click.Path(dir_okay=False), default=None,
@@ -151,10 +155,13 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
                    "(default: baselines/<machine>/<suite>.json when present, else an estimate).")
 @click.option("--gate", is_flag=True, help="Compare with the baseline (or --against REF); exit 1 on a regression.")
 @click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None,
-              help="Baseline file (default: <baselines_dir>/<machine-key>/<suite>.json).")
+              help="Baseline file (default: <baselines_dir>/<machine-key>/<suite>.json). Not with --against "
+                   "(refused): that compares with REF measured in this job.")
 @click.option("--against", "against_ref", default=None, metavar="REF",
               help="Run REF (a git ref, in a temporary worktree) and this tree interleaved; compare directly.")
-@click.option("--strict-env", is_flag=True, help="Refuse a baseline measured with another torch/CUDA/driver/Python.")
+@click.option("--strict-env", is_flag=True,
+              help="Refuse a baseline measured with another torch/CUDA/driver/Python. Not with --against "
+                   "(refused): both sides run in this job's environment.")
 @click.option("--history", "history", is_flag=True,
               help="Add this run to the history store ([tool.perfgate] history, $PERFGATE_HISTORY_URL).")
 @handle_errors
@@ -175,6 +182,12 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     from perfgate.storage import check_writable_dir
 
     shard_obj = parse_shard(shard) if shard else None  # a bad --shard fails before the slow probe
+    if against_ref:  # options of a stored baseline, which --against does not read: refused, not dropped
+        for given, name in ((baseline_file, "--baseline"), (strict_env, "--strict-env")):
+            if given:
+                raise ConfigError(f"{name} does not apply with --against {against_ref}: the base is measured from "
+                                  f"REF in this job, on this machine, not read from a stored baseline; drop {name} "
+                                  "(or --against to gate on the stored baseline)")
     settings = load_settings(config)
     for d in workloads_dirs:
         if not Path(d).is_dir():
@@ -212,18 +225,28 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     files = {name: info["file"] for name, info in catalog.workloads.items()}
     env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
     env["machine_key"] = environment.machine_key(env, cases[0].device)
-    env["address_layout"] = runner.address_layout()  # fixed: every worker the same layout (docs/gate.md)
+    env["address_layout"] = runner.address_layout()  # fixed: no address-space randomization in workers
+    env["layout_policy"] = layout.policy()  # drawn: each worker draws its own layout (docs/gate.md)
+    if env["layout_policy"] == "drawn":
+        env["layout_seed"] = layout.run_seed()
     from perfgate import expect, roofline
 
+    run_settings = settings.to_json()
+    if suite is None and (workloads or toggles or size):  # not the suite: say so (RunResult.what_ran)
+        run_settings["selection"] = "; ".join(
+            f"{label} {', '.join(chosen)}" for label, chosen in
+            (("workloads", workloads), ("size", (size,) if size else ()), ("toggles", toggles)) if chosen)
     run = RunResult(run_id=run_dir.name, suite=suite_obj.name, environment=env,
-                    started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settings=settings.to_json(),
+                    started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settings=run_settings,
                     expectations=expect.rules_json(settings, catalog.workloads, cases),
                     ceilings=roofline.ceilings_for_run(settings.baselines_dir, env))
     from perfgate import gate as gate_mod
 
+    # --gate with expectations and no baseline stored yet: the expectations alone are the gate
+    no_baseline = gate_mod.expectations_alone(settings, run, gate=gate and not against_ref and not baseline_file)
     try:  # the stored baseline before any case runs: a missing or broken one fails fast
         stored = gate_mod.load_stored(settings, run, Path(baseline_file) if baseline_file else None) \
-            if (gate or baseline_file) and not against_ref else None
+            if (gate or baseline_file) and not against_ref and not no_baseline else None
     except BaseException:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -240,7 +263,7 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
                                  run_dir / "results.json")
             click.echo(f"perfgate: nothing to run in shard {shard_obj.text}; results: {run_dir / 'results.json'}")
             return
-    click.echo(f"perfgate: {len(cases)} case(s) of suite {suite_obj.name!r} on {cases[0].device}, "
+    click.echo(f"perfgate: {len(cases)} case(s) of {run.what_ran} on {cases[0].device}, "
                f"{sampling_plan(settings)}, {settings.threads} thread(s) -> {run_dir}")
 
     def progress(event: str, k: int, n: int, spec: Any, result: Any, elapsed: float) -> None:
@@ -254,14 +277,22 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     write_reports = _run_reports_writer(run_dir)
     write_reports(run)
     if against_ref:  # the gate's same-job A/B mode: perfgate/gate.py
-        code = gate_mod.execute_against(against_ref, cases, files, settings, run, run_dir, progress, click.echo,
-                                        gate=gate)
+        no_evidence = None
+        try:
+            code = gate_mod.execute_against(against_ref, cases, files, settings, run, run_dir, progress, click.echo,
+                                            gate=gate)
+        except gate_mod.NoEvidence as exc:  # exit 3 once the summary and the history have the run
+            code, no_evidence = EXIT_INFRA, exc
         if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
             publish_summary(run_dir)
         if history:
             _add_run_to_history(settings, run_dir)
+        if no_evidence:
+            fail(str(no_evidence), EXIT_INFRA)
         sys.exit(code)
     lockstep = None
+    if no_baseline:
+        click.echo(f"perfgate: no baseline at {no_baseline}: --gate judges the expectations alone")
     if stored:  # settle what the stored comparison does not in lockstep against the baseline's commit
         lockstep, why_not = gate_mod.lockstep_commit(settings, stored[1])
         click.echo(f"perfgate: step-time changes the stored comparison does not settle at its first look are "
@@ -290,6 +321,10 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
                                  lockstep=lockstep)
         if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
             publish_summary(run_dir)
+        sys.exit(code)
+    if no_baseline:
+        code = gate_mod.conclude_expectations_alone(run, no_baseline, click.echo)
+        publish_summary(run_dir)
         sys.exit(code)
 
 
@@ -441,7 +476,8 @@ def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, .
     results = {}
     for spec in cases:
         file = catalog.workloads[spec.workload]["file"]
-        rounds_done = [runner.run_case(spec, file, settings, work, sampler=sampler_for(spec)) for _ in range(rounds)]
+        rounds_done = calibrate.run_rounds(rounds, work, functools.partial(
+            runner.run_case, spec, file, settings, sampler=sampler_for(spec)))
         threshold, _ = gs.threshold_for(rounds_done[0], spec.key)
         noise = calibrate.analyse(spec.key, rounds_done, gs, threshold, per_side)
         if noise is None:
@@ -515,7 +551,7 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
         click.echo(f"perfgate: warning: {w}", err=True)
     click.echo(console.run_tables(run))
     click.echo(f"\n{runner.summary_status(run) or 'no cases'}; merged results: {out_dir / 'results.json'}")
-    code = EXIT_OK
+    code, no_evidence = EXIT_OK, None
     if gate or baseline_file or rejudge:
         try:
             from perfgate import gate as gate_mod
@@ -526,17 +562,22 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
             comparison = judge_against(out_dir, run, settings)
         else:
             comparison = None if baseline_file else merged_comparison(results)
-        if comparison is not None:
-            gate_mod.write_comparison(comparison, out_dir)
-            code = gate_mod.conclude(comparison, gate, click.echo, run)
-        else:
-            path = Path(baseline_file) if baseline_file else gate_mod.default_baseline_path(settings, run)
-            code = gate_mod.compare_files(str(out_dir), str(path), settings, strict_env=strict_env, gate=gate,
-                                          echo=click.echo)
+        try:
+            if comparison is not None:
+                gate_mod.write_comparison(comparison, out_dir)
+                code = gate_mod.conclude(comparison, gate, click.echo, run)
+            else:
+                path = Path(baseline_file) if baseline_file else gate_mod.default_baseline_path(settings, run)
+                code = gate_mod.compare_files(str(out_dir), str(path), settings, strict_env=strict_env, gate=gate,
+                                              echo=click.echo)
+        except gate_mod.NoEvidence as exc:  # exit 3 once the merged reports are written
+            code, no_evidence = EXIT_INFRA, exc
     write_run_reports(run, out_dir, load_comparison_file(out_dir))
     click.echo(f"reports: {out_dir / 'report.html'} (also summary.md, junit.xml)")
     if gate:
         publish_summary(out_dir)
+    if no_evidence:
+        fail(str(no_evidence), EXIT_INFRA)
     sys.exit(code)
 
 
@@ -799,6 +840,8 @@ def init_cmd(gpu_runner: str | None, suite_only: bool, force: bool, action: str 
     init.apply(top, planned)
     for p in planned:
         click.echo(f"{p.state:>9}  {p.path}")
+    if gpu_runner and not suite_only:
+        click.echo(init.RUNNER_GROUPS_WARNING.replace("LABEL", gpu_runner), err=True)
     click.echo(init.NEXT_STEPS)
 
 

@@ -41,8 +41,9 @@ from perfgate.model import (
     Comparison,
     RunResult,
     Verdict,
+    higher_is_better,
 )
-from perfgate.stats import PROCESS_QUANTILE, quantile_name
+from perfgate.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, quantile_name
 from perfgate.stats import quantile as stats_quantile
 
 STEP_TIME = "step_time"
@@ -68,6 +69,10 @@ class GateSettings:
     # the same for `--against`: base and head sampled in lockstep on the same CPU, so the machine's drift
     # reaches both sides and cancels; what is left between repeated paired runs is smaller (docs/gate.md)
     run_to_run_paired: float = 0.005
+    # the unpaired default on a GPU until `perfgate calibrate --write` measures it: whole runs minutes apart
+    # moved by about 6% on the first H200 run (docs/gpu-validation.md), so a stored comparison there must
+    # not call a win or a regression that such a move can explain
+    run_to_run_cuda: float = 0.03
     # each worker process's step time is this quantile of its samples (0.5: the median; stats.PROCESS_QUANTILE)
     process_quantile: float = PROCESS_QUANTILE
     deterministic_tolerance: float = 0.0  # relative; ops, kernels, FLOPs, graph breaks: exact by default
@@ -112,9 +117,29 @@ class GateSettings:
                 return self.workloads[case.spec.workload], "per-workload threshold"
         return self.threshold, "global threshold"
 
-    def run_to_run_for(self, paired: bool) -> float:
-        """The run-to-run spread added to a step-time CI: ``run_to_run_paired`` for lockstep pairs."""
-        return self.run_to_run_paired if paired else self.run_to_run
+    def run_to_run_for(self, paired: bool, device: str = "cpu") -> float:
+        """The configured run-to-run spread added to a step-time CI: ``run_to_run_paired`` for lockstep
+        pairs; unpaired, ``run_to_run_cuda`` on a GPU, else ``run_to_run``."""
+        if paired:
+            return self.run_to_run_paired
+        return self.run_to_run_cuda if device.startswith("cuda") else self.run_to_run
+
+    def run_to_run_term(self, case: CaseResult | None, key: str, calibration: dict[str, Any] | None = None,
+                        paired: bool = False) -> tuple[float, str]:
+        """The run-to-run spread an unpaired comparison of this case carries, and where it came from:
+        measured on this machine and device by ``perfgate calibrate --write`` (the A/A ratios between its
+        rounds, each round with its own layouts and run folder), else the configured default for the device.
+        Lockstep pairs share the machine's moments: ``run_to_run_paired``."""
+        device = case.spec.device if case is not None else "cpu"
+        if paired:
+            return self.run_to_run_paired, "paired"
+        cal = (calibration or {}).get(key)
+        measured = cal.get("run_to_run") if isinstance(cal, dict) else None
+        if isinstance(measured, (int, float)) and not isinstance(measured, bool) and 0 <= measured <= RUN_TO_RUN_MAX:
+            when = str(cal.get("measured_at", ""))[:10]
+            return float(measured), f"measured by calibrate{' on ' + when if when else ''}"
+        name = "run_to_run_cuda" if device.startswith("cuda") else "run_to_run"
+        return self.run_to_run_for(False, device), f"{name} default, not calibrated"
 
     def remeasures(self, mode: str) -> bool:
         """Whether a step-time regression in ``mode`` ("stored" or "against") is measured again before it
@@ -129,7 +154,7 @@ class GateSettings:
         return dict(self.__dict__)
 
 
-_FLOAT_KEYS = ("threshold", "confidence", "run_to_run", "run_to_run_paired", "process_quantile", "deterministic_tolerance", "memory_tolerance",
+_FLOAT_KEYS = ("threshold", "confidence", "run_to_run", "run_to_run_paired", "run_to_run_cuda", "process_quantile", "deterministic_tolerance", "memory_tolerance",
                "memory_floor_bytes", "compile_time_tolerance", "compile_time_floor_s", "max_case_s", "precision")
 _TABLE_KEYS = ("workloads", "toggles", "metrics")
 _VALID_KEYS = (*_FLOAT_KEYS, "remeasure", "settle_in_lockstep", "adaptive", "bootstrap_resamples", "seed", "max_processes", *_TABLE_KEYS)
@@ -157,7 +182,7 @@ def parse_gate(raw: Any) -> GateSettings:
     kw: dict[str, Any] = {}
     for k in _FLOAT_KEYS:
         if k in raw:
-            kw[k] = _number(raw[k], k, 0.0, {"confidence": 0.999, "run_to_run": 0.5, "run_to_run_paired": 0.5,
+            kw[k] = _number(raw[k], k, 0.0, {"confidence": 0.999, "run_to_run": RUN_TO_RUN_MAX, "run_to_run_paired": RUN_TO_RUN_MAX, "run_to_run_cuda": RUN_TO_RUN_MAX,
                                                      "process_quantile": 0.5}.get(k))
     if "confidence" in kw and kw["confidence"] < 0.5:
         raise ConfigError(f"[tool.perfgate.gate] confidence must be between 0.5 and 0.999, got {kw['confidence']!r}")
@@ -219,33 +244,60 @@ class TimeChange:
     test: str
     process_level: bool = True  # False: too few processes, fell back to raw samples (between-process noise unseen)
     set_aside: tuple[int, int] = (0, 0)  # (base, head) processes set aside as slowed by the machine
+    modes: tuple[int, int] = (1, 1)  # (base, head) performance modes the kept processes fall into (unpaired)
+    run_to_run: float = 0.0  # the run-to-run spread added to the CI (relative sd)
     base_s: float | None = None  # each side's step time as judged: median of its (kept) per-process times
     head_s: float | None = None
 
 
 # A process is "slowed by the machine" when its step time lies this far above the typical time of its
 # side's faster half, in robust sds of that half and never less than SLOWED_MIN_GAP. Interference only
-# ever adds time, and on a shared runner whole processes land in slow stretches of their vCPU (1.3-1.6x,
-# lasting seconds; docs/gate.md), at times most of a side's processes: the fast ones are the ones that
-# measured the code. The gap is 8%, not the 2% it once was: with 2% the rule also cut ordinary spread (the
-# top 10-15% of processes of a 3%-spread side), more often on a side with more processes, and so biased a
-# 16-process head against a 5-process baseline (8% false alarms, tests/test_sequential.py; 1-3% now).
+# ever adds time, and on a shared runner a whole process can land in a slow stretch of its vCPU (1.3-1.6x,
+# lasting seconds; docs/gate.md). The gap is 8%, not the 2% it once was: with 2% the rule also cut ordinary
+# spread (the top 10-15% of processes of a 3%-spread side), more often on a side with more processes, and
+# so biased a 16-process head against a 5-process baseline (8% false alarms, tests/test_sequential.py).
 SLOWED_MADS = 3.0
 SLOWED_MIN_GAP = 0.08
+# But a process's memory layout can make it stably slow too, and then a side's processes fall into modes
+# (up to 25% apart on a small conv rollout, docs/gate.md). Interference is rare and brief, so it slows a
+# few processes of a side; a layout mode holds a share of the processes, often most of them. So at most
+# this share of a side (rounded down) is ever set aside; more processes past the fence make the side
+# multimodal, and then every process stays: a minority mode is never kept as "the fast truth".
+SLOWED_MAX_SHARE = 0.25
+
+
+def performance_modes(logs: Sequence[float]) -> list[list[float]]:
+    """The log per-process step times of one side split into performance modes: runs of sorted values
+    separated by a gap wider than ``max(SLOWED_MADS`` robust sds of the faster half, ``SLOWED_MIN_GAP)``.
+    One mode when nothing is that far apart, and always one for fewer than 4 processes (too few to tell a
+    mode from spread)."""
+    ordered = sorted(logs)
+    if len(ordered) < 4:
+        return [ordered] if ordered else []
+    faster = ordered[:(len(ordered) + 1) // 2]
+    center = statistics.median(faster)
+    gap = max(SLOWED_MADS * 1.4826 * statistics.median(abs(x - center) for x in faster), math.log1p(SLOWED_MIN_GAP))
+    modes = [[ordered[0]]]
+    for x in ordered[1:]:
+        if x - modes[-1][-1] > gap:
+            modes.append([])
+        modes[-1].append(x)
+    return modes
 
 
 def set_aside_slowed(logs: Sequence[float]) -> list[float]:
-    """The log per-process step times of one side without those slowed by the machine: above the median
-    of the side's faster half by more than max(SLOWED_MADS robust sds of that half, SLOWED_MIN_GAP). The
-    two fastest always stay. Fewer than 4 processes: all kept, too few to tell a slowed one from spread."""
-    if len(logs) < 4:
+    """The log per-process step times of one side without those slowed by the machine: the slowest
+    performance modes (``performance_modes``), as long as together they hold at most SLOWED_MAX_SHARE of
+    the side. More of them than that are a mode of the code's layouts, not interference: then nothing is
+    set aside. One mode (even spread, however wide): nothing either. Fewer than 4 processes: all kept."""
+    modes = performance_modes(logs)
+    cap, dropped = int(SLOWED_MAX_SHARE * len(logs)), 0
+    while len(modes) > 1 and dropped + len(modes[-1]) <= cap:
+        dropped += len(modes.pop())
+    if not dropped:
         return list(logs)
-    ordered = sorted(logs)
-    faster = ordered[:(len(ordered) + 1) // 2]
-    center = statistics.median(faster)
-    spread = 1.4826 * statistics.median(abs(x - center) for x in faster)
-    fence = center + max(SLOWED_MADS * spread, math.log1p(SLOWED_MIN_GAP))
-    return [x for x in logs if x <= fence or x <= ordered[1]]
+    fence = modes[-1][-1]
+    return [x for x in logs if x <= fence]
 
 
 def process_time(samples: Sequence[float], quantile: float = 0.5) -> float:
@@ -352,13 +404,14 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
     alpha = 1.0 - confidence
     rng = np.random.default_rng(seed)
     process_level = len(base_groups) >= 2 and len(head_groups) >= 2
-    set_aside = (0, 0)
+    set_aside, modes = (0, 0), (1, 1)
     if process_level:
         base = np.log([process_time(g, quantile) for g in base_groups])
         head = np.log([process_time(g, quantile) for g in head_groups])
         if not paired:
             kept_base, kept_head = set_aside_slowed(base), set_aside_slowed(head)
             set_aside = (len(base) - len(kept_base), len(head) - len(kept_head))
+            modes = (len(performance_modes(kept_base)), len(performance_modes(kept_head)))
             base, head = np.array(kept_base), np.array(kept_head)
     else:
         # one process on a side: only the raw samples are left, and they hide between-process noise
@@ -402,6 +455,8 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
         if any(set_aside):
             test += (f" ({set_aside[0]} base and {set_aside[1]} head process(es) set aside as slowed by the "
                      "machine)")
+        if max(modes) > 1:
+            test += f" (the processes fall into {modes[0]} base and {modes[1]} head performance mode(s), all kept)"
     if run_to_run > 0:
         # One run's interval is about this run's minutes only; the same change measured again lands
         # elsewhere by about run_to_run (docs/gate.md). Add that spread in quadrature, in log space.
@@ -413,29 +468,50 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
     return TimeChange(
         ratio=math.exp(estimate), low=math.exp(low), high=math.exp(high), p_value=p, significant=significant,
         paired=paired, n_base=len(base_groups), n_head=len(head_groups), test=test, process_level=process_level,
-        set_aside=set_aside, base_s=math.exp(float(np.median(base))), head_s=math.exp(float(np.median(head))),
+        set_aside=set_aside, modes=modes, run_to_run=run_to_run, base_s=math.exp(float(np.median(base))), head_s=math.exp(float(np.median(head))),
     )
 
 
 def case_time_change(base: CaseResult, head: CaseResult, gate: GateSettings, *, paired: bool = False,
-                     confidence: float | None = None) -> TimeChange | None:
+                     confidence: float | None = None, run_to_run: float | None = None) -> TimeChange | None:
     """``time_change`` between two measured cases with the gate's settings: its bootstrap, seed, quantile and
     the run-to-run term of the mode (paired: ``--against``'s lockstep pairs, with their bursts), at
-    ``confidence`` (a sequential look's) or the gate's own. The one call the gate, adaptive sampling and
-    ``perfgate calibrate`` share."""
+    ``confidence`` (a sequential look's) or the gate's own; ``run_to_run`` (the case's
+    ``GateSettings.run_to_run_term``) or the configured default. The one call the gate, adaptive sampling
+    and ``perfgate calibrate`` share."""
     return time_change([p.step_times_s for p in base.processes], [p.step_times_s for p in head.processes],
                        paired=paired, confidence=gate.confidence if confidence is None else confidence,
                        resamples=gate.bootstrap_resamples, seed=gate.seed,
                        base_bursts=[p.bursts for p in base.processes], head_bursts=[p.bursts for p in head.processes],
-                       run_to_run=gate.run_to_run_for(paired), quantile=gate.process_quantile)
+                       run_to_run=gate.run_to_run_for(paired, head.spec.device) if run_to_run is None else run_to_run,
+                       quantile=gate.process_quantile)
 
 
 ADVICE_NOISY = ("the noise is too large to settle a change of this size: run more worker processes "
                 "(--processes), use `perfgate run --against REF` (paired, same job), or `perfgate calibrate`")
 
 
+ADVICE_MODES = ("the worker processes run this code at distinct speeds (performance modes of their memory "
+                "layouts, docs/gate.md): more processes sample the modes more evenly (--processes, "
+                "[tool.perfgate.gate] max_processes), or use `perfgate run --against REF`, whose pairs share a layout")
+
+
 def judge_time(change: TimeChange, threshold: float, threshold_source: str) -> tuple[str, str, str | None]:
     """(kind, rule in words, advice) for a step-time change against ``threshold`` (relative)."""
+    kind, rule, advice = _judge_size(change, threshold, threshold_source)
+    if kind == "inconclusive" and max(change.modes) > 1:
+        # a multimodal side is kept whole and its spread widens the CI; say why it did not settle
+        rule = f"the processes fall into {max(change.modes)} performance modes: {rule}"
+        advice = ADVICE_MODES
+    if kind in ("regression", "win") and not change.process_level:
+        return ("inconclusive", f"{rule}; but one process on a side hides the between-process noise",
+                "run at least 2 worker processes per case (--processes 2 or more) so the gate can see "
+                "how much processes differ")
+    return kind, rule, advice
+
+
+def _judge_size(change: TimeChange, threshold: float, threshold_source: str) -> tuple[str, str, str | None]:
+    """``judge_time``'s table: significance and size against the threshold and its half-threshold line."""
     up, down = 1.0 + threshold, 1.0 / (1.0 + threshold)
     pct = f"{threshold * 100:g}%"
     ci = f"[{change.low:.3f}, {change.high:.3f}]"
@@ -468,10 +544,6 @@ def judge_time(change: TimeChange, threshold: float, threshold_source: str) -> t
                                   f"but {pct} is inside the CI; {basis}", ADVICE_NOISY)
         else:
             kind, rule, advice = "unchanged", f"significantly faster but by less than {pct} (CI {ci}); {basis}", None
-    if kind in ("regression", "win") and not change.process_level:
-        return ("inconclusive", f"{rule}; but one process on a side hides the between-process noise",
-                "run at least 2 worker processes per case (--processes 2 or more) so the gate can see "
-                "how much processes differ")
     return kind, rule, advice
 
 
@@ -488,7 +560,7 @@ def budget_advice(change: TimeChange, threshold: float, sampling: dict[str, Any]
     if not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
         confidence = gate.confidence
     z = statistics.NormalDist().inv_cdf(1 - (1 - confidence) / 2)
-    floor = z * math.log1p(gate.run_to_run_for(change.paired))
+    floor = z * math.log1p(change.run_to_run)
     line = math.log1p(threshold)
     # settled once the CI clears the nearer of: 1 (a real change), or the threshold (unchanged)
     needed_half = max(abs(est), line - abs(est)) if abs(est) < line else abs(est)
@@ -510,7 +582,9 @@ def budget_advice(change: TimeChange, threshold: float, sampling: dict[str, Any]
 # ---------------------------------------------------------------- other metric kinds
 
 def _relative_verdict(key: str, metric: str, base: float, cur: float, tol: float, floor: float,
-                      what: str, higher_is_worse: bool = True) -> Verdict:
+                      what: str) -> Verdict:
+    """Unchanged within max(tol of the baseline, floor); beyond it a win or a regression, the way up the
+    metric's model.METRICS entry says."""
     diff = cur - base
     allowed = max(abs(base) * tol, floor)
     ratio = cur / base if base else None
@@ -518,7 +592,7 @@ def _relative_verdict(key: str, metric: str, base: float, cur: float, tol: float
     if abs(diff) <= allowed:
         kind = "unchanged"
     else:
-        worse = diff > 0 if higher_is_worse else diff < 0
+        worse = diff < 0 if higher_is_better(metric) else diff > 0
         kind = "regression" if worse else "win"
     return Verdict(case_key=key, metric=metric, kind=kind, baseline=base, current=cur, ratio=ratio,
                    threshold=tol, rule=rule)
@@ -563,8 +637,9 @@ def judge_accuracy(key: str, base: dict[str, Any], cur: dict[str, Any]) -> Verdi
             return Verdict(kind="unchanged", rule="output drifts past the workload's tolerance, as in the baseline",
                            advice="this toggle's output already drifted in the baseline: fix it or widen the "
                                   "workload's tolerance", **common)
+        why = cur.get("reason")
         return Verdict(kind="regression", rule="output drifts from the eager fp32 reference past the workload's "
-                                               "tolerance (relative L2)", **common)
+                                               "tolerance (relative L2)" + (f": {why}" if why else ""), **common)
     if base.get("verdict") == "drift":
         return Verdict(kind="win", rule="output back within the workload's tolerance (drifted in the baseline)", **common)
     return Verdict(kind="unchanged", rule="output within the workload's tolerance", **common)
@@ -610,11 +685,13 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
     confidence = sampling.get("confidence", gate.confidence)
     if not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
         confidence = gate.confidence
-    change = case_time_change(base, cur, gate, paired=paired, confidence=confidence)
+    run_to_run, run_to_run_source = gate.run_to_run_term(cur, key, calibration, paired)
+    change = case_time_change(base, cur, gate, paired=paired, confidence=confidence, run_to_run=run_to_run)
     if change is None:
         out.append(Verdict(key, STEP_TIME, "missing", rule="no step-time samples on one side"))
     else:
         kind, rule, advice = judge_time(change, threshold, source)
+        rule += f"; run-to-run {run_to_run * 100:g}% ({run_to_run_source})"
         if confidence != gate.confidence:
             rule += f"; judged at {confidence * 100:.2f}% confidence ({sampling.get('stopped', '')})"
         if kind == "inconclusive" and sampling:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, RunResult, Verdict
+from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, Evidence, RunResult, Verdict
 from perfgate.stats import format_seconds
 
 
@@ -115,9 +115,9 @@ def _verdict_rows(verdicts: list[Verdict]) -> list[list[str]]:
 VERDICT_HEADER = ["verdict", "case", "metric", "baseline", "current", "ratio [95% CI]", "evidence"]
 
 
-def comparison_text(comparison: Comparison, gate: bool = True) -> str:
+def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidence | None = None) -> str:
     """Regressions (and newly failing cases) first with the rule that made them, then wins, then a count
-    of the rest, and the advice for inconclusive verdicts."""
+    of the rest, the advice for inconclusive verdicts, and how many cases carried ``evidence``."""
     from perfgate.compare import sort_key
 
     verdicts = sorted(comparison.verdicts, key=sort_key)
@@ -143,7 +143,12 @@ def comparison_text(comparison: Comparison, gate: bool = True) -> str:
     inconclusive = [v for v in rest if v.kind == "inconclusive"]
     for v in inconclusive[:10]:
         out.append(f"  inconclusive {v.case_key} {v.metric}: {verdict_change(v)}; {v.advice or v.rule}")
-    if gate:
-        out.append("\nGATE FAILED: " + ", ".join(f"{v.case_key} ({v.kind} {v.metric})" for v in failing)
-                   if comparison.gate_failed else "\nGate passed: no regression and no newly failing case.")
+    if evidence is not None:
+        out.append("\n" + evidence.text[0].upper() + evidence.text[1:])
+    if gate and comparison.gate_failed:
+        out.append("\nGATE FAILED: " + ", ".join(f"{v.case_key} ({v.kind} {v.metric})" for v in failing))
+    elif gate and evidence is not None and evidence.carried == 0:
+        out.append("\nNO EVIDENCE: no case ran to be judged; the gate cannot pass.")
+    elif gate:
+        out.append("\nGate passed: no regression and no newly failing case.")
     return "\n".join(out)

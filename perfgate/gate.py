@@ -21,7 +21,7 @@ from perfgate.compare import (
     settle_in_lockstep,
 )
 from perfgate.config import ConfigError, Settings
-from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, RunResult
+from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, RunResult, evidence
 from perfgate.storage import atomic_write_json
 
 EXIT_OK, EXIT_GATE = 0, 1
@@ -50,10 +50,22 @@ def write_comparison(comparison: Comparison, run_dir: Path, run: RunResult | Non
     return path
 
 
+class NoEvidence(runner.InfrastructureError):
+    """A gate none of whose cases carried evidence (compare.Evidence): exit 3, never a pass."""
+
+
 def conclude(comparison: Comparison, gate: bool, echo: Echo, run: RunResult | None = None) -> int:
-    echo(console.comparison_text(comparison, gate=gate))
+    """Print the comparison and return the gate's exit code; NoEvidence (exit 3) for a gate whose cases all
+    went unjudged (skipped, or failing as in the base) and that nothing else failed."""
+    found = evidence(run, comparison) if run is not None else None
+    echo(console.comparison_text(comparison, gate=gate, evidence=found))
     missed = expectations_failed(run, echo) if gate else False
-    return EXIT_GATE if gate and (comparison.gate_failed or missed) else EXIT_OK
+    if gate and (comparison.gate_failed or missed):
+        return EXIT_GATE
+    if gate and found is not None and found.carried == 0:
+        raise NoEvidence(f"the gate has no evidence: none of the {found.cases} case(s) ran to be judged "
+                         f"({found.unjudged}); see the skip reasons and failures above")
+    return EXIT_OK
 
 
 def expectations_failed(run: RunResult | None, echo: Echo) -> bool:
@@ -66,6 +78,26 @@ def expectations_failed(run: RunResult | None, echo: Echo) -> bool:
     for o in failing:
         echo(f"perfgate: expectation missed: {o.case_key}: {o.rule.text} ({o.reason})")
     return bool(failing)
+
+
+def expectations_alone(settings: Settings, run: RunResult, *, gate: bool) -> Path | None:
+    """Where the stored baseline would be, when a gated run has none there yet but has expectations to judge
+    (docs/expectations.md): the gate is then the expectations alone. None otherwise: a gate with neither
+    fails fast when the baseline is read (exit 2, saying how to make one)."""
+    if not gate or not run.expectations:
+        return None
+    path = default_baseline_path(settings, run)
+    return None if path.exists() else path
+
+
+def conclude_expectations_alone(run: RunResult, baseline_path: Path, echo: Echo) -> int:
+    """The exit code of a gated run with no baseline to compare with: 1 when it missed a ``fail`` expectation."""
+    echo(f"\nperfgate: no baseline to compare with ({baseline_path}; `perfgate baseline update` stores one): "
+         "the gate judged the expectations alone")
+    missed = expectations_failed(run, echo)
+    echo("\nGATE FAILED: a fail expectation was missed; no baseline compared" if missed else
+         "\nGate passed: no fail expectation missed; no baseline compared")
+    return EXIT_GATE if missed else EXIT_OK
 
 
 def load_stored(settings: Settings, run: RunResult, baseline_file: Path | None) -> tuple[Path, baselines.Baseline]:
@@ -111,8 +143,11 @@ def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline 
         if mode == "plain" or (mode == "stored" and (base_case is None or base_case.status != STATUS_OK)):
             rule = sequential.PrecisionRule(gs.plain_precision(), gs.process_quantile, gs.confidence)
         else:
-            threshold, source = gs.threshold_for(CaseResult(spec=spec, status=STATUS_OK), spec.key, calibration)
-            rule = sequential.ComparisonRule(gs, threshold, source, paired=(mode == "against"), base=base_case)
+            case = CaseResult(spec=spec, status=STATUS_OK)
+            threshold, source = gs.threshold_for(case, spec.key, calibration)
+            run_to_run, _ = gs.run_to_run_term(case, spec.key, calibration, paired=(mode == "against"))
+            rule = sequential.ComparisonRule(gs, threshold, source, paired=(mode == "against"), base=base_case,
+                                             run_to_run=run_to_run)
             return sequential.make_sampler(gs, settings.processes, rule, screen=screen and mode == "stored")
         return sequential.make_sampler(gs, settings.processes, rule)
 

@@ -187,7 +187,10 @@ def plan(top: Path, gpu_runner: str | None = None, suite_only: bool = False, for
     pyproject = top / "pyproject.toml"
     if pyproject.is_symlink() or (pyproject.exists() and not pyproject.is_file()):
         raise ConfigError(f"{pyproject}: not a regular file; perfgate init writes only regular files")
-    existing = pyproject.read_text(encoding="utf-8") if pyproject.exists() else None
+    try:
+        existing = pyproject.read_text(encoding="utf-8") if pyproject.exists() else None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{pyproject}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
     text, state = merged_pyproject(existing, perfgate_table(gpu_runner), force, pyproject)
     planned = [Planned(Path("pyproject.toml"), text, state,
                        "it already has a [tool.perfgate] table" if state == "conflict" else "")]
@@ -201,6 +204,9 @@ def plan(top: Path, gpu_runner: str | None = None, suite_only: bool = False, for
                 break
             if parent.is_symlink():
                 raise ConfigError(f"{parent}: is a symbolic link; perfgate init writes only inside the repository")
+            if parent != target and parent.exists() and not parent.is_dir():
+                # checked here, before anything is written: apply() would otherwise fail half-way
+                raise ConfigError(f"{parent}: exists and is not a folder; perfgate init writes {rel} inside it")
         if not target.exists():
             planned.append(Planned(rel, new, "create"))
         elif not target.is_file():
@@ -224,6 +230,13 @@ def apply(top: Path, planned: list[Planned]) -> None:
         if p.state in ("create", "update"):
             atomic_write_text(top / p.path, p.text)
 
+
+RUNNER_GROUPS_WARNING = (
+    "warning: runner groups are required for the GPU workflows: a label is a string any job can ask for, a "
+    "fork's edited workflow included. Put the PR pool (LABEL + perfgate-pr) in a runner group limited to "
+    ".github/workflows/perfgate-gpu.yml on your default branch, the main pool (LABEL + perfgate-main) in one "
+    "limited to perfgate-baselines.yml, and register the runners ephemeral (perfgate's docs/ci.md, "
+    "\"Registering the self-hosted GPU runners\"; runner groups need an organisation)")
 
 NEXT_STEPS = """next:
   perfgate run                 # measure the example workload (reports/LATEST names the run)

@@ -103,13 +103,16 @@ def measure(
     With ``lockstep``, the orchestrator decides when to sample and how much (perfgate.lockstep): it is
     called once warm-up is done and returns the number of samples of each burst it asked for.
 
-    ``check`` is called with what the first call returned (it raises when that is not a valid output)."""
+    ``check`` is called with what the first call returned (it raises when that is not a valid output), and
+    again with what any later call returned when that is None: every call is checked, the later ones only
+    for the cheapest sign of a step that stopped returning its output."""
     t0 = clock()
     first = unit()
     sync()
     first_call_s = clock() - t0
     if check is not None:
         check(first)
+        unit = _every_return_checked(unit, check)
     del first
 
     warmup: list[int] = []
@@ -156,6 +159,17 @@ def measure(
         if gc_was_enabled:
             gc.enable()
     return _measurement(first_call_s, warmup, loops, out, stable, timer, bursts)
+
+
+def _every_return_checked(unit: Callable[[], Any], check: Callable[[Any], None]) -> Callable[[], Any]:
+    """``unit`` with a check of each return: one ``is None`` test, so the timing hardly moves."""
+    def checked() -> Any:
+        out = unit()
+        if out is None:
+            check(out)
+        return out
+
+    return checked
 
 
 def _measurement(first_call_s: float, warmup: list[int], loops: int, out: list[int], stable: bool, timer: Timer,

@@ -52,42 +52,71 @@ STATUSES = (STATUS_OK, STATUS_SKIPPED, STATUS_FAILED)
 FAILURE_CLASSES = ("oom", "compile-error", "unsupported", "timeout", "crash", "error")
 
 
-# Every metric a case can carry in CaseResult.metrics, and how the gate judges it:
+@dataclass(frozen=True)
+class Metric:
+    """How the gate judges one metric (``kind``) and which way is better (``higher_is_better``)."""
+
+    kind: str  # deterministic | memory | time | info
+    higher_is_better: bool = False  # False: more is worse (times, bytes, counts, drift)
+
+
+_HIGHER = True  # more is better: a rate, a count of hits, a criterion met (1) rather than not (0)
+
+# Every metric a case can carry in CaseResult.metrics, how the gate judges it, and which way is better.
+# The one table of both: the gate (compare.judge_metric), history (history/detect.py) and the reports
+# read it through METRIC_KINDS and higher_is_better. Kinds:
 #   deterministic  exact (or a small configured tolerance): gates reliably even on a noisy CPU runner
 #   memory         relative tolerance with an absolute floor
 #   time           statistical (the step time itself is judged from the raw samples, not from here)
 #   info           reported, never gated
-METRIC_KINDS: dict[str, str] = {
-    "aten_ops_per_step": "deterministic",
-    "kernels_per_step": "deterministic",
-    "memcpy_per_step": "deterministic",
-    "memset_per_step": "deterministic",
-    "syncs_per_step": "deterministic",
-    "flops_per_step": "deterministic",
-    "graph_breaks": "deterministic",
-    "unique_graphs": "deterministic",
-    "recompiles": "deterministic",
-    "peak_cuda_allocated_bytes": "memory",
-    "peak_cuda_reserved_bytes": "memory",
-    "peak_rss_bytes": "memory",
-    "cpu_bytes_allocated_per_step": "memory",
-    "compile_cold_s": "time",
-    "compile_warm_s": "time",
-    "achieved_flops_per_s": "info",
+METRICS: dict[str, Metric] = {
+    "aten_ops_per_step": Metric("deterministic"),
+    "kernels_per_step": Metric("deterministic"),
+    "memcpy_per_step": Metric("deterministic"),
+    "memset_per_step": Metric("deterministic"),
+    "syncs_per_step": Metric("deterministic"),
+    "flops_per_step": Metric("deterministic"),
+    "graph_breaks": Metric("deterministic"),
+    "unique_graphs": Metric("deterministic"),
+    "recompiles": Metric("deterministic"),
+    "peak_cuda_allocated_bytes": Metric("memory"),
+    "peak_cuda_reserved_bytes": Metric("memory"),
+    "peak_rss_bytes": Metric("memory"),
+    "cpu_bytes_allocated_per_step": Metric("memory"),
+    "compile_cold_s": Metric("time"),
+    "compile_warm_s": Metric("time"),
+    "achieved_flops_per_s": Metric("info", _HIGHER),
     # simulator_construction: the first compile, then setup per construction after it (exit criterion)
-    "first_compile_s": "time",
-    "setup_per_construction_s": "time",
-    "construction_cache_hits": "deterministic",
-    "construction_recompiles": "deterministic",
-    "setup_exit_criterion_met": "info",
+    "first_compile_s": Metric("time"),
+    "setup_per_construction_s": Metric("time"),
+    "construction_cache_hits": Metric("deterministic", _HIGHER),
+    "construction_recompiles": Metric("deterministic"),
+    "setup_exit_criterion_met": Metric("info", _HIGHER),
     # roofline (perfgate.roofline): traffic and placement of a step; informative, never gated
-    "bytes_per_step": "info",
-    "arithmetic_intensity": "info",
-    "achieved_bytes_per_s": "info",
-    "kernel_concentration_80": "info",
-    "device_idle_fraction": "info",
-    "mean_op_s": "info",
+    "bytes_per_step": Metric("info"),
+    "arithmetic_intensity": Metric("info"),
+    "achieved_bytes_per_s": Metric("info", _HIGHER),
+    "kernel_concentration_80": Metric("info"),
+    "device_idle_fraction": Metric("info"),
+    "mean_op_s": Metric("info"),
 }
+METRIC_KINDS: dict[str, str] = {name: m.kind for name, m in METRICS.items()}
+
+# Figures derived from a case's samples rather than carried in CaseResult.metrics (results.json's "derived",
+# the history's series); the gate judges step_time by its own rule (perfgate.compare).
+DERIVED_METRICS: dict[str, Metric] = {
+    "step_time": Metric("time"),
+    "throughput_steps_per_s": Metric("time", _HIGHER),
+    "first_call_s": Metric("time"),
+}
+
+
+def higher_is_better(metric: str) -> bool:
+    """Whether more of ``metric`` is better (a METRICS or DERIVED_METRICS name); any other metric (the
+    accuracy drift figures among them) is worse the more there is."""
+    m = METRICS.get(metric) or DERIVED_METRICS.get(metric)
+    return m is not None and m.higher_is_better
+
 
 # The verdict kinds of a comparison, per case and metric.
 VERDICT_KINDS = (
@@ -160,6 +189,7 @@ class ProcessDocument(Document):
     timer: Text = "perf_counter_ns"
     process_index: Index = 0
     heap_offset: Index | None = None
+    layout: dict[str, Any] | None = None  # the memory layout this process drew (perfgate.layout)
     bursts: list[Index] | None = None  # compare.py checks their sum against the samples
 
 
@@ -335,9 +365,12 @@ class ProcessSamples:
     warmup_units: int = 0
     timer: str = "perf_counter_ns"
     process_index: int = 0
-    # bytes this process allocated before anything of the workload (perfgate.worker.heap_offset); None in
+    # bytes this process allocated before anything of the workload (its layout's heap_offset); None in
     # results written before heap offsets existed
     heap_offset: int | None = None
+    # the memory layout this process drew (perfgate.layout: policy, seed, heap_offset, mmap_pages); None in
+    # results written before layouts were drawn
+    layout: dict[str, Any] | None = None
     # samples per burst when sampled in lockstep with a paired process (``--against``), else None
     bursts: list[int] | None = None
 
@@ -460,6 +493,15 @@ class RunResult:
     # this machine's ceilings (perfgate.roofline): {"measured": {...}, "spec": {...}}, empty when unknown
     ceilings: dict[str, Any] = field(default_factory=dict)
     schema: str = SCHEMA
+
+    @property
+    def what_ran(self) -> str:
+        """The run named for a reader: ``suite 'smoke'``, or for cases chosen on the command line without
+        ``--suite`` (``settings["selection"]``), the selection and the suite its other choices came from."""
+        selection = self.settings.get("selection")
+        if selection:
+            return f"a selection ({selection}) with defaults from suite {self.suite!r}"
+        return f"suite {self.suite!r}" if self.suite else "no suite"
 
     def case(self, key: str) -> CaseResult | None:
         for c in self.cases:
@@ -610,3 +652,38 @@ class Comparison:
             "gate_failed": self.gate_failed,
             "verdicts": [v.to_json() for v in self.verdicts],
         }
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a comparison of ``run`` rests on, counted over the run's cases. A case carried evidence when it
+    ran now and was judged against the base (``compared``: it ran on both sides; or it is new to the base,
+    or fixed), or when its status fails the gate (newly failing). One skipped now, or failing now as it did
+    in the base (or new to it), carried none: a gate with no case that carried evidence cannot pass."""
+
+    cases: int
+    carried: int
+    compared: int
+    skipped: int  # of those that carried none
+
+    @property
+    def unjudged(self) -> str:
+        """Why the cases that carried none did: '1 skipped, 1 failed as in the base or new to it'."""
+        return f"{self.skipped} skipped, {self.cases - self.carried - self.skipped} failed as in the base or new to it"
+
+    @property
+    def text(self) -> str:
+        """'evidence: 2 of 3 case(s) ran and were judged (2 compared with the base); 1 carried none (...)'."""
+        none = self.cases - self.carried
+        return (f"evidence: {self.carried} of {self.cases} case(s) ran and were judged ({self.compared} compared "
+                f"with the base)" + (f"; {none} carried none ({self.unjudged})" if none else ""))
+
+
+def evidence(run: RunResult, comparison: Comparison) -> Evidence:
+    """The evidence ``comparison`` of ``run`` rests on (Evidence)."""
+    failing = {v.case_key for v in comparison.verdicts if v.fails_gate}
+    compared = {v.case_key for v in comparison.verdicts if v.metric != "status"}
+    none = [c for c in run.cases if c.status != STATUS_OK and c.key not in failing]
+    return Evidence(cases=len(run.cases), carried=len(run.cases) - len(none),
+                    compared=sum(1 for c in run.cases if c.key in compared),
+                    skipped=sum(1 for c in none if c.status == STATUS_SKIPPED))

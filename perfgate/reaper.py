@@ -12,6 +12,11 @@ reach. So (Linux):
 - the fork server (perfgate.zygote) is a subreaper too: what a dead worker left behind comes back to it and
   is ended there, and when the orchestrator dies it ends all its descendants before it exits.
 
+The orchestrator itself is a subreaper while a worker process it spawned runs (a spawned worker, the
+probe): what such a worker leaves behind when it dies without ending it (killed, ``os._exit``, a crash) comes
+back to the orchestrator, which ends it when the worker has been waited for (``ended``). Only then: between
+workers it is no subreaper, so a daemon that git or another tool detaches is not taken for a worker's.
+
 No torch here. Elsewhere than Linux these are no-ops (workers still get their own process group).
 """
 
@@ -27,24 +32,31 @@ PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 _MAX_ROUNDS = 200
 
 
-def become_subreaper() -> bool:
-    """Make this process the subreaper of its descendants; False where that is not possible."""
+def become_subreaper(on: bool = True) -> bool:
+    """Make this process the subreaper of its descendants (``on=False``: no longer); False where that is not
+    possible."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         import ctypes
 
-        return ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
     except OSError:
         return False
 
 
-def _state(pid: int) -> str | None:
-    """The process's state letter (R, S, Z...), None when it is gone."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name: state, parent, process group, session, ...; None when gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter (R, S, Z...), None when it is gone."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
 
 
 def children(pid: int) -> list[int]:
@@ -137,3 +149,71 @@ def kill_tree(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+# ---------------------------------------------------------------- the orchestrator's side
+
+_own: set[int] = set()  # processes this one started and has not waited for yet (workers, probes, fork servers)
+_watched: set[int] = set()  # of those, the ones that run workload code directly below this process
+_had: frozenset[int] = frozenset()  # its children when it became their subreaper: not ours to end
+_adopting = False
+
+
+def adopt_orphans() -> None:
+    """Call before starting a process that runs workload code directly below this one: from now until
+    ``ended`` has been called for every such process, this process is a subreaper, so whatever they leave
+    behind comes back here to be ended."""
+    global _had, _adopting
+    if not _adopting and sys.platform.startswith("linux"):
+        _had = frozenset(children(os.getpid()))
+        _adopting = become_subreaper()
+
+
+def started(pid: int, runs_workload: bool = True) -> None:
+    """``pid`` is a process this one started (``runs_workload``: a worker or probe, after ``adopt_orphans``;
+    else a fork server, which ends its own workers' orphans): never taken for an orphan."""
+    _own.add(pid)
+    if runs_workload:
+        _watched.add(pid)
+
+
+def ended(pid: int | None) -> int:
+    """``pid`` (from ``started``; None: a start that failed) has been waited for: end every orphan that came
+    back to this process, and stop being a subreaper when no worker is left. Returns how many processes
+    were ended."""
+    global _adopting
+    if pid is not None:
+        _own.discard(pid)
+        _watched.discard(pid)
+    if not _adopting:
+        return 0
+    killed = end_orphans()
+    if not _watched:
+        become_subreaper(False)
+        _adopting = False
+    return killed
+
+
+def end_orphans() -> int:
+    """Kill (and collect) every child of this process that it did not start and did not have before it became
+    a subreaper, with everything below it: processes re-parented here when a worker died. A child in this
+    process's own session is never one (a worker and all it starts live in sessions of their own)."""
+    me, session = os.getpid(), os.getsid(0)
+    killed = 0
+    for _ in range(_MAX_ROUNDS):
+        found = []
+        for pid in children(me):
+            fields = _stat_fields(pid)
+            if pid not in _own and pid not in _had and fields and int(fields[3]) != session:
+                found.append((pid, fields[0]))
+        if not found:
+            break
+        for pid, state in found:
+            if state != "Z":
+                kill_tree(pid)
+                killed += 1
+            try:
+                os.waitpid(pid, 0)  # ours now: collect it, and only it (never another child's exit status)
+            except ChildProcessError:
+                pass
+    return killed

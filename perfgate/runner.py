@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import perfgate
+from perfgate import layout
 from perfgate.config import Settings
 from perfgate.model import (
     STATUS_FAILED,
@@ -54,6 +55,9 @@ WORKER_ENV_NAMES = frozenset({
     "PYTHONPATH", "PYTHONHASHSEED", "PYTHONNOUSERSITE", "PYTHONDONTWRITEBYTECODE", "PYTHONWARNINGS",
     "PYTHONMALLOC", "PYTHONFAULTHANDLER", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "LD_PRELOAD", "CC", "CXX",
     "XDG_CACHE_HOME", "NUMEXPR_MAX_THREADS",
+    # GitHub's runner ends, after a job, every process whose environment carries its tracking id: kept, so a
+    # process a workload leaves running is ended there too, whatever perfgate itself missed
+    "RUNNER_TRACKING_ID",
 })
 WORKER_ENV_PREFIXES = (
     "LC_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "NUMEXPR_", "TORCH_", "TORCHINDUCTOR_", "TORCHDYNAMO_",
@@ -71,12 +75,13 @@ def set_config_env_names(names: Sequence[str]) -> None:
 
 
 def passed_to_workers(name: str, extra_names: Sequence[str] | None = None) -> bool:
-    """True when the variable ``name`` goes to workers: on the allow-list or named by the config."""
+    """True when the variable ``name`` goes to workers: on the allow-list or named by the config, and never
+    when it is withheld (``WORKER_ENV_WITHHELD``: a credential), whatever the config names."""
+    if name in WORKER_ENV_WITHHELD:
+        return False
     for pattern in _config_env_names if extra_names is None else extra_names:
         if name == pattern or (pattern.endswith("*") and name.startswith(pattern[:-1])):
             return True
-    if name in WORKER_ENV_WITHHELD:
-        return False
     return name in WORKER_ENV_NAMES or name.startswith(WORKER_ENV_PREFIXES)
 
 
@@ -94,13 +99,35 @@ def worker_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, s
     return env
 
 
-LAYOUT_ENV = "PERFGATE_LAYOUT"  # "fixed" (default): no address-space randomization in workers; "random"
+PR_SET_DUMPABLE = 4  # linux/prctl.h
+
+
+def keep_environment_private() -> bool:
+    """Mark this process not dumpable (``prctl(PR_SET_DUMPABLE, 0)``): another process of the same user, a
+    workload among them, can then read neither its /proc/PID/environ (PERFGATE_HISTORY_URL, cloud keys:
+    what the allow-list keeps from workers) nor its memory, nor attach a debugger to it. Not a boundary
+    against root or CAP_SYS_PTRACE (docs/ci.md, "What the worker allow-list is and is not"). A program this
+    process starts is dumpable again once it execs; a process it forks without exec (the fork server's
+    workers) stays as this one is. False where that is not possible (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except OSError:
+        return False
+
+
+LAYOUT_ENV = layout.LAYOUT_ENV  # "drawn" (default) or "fixed": no address-space randomization; "random"
 ADDR_NO_RANDOMIZE = 0x0040000  # linux/personality.h
 _PERSONALITY_QUERY = 0xFFFFFFFF
 
 
 def fixed_layout_wanted() -> bool:
-    return os.environ.get(LAYOUT_ENV, "fixed") != "random" and sys.platform.startswith("linux")
+    """True when workers start without address-space randomization (every policy but ``random``): what
+    each worker's layout is then comes from its own draw (perfgate.layout), not from the kernel's."""
+    return layout.policy() != "random" and sys.platform.startswith("linux")
 
 
 def _no_address_randomization(libc: Any) -> None:
@@ -163,8 +190,8 @@ def layout_padded_json(obj: Any, end: str = "") -> str:
     """``obj`` as JSON, padded with spaces so that, with ``end``, it fills whole pages. Why: a worker reads
     its case file and (forked) its request; their sizes vary with the run's names, and the size of what a
     process reads decides where its later allocations land, its tensors' among them. Padded, every worker
-    of every run reads the same number of bytes. What they hold still lands on the heap: names of another
-    length move every worker's layout (docs/gate.md, "Limits worth knowing")."""
+    of every run reads the same number of bytes. What they hold still lands on the heap, so names of another
+    length move where the layouts each worker draws start from (perfgate.layout; docs/gate.md)."""
     text = json.dumps(obj)
     if fixed_layout_wanted():
         text += " " * (-(len(text.encode()) + len(end)) % _PAGE)
@@ -196,13 +223,51 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
+def run_worker_command(args: Sequence[str], threads: int, timeout_s: float, env_extra: dict[str, str] | None = None,
+                       cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python ARGS`` (the probe, which imports the workload files; the ceilings) as a worker runs: the
+    worker's environment, its own session, killed when perfgate dies, and nothing it starts outlives it
+    (perfgate.reaper: it ends its descendants, and what it leaves when it dies comes back to perfgate).
+    Output goes to files, not pipes, so a process that keeps them open cannot hold perfgate up. Raises
+    subprocess.TimeoutExpired past ``timeout_s``, after killing it and all it started."""
+    from perfgate import reaper
+
+    cmd = [sys.executable, *args]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        reaper.adopt_orphans()
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    env=worker_env(threads, env_extra), cwd=cwd,
+                                    preexec_fn=functools.partial(_die_with_parent, os.getpid()))
+        except BaseException:
+            reaper.ended(None)
+            raise
+        reaper.started(proc.pid)
+        try:
+            proc.wait(timeout=timeout_s)
+        finally:
+            if proc.returncode is None:  # past the timeout, or interrupted
+                reaper.kill_tree(proc.pid)
+                proc.wait()
+            reaper.ended(proc.pid)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace"))
+
+
+def probe_args(workloads_dirs: Sequence[Path | str]) -> list[str]:
+    """The worker's command line for a probe of ``workloads_dirs``."""
+    args = ["-m", "perfgate.worker", "--probe"]
+    for d in workloads_dirs:
+        args += ["--workloads-dir", str(d)]
+    return args
+
+
 def run_probe(workloads_dirs: Sequence[Path], threads: int = 1) -> dict[str, Any]:
     """Ask a worker what it can see: workloads, toggles, torch and CUDA. Raises InfrastructureError."""
-    cmd = [sys.executable, "-m", "perfgate.worker", "--probe"]
-    for d in workloads_dirs:
-        cmd += ["--workloads-dir", str(d)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=worker_env(threads))
+        proc = run_worker_command(probe_args(workloads_dirs), threads, PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise InfrastructureError(f"the worker probe did not answer within {PROBE_TIMEOUT_S} s") from exc
     if proc.returncode != 0:
@@ -266,6 +331,14 @@ class WorkerHandle:
         except ProcessLookupError:
             pass
         self.proc.wait()
+        self._ended()
+
+    def _ended(self) -> None:
+        """A spawned worker has been waited for: end what it left behind (perfgate.reaper.ended)."""
+        if isinstance(self.proc, subprocess.Popen):
+            from perfgate import reaper
+
+            reaper.ended(self.proc.pid)
 
     def timed_out(self, timeout_s: float) -> ProcessOutcome:
         """Kill the worker and report it as a timeout."""
@@ -287,6 +360,7 @@ class WorkerHandle:
         except subprocess.TimeoutExpired:
             return self.timed_out(timeout_s)
         wall = time.perf_counter() - self.t0
+        self._ended()
         try:
             result = json.loads(Path(self.out_path).read_text())
         except (OSError, json.JSONDecodeError):
@@ -317,6 +391,10 @@ def _zygote_for(threads: int, env_extra: dict[str, str] | None, cwd: Path | None
         except zygote.ZygoteUnavailable as exc:
             print(f"perfgate: {exc}; spawning each worker instead", file=sys.stderr)
             z = None
+        else:
+            from perfgate import reaper
+
+            reaper.started(z.proc.pid, runs_workload=False)  # never taken for a worker's orphan
         if not _zygotes:
             atexit.register(close_zygotes)
         _zygotes[key] = z
@@ -325,9 +403,12 @@ def _zygote_for(threads: int, env_extra: dict[str, str] | None, cwd: Path | None
 
 def close_zygotes() -> None:
     """Stop every fork server (their children have exited, or die with them)."""
+    from perfgate import reaper
+
     for z in _zygotes.values():
         if z is not None:
             z.close()
+            reaper.ended(z.proc.pid)
     _zygotes.clear()
 
 
@@ -354,11 +435,19 @@ def start_worker(cfg: dict[str, Any], threads: int, work_dir: Path, env_extra: d
         except ZygoteUnavailable as exc:
             print(f"perfgate: {exc}; spawning this worker instead", file=sys.stderr)
     cmd = [sys.executable, "-m", "perfgate.worker", "--case", spec_path, "--out", out_path]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=layout_padded_env(cmd, env),
-            preexec_fn=functools.partial(_die_with_parent, os.getpid()), cwd=cwd, pass_fds=tuple(pass_fds),
-        )
+    from perfgate import reaper
+
+    reaper.adopt_orphans()  # what a spawned worker leaves when it dies comes back here (perfgate.reaper)
+    try:
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=layout_padded_env(cmd, env),
+                preexec_fn=functools.partial(_die_with_parent, os.getpid()), cwd=cwd, pass_fds=tuple(pass_fds),
+            )
+    except BaseException:
+        reaper.ended(None)
+        raise
+    reaper.started(proc.pid)
     return WorkerHandle(proc, spec_path, out_path, log_path, time.perf_counter())
 
 
@@ -435,6 +524,7 @@ def case_config(spec: CaseSpec, workload_file: str, settings: Settings, process_
         "spec": spec.to_json(),
         "workload_file": workload_file,
         "process_index": process_index,
+        "layout": layout.draw(process_index).to_json(),
         "threads": settings.threads,
         "seed": settings.seed,
         "max_memory_mb": settings.max_memory_mb,

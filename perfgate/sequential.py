@@ -168,14 +168,16 @@ class ComparisonRule:
     kind = "comparison"
 
     def __init__(self, gate: GateSettings, threshold: float, threshold_source: str, paired: bool,
-                 base: CaseResult | None = None) -> None:
+                 base: CaseResult | None = None, run_to_run: float | None = None) -> None:
         self.gate, self.threshold, self.source, self.paired, self.base = gate, threshold, threshold_source, paired, base
+        self.run_to_run = run_to_run  # the case's term (GateSettings.run_to_run_term), as the final judge uses
 
     def decide(self, head: CaseResult, base: CaseResult | None, confidence: float) -> Decision:
         base = base if base is not None else self.base
         if base is None or base.status != STATUS_OK:
             return Decision(True, "no baseline to compare with")
-        change = case_time_change(base, head, self.gate, paired=self.paired, confidence=confidence)
+        change = case_time_change(base, head, self.gate, paired=self.paired, confidence=confidence,
+                                  run_to_run=self.run_to_run)
         if change is None:
             return Decision(True, "no step-time samples on one side")
         kind = judge_time(change, self.threshold, self.source)[0]

@@ -49,6 +49,8 @@ class SampleSummary:
 # the rest of the machine only ever adds time, so a low quantile is what the code costs (docs/gate.md).
 # The default of `[tool.perfgate.gate] process_quantile`; reports mark the same value.
 PROCESS_QUANTILE = 0.1
+# The largest run-to-run spread (relative sd) a setting or a stored calibration may give the gate.
+RUN_TO_RUN_MAX = 0.5
 
 
 def quantile_name(q: float, plural: bool = False) -> str:

@@ -263,12 +263,20 @@ def prepare(
         model = torch.compile(model, mode=mode)
     contexts = step_contexts(toggles, device, workload.needs_grad)
 
+    def steps() -> Any:
+        with contexts():
+            return workload.run_unit(model, built, params)
+
+    def start() -> None:
+        workload.start_unit(built, params)
+
     def bare_unit() -> Any:
+        start()
         return workload.run_unit(model, built, params)
 
     def unit() -> Any:
-        with contexts():
-            return workload.run_unit(model, built, params)
+        start()
+        return steps()
 
     def step(state: Any) -> Any:
         with contexts():
@@ -276,7 +284,8 @@ def prepare(
 
     captured = "cuda-graphs" in toggles
     if captured:  # the replay needs no context: the modes are baked into the graph
-        return Prepared(unit=capture_cuda_graph(unit), model=model, built=built, toggles=toggles,
+        replay = capture_cuda_graph(steps, start=start, generators=workload.generators(built))
+        return Prepared(unit=replay, model=model, built=built, toggles=toggles,
                         variants=variants, step=step, captured=True)
     return Prepared(unit=unit, model=model, built=built, toggles=toggles, variants=variants, step=step,
                     bare_unit=bare_unit, context=contexts)
@@ -313,11 +322,41 @@ def enable_cpu_kernel_profile() -> None:
         pass
 
 
-def capture_cuda_graph(unit: Callable[[], Any], warmup: int = 3) -> Callable[[], Any]:
+class ToggleUnsupported(RuntimeError):
+    """A toggle that cannot apply to this workload here, found only by trying (a CUDA graph capture that
+    fails): the case is classified ``unsupported`` with this message, not ``error``."""
+
+
+def register_generators(graph: Any, generators: Any) -> int:
+    """Register each CUDA generator in ``generators`` with ``graph`` (``CUDAGraph.register_generator_state``)
+    before capture, so its random numbers advance on every replay as in an eager unit; CPU generators are
+    left alone (a graph records no CPU work). Returns how many were registered; raises ToggleUnsupported
+    when this torch's CUDAGraph has no way to register one."""
+    cuda_generators = [g for g in generators if getattr(getattr(g, "device", None), "type", None) == "cuda"]
+    if not cuda_generators:
+        return 0
+    register = getattr(graph, "register_generator_state", None)
+    if register is None:
+        import torch
+
+        raise ToggleUnsupported(
+            f"cuda-graphs: the workload draws from its own CUDA generator, and torch {torch.__version__}'s "
+            "CUDAGraph has no register_generator_state to capture it (a newer torch has)")
+    for g in cuda_generators:
+        register(g)
+    return len(cuda_generators)
+
+
+def capture_cuda_graph(unit: Callable[[], Any], warmup: int = 3, *, start: Callable[[], None] = lambda: None,
+                       generators: Any = ()) -> Callable[[], Any]:
     """Capture ``unit`` in a CUDA graph (after warm-up on a side stream); return a function that replays it.
 
     The unit must start from fixed input tensors (the workload's initial state), which is how perfgate's
-    units are defined, so a replay repeats exactly the captured work.
+    units are defined, so a replay repeats exactly the captured work. ``start`` (the workload's
+    ``start_unit``: reseeding its generators) runs before every warm-up unit, before the capture and
+    before every replay, always outside the graph; ``generators`` are registered with the graph first
+    (``register_generators``), so a replay draws the same random numbers as an eager unit. An exception
+    during capture raises ToggleUnsupported naming it.
     """
     import torch
 
@@ -325,13 +364,24 @@ def capture_cuda_graph(unit: Callable[[], Any], warmup: int = 3) -> Callable[[],
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(warmup):
+            start()
             unit()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = unit()
+    register_generators(graph, generators)
+    start()
+    try:
+        with torch.cuda.graph(graph):
+            static_out = unit()
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        hint = ("; a workload that draws from its own generator declares it in generators(built) and "
+                "reseeds it in start_unit (docs/workloads.md)") if "generator" in first.lower() else ""
+        raise ToggleUnsupported(f"cuda-graphs: the unit cannot be captured in a CUDA graph: "
+                                f"{type(exc).__name__}: {first}{hint}") from exc
 
     def replay() -> Any:
+        start()
         graph.replay()
         return static_out
 

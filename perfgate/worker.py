@@ -18,9 +18,11 @@ import random
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from perfgate import layout as layout_mod
 from perfgate.storage import atomic_write_json
 
 TAIL_LINES = 25
@@ -88,6 +90,10 @@ def classify(exc: BaseException) -> str:
     lowered = text.lower()
     if "out of memory" in lowered or "can't allocate memory" in lowered or "cannot allocate memory" in lowered:
         return "oom"
+    from perfgate.toggles import ToggleUnsupported
+
+    if isinstance(exc, ToggleUnsupported):  # tried and found impossible here (a failed CUDA graph capture)
+        return "unsupported"
     if module.startswith(("torch._dynamo", "torch._inductor", "torch.jit", "torch._C._jit")) or "torchscript" in lowered:
         return "compile-error"
     if isinstance(exc, NotImplementedError) or "not implemented for" in lowered or "not supported" in lowered:
@@ -128,42 +134,6 @@ def _seed(seed: int) -> None:
         pass
 
 
-# Heap offsets: one per process index, HEAP_OFFSETS of them, HEAP_OFFSET_STEP bytes apart above
-# HEAP_OFFSET_BASE (docs/gate.md, "Every worker from the same heap, offset by its index"). The step is the
-# CPU allocator's alignment, 64 bytes: 64 offsets span a page. 23 is prime to 64: indices 0..63 get every
-# offset once, and neighbouring indices land far apart. The C heap serves such an allocation from a free
-# chunk where one fits, and then it moves nothing after it: so indices get a few layouts between them, not
-# one each (tests/test_runner.py saw 3 to 5 among 5 indices), each the same in every run. (Offsets of
-# 64 KB and more, meant to come from the heap's top, gave 5 layouts in one test run and 1 in the next.)
-HEAP_OFFSETS, HEAP_OFFSET_STEP, HEAP_OFFSET_BASE, HEAP_OFFSET_STRIDE = 64, 64, 16, 23
-_held: list[Any] = []  # the offsets' allocations, alive for the process's life
-
-
-def heap_offset(process_index: int) -> int:
-    """The bytes process ``process_index`` of a case allocates before anything of the workload: the same
-    for that index in every run and on both sides of an ``--against`` pair, different between indices."""
-    return HEAP_OFFSET_BASE + HEAP_OFFSET_STEP * ((process_index * HEAP_OFFSET_STRIDE) % HEAP_OFFSETS)
-
-
-def _offset_heap(nbytes: int) -> int:
-    """Allocate ``nbytes`` from the C heap and keep them, so that what the heap serves next (the workload's
-    tensors among it) lands elsewhere, unless a free chunk took them (see above). Why: forked from the
-    same heap, every worker would otherwise put its tensors at the same addresses, and one layout can be
-    fast or slow by a few per cent for reasons that have nothing to do with the code (docs/gate.md); a
-    fixed set of offsets makes the processes of a case sample layouts, the same set in every run, so the
-    ratio is about the code. Returns ``nbytes``."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None)
-        libc.malloc.restype = ctypes.c_void_p
-        libc.malloc.argtypes = [ctypes.c_size_t]
-        _held.append(libc.malloc(nbytes))
-    except (OSError, AttributeError):  # no C library to ask: a Python buffer of the size instead
-        _held.append(bytearray(nbytes))
-    return nbytes
-
-
 def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     """Measure one case in this process; return the process result (status, samples, metrics...)."""
     from perfgate import toggles as toggles_mod
@@ -179,7 +149,10 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     _set_threads(int(cfg.get("threads", 1)))
     _seed(int(cfg.get("seed", 0)))
     index = int(cfg.get("process_index", 0))
-    offset = _offset_heap(heap_offset(index))
+    # this process's own memory layout, drawn by the orchestrator from the run's seed (perfgate.layout);
+    # before anything of the workload, so that its allocations land where the draw put them
+    layout = _layout_of(cfg, index)
+    layout_mod.apply(layout)
 
     classes = {c.name: c for c in load_file(Path(cfg["workload_file"]))}
     if spec.workload not in classes:
@@ -232,7 +205,8 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "warmup_units": m.warmup_units,
         "timer": m.timer,
         "process_index": index,
-        "heap_offset": offset,
+        "heap_offset": layout.heap_offset,
+        "layout": layout.to_json(),
         "bursts": m.bursts,
     }
     result["metrics"].update(workload.metrics(prepared.built))
@@ -257,6 +231,17 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _layout_of(cfg: dict[str, Any], index: int) -> layout_mod.Layout:
+    """The layout the case file names (drawn by the orchestrator), or this index's draw when it names none."""
+    raw = cfg.get("layout")
+    if isinstance(raw, dict):
+        try:
+            return layout_mod.Layout(str(raw["policy"]), raw.get("seed"), int(raw["heap_offset"]), int(raw["mmap_pages"]))
+        except (KeyError, TypeError, ValueError):
+            pass
+    return layout_mod.draw(index)
+
+
 def _sync_for(device: str):
     if device.startswith("cuda"):
         import torch
@@ -279,14 +264,26 @@ def limit_memory(max_memory_mb: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
-def _main_case(spec_file: str, out_file: str) -> int:
+def _ending_what_it_starts(run: Callable[[], int]) -> int:
+    """``run()`` in a worker that ends, before it returns, every process the workload code started, in its
+    own session or not: they stay below this process while it runs (perfgate.reaper)."""
     from perfgate import reaper
 
-    reaper.become_subreaper()  # whatever the workload starts stays below this process (perfgate.reaper)
+    reaper.become_subreaper()
     try:
-        return _run_case_file(spec_file, out_file)
+        return run()
     finally:
         reaper.kill_descendants(os.getpid(), reap=True)
+
+
+def _print_probe(workloads_dirs: list[str]) -> int:
+    data = probe(workloads_dirs)
+    data["environment"]["python_executable"] = sys.executable
+    data["environment"]["worker_platform"] = platform.platform()
+    data["environment"]["pid"] = os.getpid()
+    json.dump(data, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
 
 
 def _run_case_file(spec_file: str, out_file: str) -> int:
@@ -319,17 +316,11 @@ def main(argv: list[str] | None = None) -> int:
         from perfgate import zygote
 
         return zygote.serve(args.zygote)
-    if args.probe:
-        data = probe(args.workloads_dir)
-        data["environment"]["python_executable"] = sys.executable
-        data["environment"]["worker_platform"] = platform.platform()
-        data["environment"]["pid"] = os.getpid()
-        json.dump(data, sys.stdout)
-        sys.stdout.write("\n")
-        return 0
+    if args.probe:  # imports the workload files: their code runs here as a case's would
+        return _ending_what_it_starts(functools.partial(_print_probe, args.workloads_dir))
     if not (args.case and args.out):
         parser.error("either --probe or both --case and --out")
-    return _main_case(args.case, args.out)
+    return _ending_what_it_starts(functools.partial(_run_case_file, args.case, args.out))
 
 
 if __name__ == "__main__":

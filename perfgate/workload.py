@@ -71,8 +71,10 @@ class Workload:
     Methods a subclass implements:
       build(params, device, dtype, variants) -> Built
       step(model, state, built, params) -> new state
-    and may override steps_per_unit(params) (default: params["steps"]), output(state) and
-    metrics(built) (workload-specific figures added to the case's metrics after timing).
+    and may override steps_per_unit(params) (default: params["steps"]), output(state),
+    metrics(built) (workload-specific figures added to the case's metrics after timing),
+    start_unit(built, params) (host-side preparation before every unit: reseeding its own generators) and
+    generators(built) (the torch.Generators its steps draw from; cuda-graphs registers them for capture).
     """
 
     name: str = ""
@@ -103,12 +105,27 @@ class Workload:
             return state[0]
         return state
 
+    def start_unit(self, built: Built, params: dict[str, Any]) -> None:
+        """Prepare one unit before its first step: reseed the workload's own generators, allocate buffers.
+
+        perfgate calls it before every unit it runs (timed, reference, profiled), and under ``cuda-graphs``
+        before every replay, outside the captured graph: reseeding a CUDA generator is host-side work a
+        graph cannot record. Default: nothing."""
+
+    def generators(self, built: Built) -> tuple[Any, ...]:
+        """The ``torch.Generator`` objects the steps draw random numbers from (besides torch's global ones).
+
+        ``cuda-graphs`` registers each CUDA one with the graph before capture, so a replay draws what an
+        eager unit draws; an undeclared one fails the capture (``unsupported``). Default: none."""
+        return ()
+
     def metrics(self, built: Built) -> dict[str, float]:
         """Workload-specific metrics measured while the case ran (names in perfgate.model.METRIC_KINDS)."""
         return {}
 
     def run_unit(self, model: Any, built: Built, params: dict[str, Any]) -> Any:
-        """One unit of work from the initial state: ``steps_per_unit`` steps. What the timer measures."""
+        """One unit of work from the initial state: ``steps_per_unit`` steps. What the timer measures
+        (after ``start_unit``; under ``cuda-graphs`` this is what is captured)."""
         state = built.state
         for _ in range(self.steps_per_unit(params)):
             state = self.step(model, state, built, params)

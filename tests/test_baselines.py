@@ -49,6 +49,19 @@ def test_bad_baselines_get_one_line_naming_the_file(tmp_path, text, message):
     assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("value", [-0.01, 0.7, "2%", True])
+def test_a_calibrated_run_to_run_outside_its_range_is_refused(tmp_path, value):
+    """The gate widens every unpaired step-time CI by the stored run-to-run spread: a baseline file (read as
+    untrusted) cannot set it to nonsense."""
+    b = baselines.load_baseline(FIXTURES / "baseline-v1.json")
+    b.calibration["scaled_work/smoke/eager/cpu"] = {"threshold": 0.08, "run_to_run": value}
+    path = tmp_path / "smoke.json"
+    path.write_text(json.dumps(b.to_json()))
+    with pytest.raises(SchemaError, match="calibration.scaled_work/smoke/eager/cpu.run_to_run") as err:
+        baselines.load_baseline(path)
+    assert "\n" not in str(err.value)
+
+
 def test_missing_file_says_how_to_make_one(tmp_path):
     with pytest.raises(SchemaError, match="perfgate baseline update"):
         baselines.load_baseline(tmp_path / "nope.json")

@@ -81,3 +81,23 @@ def test_rounds_that_moved_as_a_whole_show_in_the_round_to_round_figure():
     assert calm.round_to_round < 0.01 < 0.04 < drift.round_to_round < 0.06
     assert drift.aa_ratios[0] == pytest.approx(1.05, abs=0.01) and drift.aa_ratios[1] == pytest.approx(1 / 1.05, abs=0.01)
     assert abs(drift.between_sd - calm.between_sd) < 0.02  # the spread inside rounds barely changes
+    # what --write stores for the gate's unpaired comparisons of this case (GateSettings.run_to_run_term)
+    assert drift.to_json()["run_to_run"] == pytest.approx(drift.round_to_round, abs=1e-5)
+
+
+def test_each_round_draws_its_own_layouts_in_a_folder_of_another_length(tmp_path, monkeypatch):
+    """A/A rounds are meant to see what separates two runs: a round that shared the last one's layouts and
+    folder name would hide exactly the moves an unpaired comparison meets (docs/gate.md)."""
+    from perfgate import layout
+    from perfgate.calibrate import run_rounds
+
+    seen = []
+    monkeypatch.delenv(layout.LAYOUT_SEED_ENV, raising=False)
+    run_rounds(4, tmp_path, lambda folder: seen.append((folder, layout.run_seed())) or rounds(random.Random(1), 1, 2, 0.0)[0])
+    folders, seeds = [f for f, _ in seen], [s for _, s in seen]
+    assert len({len(f.name) for f in folders}) == 4 and all(f.parent == tmp_path for f in folders)
+    assert len(set(seeds)) == 4
+    monkeypatch.setenv(layout.LAYOUT_SEED_ENV, "100")  # a fixed seed: reproducible, still one per round
+    seen.clear()
+    run_rounds(3, tmp_path, lambda folder: seen.append((folder, layout.run_seed())) or rounds(random.Random(1), 1, 2, 0.0)[0])
+    assert [s for _, s in seen] == [100, 101, 102]

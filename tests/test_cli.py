@@ -71,6 +71,18 @@ def test_run_shows_progress_and_a_table_per_workload(tiny_run):
     assert "3 ok, 2 skipped" in proc.stdout and str(out / "results.json") in proc.stdout
 
 
+def test_a_selection_without_suite_is_named_as_one_not_as_the_default_suite(tiny_run):
+    proc, out = tiny_run
+    label = ("a selection (workloads tiny, operator_rollout; toggles eager, doubled, cuda-graphs) "
+             "with defaults from suite 'smoke'")
+    assert f"perfgate: 5 case(s) of {label} on cpu" in proc.stdout
+    assert "case(s) of suite" not in proc.stdout
+    html = (out / "report.html").read_text()
+    assert label.replace("'", "&#39;") in html and "suite <b>smoke" not in html
+    assert ("Run `r`, a selection `workloads tiny, operator_rollout; toggles eager, doubled, cuda-graphs` with "
+            "defaults from suite `smoke`") in (out / "summary.md").read_text()
+
+
 def test_list_shows_workloads_sizes_toggles_and_suites():
     proc = run_cli("list", "--workloads-dir", str(TEST_WORKLOADS))
     assert proc.returncode == 0, proc.stderr
@@ -124,6 +136,20 @@ def test_an_unwritable_out_is_reported_before_any_case_runs(tmp_path):
                    "--compile-cache", str(blocker / "cache"))
     assert_one_line_usage_error(proc, "compile cache", "not writable")
     assert "[1/" not in proc.stdout
+
+
+@pytest.mark.parametrize("option", [("--baseline", "baselines/x.json"), ("--strict-env",)], ids=["baseline", "strict-env"])
+def test_options_against_ignores_are_refused_before_anything_runs(tmp_path, option):
+    """--baseline and --strict-env concern a stored baseline, which --against does not read: refused, and
+    --help says so."""
+    proc = run_cli("run", *TINY_RUN, "-w", "tiny", "-t", "eager", "--against", "HEAD", "--gate", *option,
+                   "--out", str(tmp_path / "r"))
+    assert_one_line_usage_error(proc, option[0], "--against")
+    assert not (tmp_path / "r").exists() and "[1/" not in proc.stdout
+    helped = run_cli("run", "--help")
+    assert helped.returncode == 0
+    text = " ".join(helped.stdout.split())
+    assert f"{option[0]}" in text and "Not with --against (refused)" in text
 
 
 def test_bad_config_is_one_line(tmp_path):

@@ -9,7 +9,7 @@ from fixtures.synthetic import scenario, synthetic_run
 
 from perfgate.config import ConfigError
 from perfgate.exporters import RUN_FORMATS, parse_formats, registry, write_all, write_run_reports
-from perfgate.exporters.base import ReportInput, op_diff, recommend
+from perfgate.exporters.base import ReportInput, op_diff, recommend, tolerance_text
 from perfgate.model import CaseResult, CaseSpec
 from perfgate.stats import Ratio
 
@@ -74,6 +74,25 @@ def _ok(toggle: str, accuracy: str = "ok") -> CaseResult:
 def test_recommendation_rule(speedup, accuracy, action):
     rec = recommend(_ok("compile", accuracy), speedup, None, threshold=0.05)
     assert rec.action == action, rec.reason
+
+
+def test_a_drift_recommendation_shows_the_tolerance_as_bounds_and_the_reason():
+    case = _ok("amp-fp16", "drift")
+    case.accuracy.update(tolerance={"rel_l2": 0.05, "max_abs": None},
+                         reason="after 1 step(s) the output is already off by rel_l2 0.2")
+    rec = recommend(case, Ratio(1.8, 1.6, 2.0), None, threshold=0.05)
+    assert rec.action == "avoid"
+    assert rec.reason == ("output drifts from the fp32 reference beyond tolerance (rel_l2 <= 0.05): "
+                          "after 1 step(s) the output is already off by rel_l2 0.2")
+    assert tolerance_text({"rel_l2": 1e-2, "max_abs": 0.5}) == "rel_l2 <= 0.01, max_abs <= 0.5"
+    assert tolerance_text(0.05) == "rel_l2 <= 0.05" and tolerance_text(None) == ""
+
+
+def test_an_amplified_drift_is_named_in_the_recommendation():
+    case = _ok("amp-bf16")
+    case.accuracy.update(amplified=True, rel_l2=0.9, reason="amplified, not damaged: one step: rel_l2 0.004")
+    rec = recommend(case, Ratio(1.8, 1.6, 2.0), None, threshold=0.05)
+    assert rec.action == "adopt" and rec.reason.endswith("accuracy amplified, not damaged: one step: rel_l2 0.004")
 
 
 def test_recommendation_for_eager_and_cases_that_cannot_run():

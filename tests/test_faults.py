@@ -20,6 +20,7 @@ EXPECTED = {
     "fault_unsupported": ("unsupported", "clamp is not supported for complex types"),
     "fault_compile": ("compile-error", "InvalidBackend"),
     "fault_not_tensor": ("error", "workload 'fault_not_tensor': step returned str 'not a tensor', not a tensor"),
+    "fault_none_later": ("error", "workload 'fault_none_later': step returned NoneType None, not a tensor"),
 }
 
 

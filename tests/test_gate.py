@@ -111,6 +111,9 @@ def test_calibrate_writes_thresholds_the_gate_uses(project):
     data = json.loads((first_run / "comparison.json").read_text())
     (v,) = [v for v in data["verdicts"] if v["metric"] == "step_time"]
     assert "calibrated for this case" in v["rule"]
+    # the A/A ratio between its two rounds is the run-to-run spread the unpaired comparison carried
+    assert isinstance(cal["run_to_run"], float) and cal["aa_ratios"]
+    assert f"run-to-run {cal['run_to_run'] * 100:g}% (measured by calibrate on " in v["rule"]
 
 
 def _git(cwd: Path, *args: str) -> None:
@@ -281,3 +284,123 @@ def test_the_baselines_commit_is_untrusted_input(tmp_path):
     (repo / "pyproject.toml").write_text(PYPROJECT.format(workloads=TEST_WORKLOADS) + "settle_in_lockstep = false\n")
     off = config.load(cwd=repo)
     assert verdict(off, git_commit=head, git_dirty=False) == (None, "settle_in_lockstep = false")
+
+
+CONV_ROLLOUT = """
+import torch
+from torch import nn
+from perfgate.workload import Built, Tolerance, Workload
+
+
+class UserConv(Workload):
+    name = "user_conv"
+    description = "a user's conv rollout: Conv2d-InstanceNorm-GELU blocks (layout-sensitive on CPU)"
+    sizes = {s: {"T": 6, "grid": 32, "channels": 16} for s in ("smoke", "pr", "full")}
+    tolerance = Tolerance(rel_l2=1e-3)
+
+    def build(self, params, device, dtype, variants):
+        torch.manual_seed(0)
+        c = params["channels"]
+        layers = [nn.Conv2d(2, c, 1)]
+        for _ in range(2):
+            layers += [nn.Conv2d(c, c, 3, padding=1), nn.InstanceNorm2d(c, affine=True), nn.GELU()]
+        model = nn.Sequential(*layers, nn.Conv2d(c, 2, 1)).eval()
+        return Built(model=model, state=torch.randn(2, 2, params["grid"], params["grid"]))
+
+    def steps_per_unit(self, params):
+        return params["T"]
+
+    def step(self, model, state, built, params):
+        return 0.5 * model(state) + 0.5 * state
+"""
+
+
+def test_an_a_a_pair_in_folders_of_other_lengths_is_neither_a_regression_nor_a_win(tmp_path):
+    """The layout issue's failure: the same code run into a short and a long output folder (a user's
+    --out), compared unpaired, was called a 25% win. Every worker now draws its own layout, and a side
+    whose processes fall into modes is kept whole, so neither run can sit on one layout family. The
+    threshold is 10% (the failures were 8-26%) so that this machine's own noise cannot fail the test."""
+    (tmp_path / "workloads").mkdir()
+    (tmp_path / "workloads" / "user_conv.py").write_text(CONV_ROLLOUT)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.perfgate]\nworkloads_dirs = ["workloads"]\n[tool.perfgate.gate]\nthreshold = 0.10\n'
+        "max_processes = 8\nmax_case_s = 25\n")
+    runs = [tmp_path / "r", tmp_path / ("run-folder-of-another-length-" + "x" * 120)]
+    for out in runs:
+        proc = run_cli("run", "-w", "user_conv", "-t", "eager", "--out", str(out), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    envs = [json.loads((out / "results.json").read_text())["environment"] for out in runs]
+    assert envs[0]["layout_policy"] == "drawn" and envs[0]["layout_seed"] != envs[1]["layout_seed"]
+    cmp = run_cli("compare", str(runs[1]), str(runs[0]), "--gate", cwd=tmp_path)
+    data = json.loads((runs[1] / "comparison.json").read_text())
+    (v,) = [v for v in data["verdicts"] if v["metric"] == "step_time"]
+    assert v["kind"] in ("unchanged", "inconclusive"), v
+    assert cmp.returncode == 0, cmp.stdout + cmp.stderr
+
+
+NO_BASELINE = """
+[tool.perfgate]
+workloads_dirs = ["{workloads}"]
+processes = 1
+
+[tool.perfgate.timing]
+samples = 3
+
+[tool.perfgate.suites.smoke]
+workloads = ["tiny"]
+toggles = ["eager"]
+device = "cpu"
+"""
+
+
+@pytest.mark.parametrize("rule, code", [("status == ok", 0), ("step_time_s <= 1e-12", 1)], ids=["met", "missed"])
+def test_expectations_gate_a_run_without_a_baseline(tmp_path, rule, code):
+    """No baseline stored yet: `run --gate` measures, judges the expectations, says there was no baseline,
+    and exits 1 only on a missed fail rule."""
+    (tmp_path / "pyproject.toml").write_text(NO_BASELINE.format(workloads=TEST_WORKLOADS)
+                                             + f'\n[tool.perfgate.expect]\n"tiny/*/eager/cpu" = ["{rule}"]\n')
+    proc = run_cli("run", "--gate", "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "no baseline to compare with" in proc.stdout and "Traceback" not in proc.stderr
+    assert ("expectation missed: tiny/smoke/eager/cpu" in proc.stdout) == (code == 1)
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    assert "no baseline compared" in summary if code == 1 else "NO BASELINE" in summary
+
+
+def test_gate_without_a_baseline_or_expectations_is_a_usage_error_before_measuring(tmp_path):
+    """Nothing to judge the run by: one line saying how to make a baseline, exit 2, no case run."""
+    (tmp_path / "pyproject.toml").write_text(NO_BASELINE.format(workloads=TEST_WORKLOADS))
+    proc = run_cli("run", "--gate", "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "perfgate baseline update" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "[1/" not in proc.stdout and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("workload, toggle, why", [("fault_raise", "eager", "0 skipped, 1 failed"),
+                                                   ("tiny", "cuda-graphs", "1 skipped, 0 failed")],
+                         ids=["failed-on-both-sides", "skipped-on-both-sides"])
+def test_a_gate_with_no_evidence_exits_3_in_both_modes(tmp_path, workload, toggle, why):
+    """The only gated case fails (or is skipped) on both sides: `run --against REF --gate` and
+    `compare --gate` exit 3 with one line, never a pass, and the summary says no case carried evidence."""
+    repo = tmp_path / "repo"
+    (repo / "workloads").mkdir(parents=True)
+    (repo / "workloads" / "faults.py").write_text((TEST_WORKLOADS / "faults.py").read_text())
+    (repo / "pyproject.toml").write_text(NO_BASELINE.format(workloads="workloads")
+                                         .replace('["tiny"]', f'["{workload}"]').replace('["eager"]', f'["{toggle}"]'))
+    (repo / ".gitignore").write_text("runs/\nreports/\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "base")
+    run_dir = repo / "runs" / "ab"
+    proc = run_cli("run", "--against", "HEAD", "--gate", "--out", str(run_dir), cwd=repo)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("perfgate: error: the gate has no evidence: none of the 1 case(s) ran") and why in line
+    assert "Evidence: 0 of 1 case(s)" in proc.stdout and "Gate passed" not in proc.stdout
+    summary = (run_dir / "summary.md").read_text()
+    assert "NO EVIDENCE" in summary and "Evidence: 0 of 1 case(s) ran and were judged" in summary
+    # the same verdicts from the stored files (the base run as the baseline): exit 3 as well
+    again = run_cli("compare", str(run_dir), str(run_dir / "base"), "--gate", cwd=repo)
+    assert again.returncode == 3, again.stdout + again.stderr
+    assert again.stderr.strip().startswith("perfgate: error: the gate has no evidence")
+    assert run_cli("compare", str(run_dir), str(run_dir / "base"), cwd=repo).returncode == 0  # not gated: a report

@@ -7,6 +7,7 @@ import pytest
 
 from perfgate.history.detect import DetectSettings, analyse, change_point_indices, qhat, render
 from perfgate.history.store import Point
+from perfgate.model import DERIVED_METRICS, METRICS
 
 
 def points(values) -> list[Point]:  # noqa: ANN001
@@ -47,6 +48,23 @@ def test_wins_are_wins_and_throughput_is_read_the_right_way_up() -> None:
     x[40:] *= 0.9
     assert [c.kind for c in analyse("c", "step_time", points(x)).change_points] == ["win"]
     assert [c.kind for c in analyse("c", "throughput_steps_per_s", points(x)).change_points] == ["regression"]
+
+
+@pytest.mark.parametrize("metric", sorted({*METRICS, *DERIVED_METRICS}))
+def test_every_metric_is_read_the_way_up_the_model_says(metric: str) -> None:
+    """A 10% rise in each metric's series: a regression unless the metric's table entry says more is better."""
+    x = noisy(80, 0.02, 1)
+    x[40:] *= 1.1
+    higher_is_better = {**METRICS, **DERIVED_METRICS}[metric].higher_is_better
+    expected = "win" if higher_is_better else "regression"
+    assert [c.kind for c in analyse("c", metric, points(x)).change_points] == [expected]
+
+
+def test_more_cache_hits_and_more_bytes_per_second_are_wins() -> None:
+    x = noisy(80, 0.02, 1)
+    x[40:] *= 1.1
+    for metric in ("construction_cache_hits", "achieved_bytes_per_s", "throughput_steps_per_s"):
+        assert [c.kind for c in analyse("c", metric, points(x)).change_points] == ["win"], metric
 
 
 def test_noise_alone_gives_almost_no_change_points() -> None:

@@ -99,6 +99,21 @@ def test_add_is_idempotent_and_series_come_in_run_order(store_url: str) -> None:
         assert kernels["workload_0/smoke/eager/cpu"][0].value == 12.0
 
 
+def test_a_refused_run_is_an_error_not_a_duplicate(store_url: str) -> None:
+    """A constraint other than the run's identity refuses the insert (NOT NULL on runs.started_at, whose
+    message names the runs table): an error saying so, never "already there", and nothing half-written."""
+    from dataclasses import replace
+
+    with open_store(store_url, create=True) as store:
+        broken = replace(_record(0, [0.01, 0.02]), started_at=None)
+        with pytest.raises(HistoryError, match="run-000000 was refused"):
+            add_run(store, broken)
+        assert run_count(store) == 0
+        assert add_run(store, _record(0, [0.01, 0.02]))  # the same run, whole: added
+        assert not add_run(store, _record(0, [0.01, 0.02]))  # and now it is already there
+        assert run_count(store) == 1
+
+
 def _extra_migration(conn: sa.Connection) -> None:
     conn.exec_driver_sql("CREATE TABLE notes (id INTEGER PRIMARY KEY, text VARCHAR(100))")
 

@@ -160,6 +160,35 @@ def test_never_writes_through_a_symbolic_link(tmp_path):
     assert list(outside.iterdir()) == [] and not (repo / "pyproject.toml").exists()
 
 
+def test_a_file_where_a_folder_goes_is_exit_2_before_anything_is_written(tmp_path):
+    """`.github/workflows` is a file: init used to write pyproject.toml and workloads/, then fail (exit 3)."""
+    repo = _new_repo(tmp_path / "r")
+    (repo / ".github").mkdir()
+    (repo / ".github" / "workflows").write_text("not a folder\n")
+    proc = run_cli("init", cwd=repo)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "workflows: exists and is not a folder" in proc.stderr
+    assert _snapshot(repo) == {".github/workflows": "not a folder\n"}
+
+
+def test_a_pyproject_that_is_not_utf8_is_exit_2_and_untouched(tmp_path):
+    repo = _new_repo(tmp_path / "r")
+    (repo / "pyproject.toml").write_bytes(b'[project]\nname = "caf\xe9"\n')
+    proc = run_cli("init", cwd=repo)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "not UTF-8" in proc.stderr
+    assert (repo / "pyproject.toml").read_bytes() == b'[project]\nname = "caf\xe9"\n'
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "pyproject.toml"]
+
+
+def test_gpu_runner_warns_that_runner_groups_are_required(tmp_path):
+    repo = _new_repo(tmp_path / "r")
+    proc = run_cli("init", "--gpu-runner", "gpu-a100", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert "runner groups are required" in proc.stderr and "gpu-a100 + perfgate-pr" in proc.stderr
+    assert "runner group" not in run_cli("init", "--force", cwd=_new_repo(tmp_path / "cpu")).stderr
+
+
 # ---------------------------------------------------------------- the generated workflows
 
 
@@ -247,9 +276,19 @@ def test_generated_gpu_gate_keeps_the_approval_pinning_and_base_judging_of_perfg
     assert gpu["runs-on"] == ["self-hosted", "gpu-a100", "perfgate-pr"] and gpu["permissions"] == {"contents": "read"}
     assert gpu["steps"][0]["with"]["ref"] == "${{ needs.approve.outputs.sha }}"
     assert gpu["steps"][1] == own["jobs"]["gpu"]["steps"][1]  # refuse anything but the approved commit
-    (run,) = [s for s in gpu["steps"] if s.get("uses", "").split("@")[0] == init.ACTION.split("@")[0]]
-    assert run["with"]["against"] == "${{ needs.approve.outputs.base }}" and run["with"]["gate"] == "false"
-    assert run["with"]["suite"] == "gpu" and run["with"]["shard"] == "${{ matrix.shard }}/${{ env.PERFGATE_SHARDS }}"
+    # measured with the runner's read-only Python (docs/ci.md), never setup-python's writable tool cache
+    assert not [s for s in gpu["steps"] if s.get("uses", "").split("@")[0] in ("actions/setup-python",
+                                                                               init.ACTION.split("@")[0])]
+    install = next(s["run"] for s in gpu["steps"] if "install the pinned perfgate" in s.get("name", ""))
+    assert '"${PERFGATE_RUNNER_PYTHON:-python3}" -m venv --system-site-packages "$RUNNER_TEMP/venv"' in install
+    assert f"perfgate @ git+https://github.com/{init.ACTION.split('@')[0]}@{init.ACTION.split('@')[1]}" in install
+    run = next(s["run"] for s in gpu["steps"] if "-m perfgate run" in s.get("run", ""))
+    assert "--suite gpu" in run and '--against "$BASE_SHA"' in run and "--gate" not in run
+    assert '--shard "$SHARD/$PERFGATE_SHARDS"' in run and gpu["env"]["BASE_SHA"] == "${{ needs.approve.outputs.base }}"
+    # then the same sweep as perfgate's own, and the upload
+    sweep = [s for s in gpu["steps"] if s.get("name") == "end every process the pull request's code left"]
+    assert sweep == [s for s in own["jobs"]["gpu"]["steps"] if s.get("name") == sweep[0]["name"]]
+    assert gpu["steps"][-1] == own["jobs"]["gpu"]["steps"][-1] and gen["env"]["PIP_CONFIG_FILE"] == "/dev/null"
     merge = gen["jobs"]["merge"]
     assert merge["runs-on"] == "ubuntu-latest" and merge["steps"][0]["with"]["ref"] == "${{ needs.approve.outputs.base }}"
     install = [s["run"] for s in merge["steps"] if "install the pinned perfgate" in s.get("name", "")][0]

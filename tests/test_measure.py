@@ -99,3 +99,23 @@ def test_sampling_goes_on_until_min_time_has_passed():
     m = measure(lambda: None, ScriptedTimer([1_000_000] * 13), samples=10, min_sample_s=0.001, min_time_s=0.5,
                 clock=clock_from([0.0]))
     assert len(m.samples_ns) == 10  # the count is the floor when it takes longer than min_time_s
+
+
+def test_every_calls_return_is_checked_not_only_the_first():
+    """A unit that returns its output on the first call and None afterwards fails, in warm-up or sampling."""
+    returns = iter([1.0] + [None] * 100)
+    checked = []
+
+    def check(value):
+        checked.append(value)
+        if value is None:
+            raise ValueError("step returned None")
+
+    try:
+        measure(lambda: next(returns), ScriptedTimer([1_000_000] * 50), samples=3, check=check,
+                clock=clock_from([0.0]))
+    except ValueError as exc:
+        assert "returned None" in str(exc)
+    else:
+        raise AssertionError("a unit that returned None after its first call was measured")
+    assert checked == [1.0, None]

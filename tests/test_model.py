@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -148,3 +149,29 @@ def test_a_declared_document_and_its_dataclass_agree_on_fields_and_defaults(docu
     for name, info in doc.model_fields.items():
         if not info.is_required():
             assert info.default == fields[name], name
+
+
+def test_a_runs_bookkeeping_imports_no_torch(tmp_path):
+    """After the workers: comparing with a baseline, every report, and the TensorBoard scalars, all in the
+    orchestrating process, as `perfgate run` does them; none of it may import torch (docs/architecture.md)."""
+    reports = REPO / "tests" / "data" / "reports"
+    code = f"""
+import shutil, sys
+from pathlib import Path
+from perfgate import cli
+from perfgate.model import load_results
+run_dir = Path({str(tmp_path)!r})
+shutil.copyfile({str(reports / "current.json")!r}, run_dir / "results.json")
+for args in (["compare", str(run_dir), {str(reports / "baseline.json")!r}], ["report", str(run_dir)]):
+    try:
+        cli.main(args, standalone_mode=False)
+    except SystemExit:
+        pass
+cli.write_tensorboard_scalars(load_results(run_dir / "results.json"), run_dir)
+print(any((run_dir / "tb").rglob("events.out.tfevents.*")), "torch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-2:] == ["True", "False"], out.stdout + out.stderr
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "comparison.json").is_file()

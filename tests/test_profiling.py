@@ -129,3 +129,85 @@ def test_cuda_peaks_are_absent_on_cpu_and_measured_on_cuda():
     peaks = cuda_peaks_over(lambda: torch.ones(1 << 20, device="cuda") + x.sum(), "cuda")
     assert peaks["peak_cuda_allocated_bytes"] >= 4 << 20
     assert peaks["peak_cuda_reserved_bytes"] >= peaks["peak_cuda_allocated_bytes"]
+
+
+# ------------------------------------------------ drift: a float64 reference, per step, the noise floor
+
+
+def _accuracy_of(workload, params: dict, toggle_set: tuple[str, ...]) -> dict:
+    """reference_check run in this process, as process 0 of a case does after its samples."""
+    torch = pytest.importorskip("torch")
+    from perfgate import profiling, toggles
+    from perfgate.model import CaseSpec
+
+    spec = CaseSpec(workload.name, "smoke", toggle_set, "cpu", tuple(sorted(params.items())))
+    torch.manual_seed(0)
+    prepared = toggles.prepare(workload, dict(params), "cpu", toggle_set, frozenset())
+    return profiling.reference_check({"seed": 0}, spec, workload, prepared)[0]
+
+
+# 50 steps, as the pr rollout, on a small grid: bf16 autocast on CPU stands in for the GPU's tf32 and fp16
+ROLLOUT_50 = {"T": 50, "grid": 16, "channels": 8, "blocks": 4}
+
+
+def test_a_rollout_amplifying_one_steps_rounding_is_not_called_drift():
+    """The GPU run's "every reduced-precision toggle drifts" (rel_l2 0.8-0.9 after 50 steps): one step of
+    bf16 is off by ~3e-3, and the rollout amplifies any error, fp32 eager's own included, ~1e4-fold."""
+    from workloads.operator_rollout import OperatorRollout
+
+    acc = _accuracy_of(OperatorRollout(), dict(OperatorRollout.sizes["smoke"], **ROLLOUT_50), ("amp-bf16",))
+    tolerance = acc["tolerance"]["rel_l2"]
+    assert acc["rel_l2"] > tolerance  # what the end alone, against fp32 eager, called drift
+    steps = [row["step"] for row in acc["horizons"]]
+    assert steps == [1, 2, 4, 8, 16, 32, 50]
+    first, last = acc["horizons"][0], acc["horizons"][-1]
+    assert first["rel_l2"] < tolerance and first["floor"] < 1e-5
+    assert last["floor"] > 100 * first["floor"]  # the dynamics amplify fp32's own rounding
+    assert acc["verdict"] == "ok" and acc["amplified"] is True
+    assert acc["reason"].startswith("amplified, not damaged: one step: rel_l2")
+
+
+def test_the_stochastic_rollout_draws_the_same_noise_in_float64():
+    """A generator gives other numbers for float64 than for float32: the reference must draw float32."""
+    from workloads.operator_rollout import OperatorRollout
+
+    acc = _accuracy_of(OperatorRollout(), dict(OperatorRollout.sizes["smoke"]), ())
+    assert acc["verdict"] == "ok" and acc["rel_l2"] == 0.0
+    assert all(row["floor"] < 1e-5 and row["rel_l2"] == row["floor"] for row in acc["horizons"])
+
+
+def _damaged(kind: str):
+    torch = pytest.importorskip("torch")
+    from workloads.operator_rollout import OperatorRollout
+
+    class Damaged(OperatorRollout):
+        name = f"damaged_{kind}"
+
+        def step(self, model, state, built, params):
+            new = super().step(model, state, built, params)
+            if torch.is_autocast_enabled("cpu"):  # the toggle's bug, not rounding
+                return new * float("nan") if kind == "nan" else new * 1.2
+            return new
+
+    return Damaged()
+
+
+@pytest.mark.parametrize("kind, reason", [("nan", "not finite"), ("scale", "after 1 step(s) the output is already off")])
+def test_real_numerical_damage_stays_drift(kind, reason):
+    from workloads.operator_rollout import OperatorRollout
+
+    acc = _accuracy_of(_damaged(kind), dict(OperatorRollout.sizes["smoke"], **ROLLOUT_50), ("amp-bf16",))
+    assert acc["verdict"] == "drift"
+    assert reason in acc["reason"]
+
+
+def test_an_error_growing_faster_than_the_dynamics_is_drift():
+    from perfgate.profiling import judge_drift
+
+    end = {"verdict": "drift", "rel_l2": 0.5, "max_abs": 1.0}
+    rows = [{"step": 1, "rel_l2": 1e-4, "floor": 1e-7}, {"step": 2, "rel_l2": 1e-1, "floor": 2e-7},
+            {"step": 3, "rel_l2": 0.5, "floor": 4e-7}]
+    judged = judge_drift(end, rows, 5e-2)
+    assert judged["verdict"] == "drift"
+    assert "at step 2 the output differs by 0.1, more than that growth explains (0.002)" in judged["reason"]
+    assert judge_drift({"verdict": "ok", "rel_l2": 0.0, "max_abs": 0.0}, rows, 5e-2) == {"verdict": "ok"}

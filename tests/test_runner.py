@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,6 +84,17 @@ def _started_pids(pids_file: Path) -> list[int]:
     return [int(p) for p in pids_file.read_text().split()] if pids_file.is_file() else []
 
 
+def _all_end(pids: list[int], at_least: int, what: str) -> None:
+    """At least ``at_least`` pids, all of which end within 10 s; any still alive is killed either way."""
+    try:
+        assert len(pids) >= at_least, pids
+        wait_for(lambda: not [p for p in pids if _alive(p)], 10, f"{what} {pids} to end")
+    finally:
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
 needs_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreapers and /proc are Linux's")
 
 
@@ -103,12 +115,9 @@ def test_a_worker_leaves_no_process_behind(tmp_path, start, hang_s, timeout_s):
     try:
         assert proc.returncode == (3 if hang_s != "0" else 0), proc.stdout + proc.stderr  # 3: no case could run
         case = load_results(tmp_path / "run" / "results.json").cases[0]
-        assert case.status == ("failed" if hang_s != "0" else "ok") and len(pids) >= 3  # a build: 3 more
-        wait_for(lambda: not [p for p in pids if _alive(p)], 10, f"the workload's processes {pids} to end")
+        assert case.status == ("failed" if hang_s != "0" else "ok")
     finally:
-        for p in pids:
-            if _alive(p):
-                os.kill(p, signal.SIGKILL)
+        _all_end(pids, 3, "the workload's processes")  # a build: 3 more
 
 
 @needs_linux
@@ -242,7 +251,7 @@ class HeapSpy(Workload):
     description = "records where a worker's first allocations land (test only)"
     sizes = {s: {"steps": 1} for s in ("smoke", "pr", "full")}
     def build(self, params, device, dtype, variants):
-        where = [libc.malloc(n) for n in (24, 200, 1000, 5000, 40000, 100000)]
+        where = [libc.malloc(n) for n in (24, 200, 1000, 5000, 40000, 100000, 1 << 22)]
         with open(os.environ["HEAPSPY_OUT"], "a") as fh:
             fh.write(f"{os.getpid()} " + " ".join(f"{a:x}" for a in where) + "\\n")
         return Built(model=None, state=torch.zeros(2))
@@ -298,49 +307,65 @@ def test_the_fork_server_serves_on_after_a_request_too_large_for_it(tmp_path):
         z.close()
 
 
-def test_heap_offsets_differ_by_index_and_repeat():
-    from perfgate.worker import HEAP_OFFSET_BASE, HEAP_OFFSETS, heap_offset
+def test_layout_draws_are_seeded_per_process_and_spread():
+    from perfgate import layout
 
-    offsets = [heap_offset(i) for i in range(HEAP_OFFSETS)]
-    phases = {(x - HEAP_OFFSET_BASE) % 4096 for x in offsets}  # where in a page the heap's next bytes start
-    assert len(phases) == HEAP_OFFSETS and min(offsets) >= HEAP_OFFSET_BASE
-    assert [heap_offset(i + HEAP_OFFSETS) for i in range(3)] == offsets[:3]
+    draws = [layout.draw(i, seed=7, which="drawn") for i in range(64)]
+    assert draws == [layout.draw(i, seed=7, which="drawn") for i in range(64)]  # a seed and index: one layout
+    assert len({(d.heap_offset, d.mmap_pages) for d in draws}) == 64
+    other = [layout.draw(i, seed=8, which="drawn") for i in range(64)]
+    assert sum(a == b for a, b in zip(draws, other, strict=True)) <= 1  # another run: other layouts
+    offsets = [d.heap_offset for d in draws] + [d.heap_offset for d in other]
+    assert all(d % layout.HEAP_STEP == 0 and 0 < d <= layout.HEAP_SPAN for d in offsets)
+    assert max(offsets) - min(offsets) > layout.HEAP_SPAN // 2  # spread over the span, not one corner
+    pages = [d.mmap_pages for d in draws + other]
+    assert all(0 <= n < layout.MMAP_PAGES for n in pages) and max(pages) - min(pages) > layout.MMAP_PAGES // 2
+    # the pre-2026-11-26 policy: a heap offset per index, every offset of a page once over 64 indices
+    fixed = [layout.draw(i, which="fixed") for i in range(layout.INDEX_OFFSETS)]
+    assert len({(d.heap_offset - layout.INDEX_BASE) % 4096 for d in fixed}) == layout.INDEX_OFFSETS
+    assert {d.mmap_pages for d in fixed} == {0} and {d.seed for d in fixed} == {None}
 
 
-def test_each_worker_starts_from_the_same_heap_offset_by_its_index(tmp_path):
-    """A worker forked after the k-th request must not inherit a heap that handling k requests shaped: where
-    its allocations land decides its speed (docs/gate.md). Each process index gets its own heap offset, the
-    same in every run, so index i's allocations sit where they sat in the last run relative to index 0's
-    (run folders of one length: a name of another length moves every layout, docs/gate.md); without the
-    offsets, every index would put them at the same addresses."""
-    from perfgate.worker import heap_offset
+def test_each_worker_lands_where_its_drawn_layout_puts_it(tmp_path):
+    """A worker forked after the k-th request must not inherit a heap that handling k requests shaped, and
+    each process draws its own layout from the run's seed (perfgate.layout): with one seed, index i's
+    allocations sit where they sat in the last run relative to index 0's, whatever the run folder is
+    called (at one length: a name of another length moves the heap, docs/gate.md) or how many processes run;
+    another seed moves them; results.json records every draw."""
+    from perfgate import layout
 
     if not sys.platform.startswith("linux"):
         pytest.skip("the fork server is Linux only")
     _heapspy_project(tmp_path)
     runs = []
-    for n, name in ((4, "run-a"), (5, "run-b")):  # another process count and run name: the same layouts
+    for n, name, seed in ((4, "run-a", "11"), (5, "run-b", "11"), (4, "run-c", "12")):
         seen = tmp_path / f"{name}.txt"
         proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "-w", "heapspy", "-t", "eager",
                                "--processes", str(n), "--samples", "3", "--out", str(tmp_path / name)],
-                              cwd=tmp_path, env=cli_env(HEAPSPY_OUT=str(seen)), capture_output=True, text=True,
-                              timeout=300)
+                              cwd=tmp_path, env=cli_env(HEAPSPY_OUT=str(seen), PERFGATE_LAYOUT="drawn",
+                                                        PERFGATE_LAYOUT_SEED=seed),
+                              capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         first: dict[str, str] = {}  # each worker's first build (process 0 builds once more, for accuracy)
         for line in seen.read_text().splitlines():
             pid, where = line.split(" ", 1)
             first.setdefault(pid, where)
         runs.append(list(first.values()))  # in process order: one process at a time
-        offsets = [p["heap_offset"] for p in json.loads((tmp_path / name / "results.json").read_text())
-                   ["cases"][0]["processes"]]
-        assert offsets == [heap_offset(i) for i in range(n)]
-    assert len(runs[0]) == 4 and len(runs[1]) == 5
-    shown = "\n".join(runs[0] + ["--"] + runs[1])
-    # Where each index's allocations land relative to index 0's: the same in both runs. Not the addresses
-    # themselves: on the CI machine one run's fork server once started 0x140 bytes further up its heap
-    # than the other's, every worker of that run alike (docs/gate.md, "Limits worth knowing").
+        data = json.loads((tmp_path / name / "results.json").read_text())
+        assert data["environment"]["layout_policy"] == "drawn" and data["environment"]["layout_seed"] == int(seed)
+        drawn = [p["layout"] for p in data["cases"][0]["processes"]]
+        assert drawn == [layout.draw(i, seed=int(seed), which="drawn").to_json() for i in range(n)]
+        # the reserved pages move every later mapping (the 4 MiB allocation is one) by exactly that much
+        big = [int(row.split()[-1], 16) for row in runs[-1]]
+        assert [b - big[0] for b in big] == [(drawn[0]["mmap_pages"] - d["mmap_pages"]) * 4096 for d in drawn], runs[-1]
+    assert [len(r) for r in runs] == [4, 5, 4]
+    shown = "\n".join(runs[0] + ["--"] + runs[1] + ["--"] + runs[2])
+    # Where each index's allocations land relative to index 0's: the same in both runs of one seed. Not the
+    # addresses themselves: on the CI machine one run's fork server once started 0x140 bytes further up its
+    # heap than the other's, every worker of that run alike (docs/gate.md, "Limits worth knowing").
     assert _relative_to_first(runs[1][:4]) == _relative_to_first(runs[0]), shown
-    assert len(set(runs[1])) >= 2, shown
+    assert _relative_to_first(runs[2]) != _relative_to_first(runs[0]), shown
+    assert len(set(runs[1])) >= 4, shown
 
 
 def _relative_to_first(rows: list[str]) -> list[list[int]]:
@@ -428,3 +453,221 @@ def test_layout_padding_fills_the_exec_strings_to_a_page():
         size = sum(len(a) + 1 for a in cmd) + sum(len(k) + len(v) + 2 for k, v in env.items())
         assert size % 4096 == 0 and (len(cmd) + len(env)) % 64 == 0 and env["A"] == "1"
         assert runner.layout_padded_env(cmd, env) == env  # padding a padded environment changes nothing
+
+
+ONE_WORKLOAD = '''
+
+class OneWorkload(Workload):
+    name = "{name}"
+    description = "{description} (test only)"
+    sizes = {{"smoke": {{"n": 4}}, "pr": {{"n": 4}}, "full": {{"n": 4}}}}
+    channels_last_applies = False
+
+    def build(self, params, device, dtype, variants):
+        before_build()
+        return Built(model=None, state=torch.zeros(params["n"], device=device, dtype=dtype))
+
+    def step(self, model, state, built, params):
+        return state + 1.0
+'''
+DAEMON_WORKLOAD = '''"""Double-forks a daemon (sleep) when imported, as a careless workload file might; its pid goes to
+$PERFGATE_TEST_PIDS_FILE. With PERFGATE_TEST_DIE_IN_BUILD set, build() starts one more and kills its worker
+(os._exit), so the worker cannot end what it started (test only)."""
+
+import os
+
+import torch
+
+from perfgate.workload import Built, Workload
+
+
+def start_daemon():
+    first = os.fork()
+    if first == 0:  # the daemon's parent: a session of its own, one more fork, gone
+        os.setsid()
+        second = os.fork()
+        if second == 0:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.execvp("sleep", ["sleep", "300"])
+        with open(os.environ["PERFGATE_TEST_PIDS_FILE"], "a") as fh:
+            fh.write(f"{second}\\n")
+        os._exit(0)
+    os.waitpid(first, 0)
+
+
+start_daemon()
+
+
+def before_build():
+    if os.environ.get("PERFGATE_TEST_DIE_IN_BUILD"):
+        start_daemon()
+        os._exit(1)
+''' + ONE_WORKLOAD.format(name="daemon_at_import", description="starts a daemon when imported")
+
+
+def _daemon_workloads(tmp_path: Path) -> Path:
+    folder = tmp_path / "daemon_workloads"
+    folder.mkdir()
+    (folder / "daemon.py").write_text(DAEMON_WORKLOAD)
+    return folder
+
+
+
+
+@needs_linux
+def test_a_daemon_a_workload_file_starts_at_import_does_not_outlive_perfgate_list(tmp_path):
+    """`perfgate list` imports the workload files in a probe: it runs them on the worker's path now."""
+    pids_file = tmp_path / "pids"
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "list", "--workloads-dir", str(_daemon_workloads(tmp_path))],
+                          cwd=REPO, env=cli_env(PERFGATE_TEST_PIDS_FILE=str(pids_file)), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and "daemon_at_import" in proc.stdout, proc.stdout + proc.stderr
+    _all_end(_started_pids(pids_file), 1, "the daemons")
+
+
+@needs_linux
+def test_a_daemon_left_by_a_spawned_worker_that_died_does_not_outlive_the_run(tmp_path):
+    """Spawned workers (PERFGATE_WORKER_START=spawn): one daemon from the probe's import, one from the worker's,
+    one from its build, after which the worker dies without ending anything: perfgate, their subreaper
+    while the worker ran, ends them."""
+    pids_file = tmp_path / "pids"
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "--workloads-dir", str(_daemon_workloads(tmp_path)),
+                           "-w", "daemon_at_import", "-t", "eager", "--processes", "1", "--samples", "3",
+                           "--out", str(tmp_path / "run")], cwd=REPO,
+                          env=cli_env(PERFGATE_TEST_PIDS_FILE=str(pids_file), PERFGATE_WORKER_START="spawn",
+                                      PERFGATE_TEST_DIE_IN_BUILD="1"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # its only case crashed
+    assert load_results(tmp_path / "run" / "results.json").cases[0].failure_class == "crash"
+    _all_end(_started_pids(pids_file), 3, "the daemons")
+
+
+def test_the_runners_tracking_id_reaches_workers_and_no_config_passes_a_withheld_variable(monkeypatch):
+    """GitHub's runner ends a job's leftover processes by RUNNER_TRACKING_ID in their environment; the history
+    store's URL is a credential that no `worker_env` pattern can let through."""
+    monkeypatch.setenv("RUNNER_TRACKING_ID", "github_1234")
+    monkeypatch.setenv("PERFGATE_HISTORY_URL", "postgresql://u:secret@db/perf")
+    monkeypatch.setattr(runner, "_config_env_names", ("PERFGATE_HISTORY_URL", "PERFGATE_*"))
+    env = worker_env(1)
+    assert env["RUNNER_TRACKING_ID"] == "github_1234"
+    assert "PERFGATE_HISTORY_URL" not in env
+    assert not runner.passed_to_workers("PERFGATE_HISTORY_URL", ["PERFGATE_HISTORY_URL"])
+
+
+# ---------------------------------------------------------------- what a workload can read of its ancestors
+
+SECRET = "perfgate-test-secret-d41d8cd9"
+PEEK_WORKLOAD = '''"""Reads /proc/PID/environ of every ancestor of its worker, as a hostile workload would, and writes what it
+got to $PERFGATE_TEST_PEEK_FILE, one JSON line per ancestor (test only)."""
+
+import json
+import os
+
+import torch
+
+from perfgate.workload import Built, Workload
+
+
+def peek():
+    found, pid = [], os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read().replace(b"\\0", b" ").decode(errors="replace")[:300]
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                environ = fh.read().decode(errors="replace")
+            found.append({"pid": pid, "cmd": cmd, "readable": True, "secret": SECRET in environ})
+        except OSError as exc:
+            found.append({"pid": pid, "cmd": cmd, "readable": False, "error": str(exc)})
+        with open(f"/proc/{pid}/stat") as fh:
+            pid = int(fh.read().rsplit(") ", 1)[1].split()[1])
+    with open(os.environ["PERFGATE_TEST_PEEK_FILE"], "a") as fh:
+        fh.write(json.dumps(found) + "\\n")
+
+
+before_build = peek
+'''.replace("SECRET", repr(SECRET)) + ONE_WORKLOAD.format(name="peeks_at_ancestors",
+                                                         description="reads its ancestors' environment")
+NOBODY = 65534
+
+
+def _as_nobody() -> None:
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
+def _unprivileged(python: str) -> tuple[list[str], object]:
+    """How to run ``python`` as an unprivileged user of the same uid for parent and children: this user when
+    it is not root; else uid 65534, when ``python`` is one that user can run. Skips otherwise."""
+    if os.geteuid() != 0:
+        return [python], None
+    try:
+        usable = subprocess.run([python, "-c", "import torch"], preexec_fn=_as_nobody, capture_output=True,
+                                timeout=120, cwd="/").returncode == 0
+    except OSError:  # it cannot even start it
+        usable = False
+    if not usable:
+        pytest.skip(f"running as root, and uid {NOBODY} cannot run {python} with torch (set "
+                    "PERFGATE_TEST_UNPRIVILEGED_PYTHON to one it can): root reads every process's environment, "
+                    "not dumpable or not, so only an unprivileged user can show the boundary (docs/ci.md)")
+    return [python], _as_nobody
+
+
+@needs_linux
+def test_a_private_process_environment_is_unreadable_to_a_child_of_the_same_user(tmp_path):
+    """The mechanism, without torch: a parent holding a secret in its environment calls
+    keep_environment_private(), and a child of the same (unprivileged) user cannot read it."""
+    python = sys.executable
+    if os.geteuid() == 0:  # this interpreter may be out of uid 65534's reach (under /root): any that is not
+        python = next((p for p in ("/usr/bin/python3", sys.executable)
+                       if subprocess.run([p, "-c", "import tomllib"], preexec_fn=_as_nobody, capture_output=True,
+                                         timeout=60, cwd="/").returncode == 0), None)
+        if python is None:
+            pytest.skip(f"no Python that uid {NOBODY} can run")
+    child = ("import os\ntry:\n    data = open(f'/proc/{os.getppid()}/environ', 'rb').read()\n"
+             "    print('read', " + repr(SECRET.encode()) + " in data)\nexcept OSError as exc:\n    print('refused', exc.errno)\n")
+    parent = ("import subprocess, sys\nfrom perfgate.runner import keep_environment_private\n"
+              "private = keep_environment_private()\n"
+              "out = subprocess.run([sys.executable, '-c', sys.argv[1]], env={}, capture_output=True, text=True)\n"
+              "print(private, out.stdout.strip(), out.stderr.strip())\n")
+    proc = subprocess.run([python, "-c", parent, child], capture_output=True, text=True, timeout=60, cwd="/",
+                          env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO),
+                               "PYTHONDONTWRITEBYTECODE": "1", "PERFGATE_HISTORY_URL": SECRET},
+                          preexec_fn=_as_nobody if os.geteuid() == 0 else None)
+    assert proc.stdout.split()[:3] == ["True", "refused", "13"], proc.stdout + proc.stderr  # EACCES
+
+
+@needs_linux
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_workload_reading_its_ancestors_environment_gets_nothing_secret(start):
+    """A real run whose workload reads /proc/PID/environ of each of its ancestors (the fork server, perfgate,
+    what started perfgate): perfgate's environment holds a history URL and a cloud key, and none of it
+    reaches the workload. Runs as an unprivileged user: root reads everything (docs/ci.md)."""
+    import tempfile
+
+    python, preexec = _unprivileged(os.environ.get("PERFGATE_TEST_UNPRIVILEGED_PYTHON", sys.executable))
+    base = Path(tempfile.mkdtemp(prefix="perfgate-peek-"))  # not under pytest's 0700 folder: uid 65534 writes here
+    try:
+        base.chmod(0o777)
+        (base / "workloads").mkdir(mode=0o777)
+        (base / "workloads" / "peek.py").write_text(PEEK_WORKLOAD)
+        peek_file = base / "peek.jsonl"
+        env = cli_env(PERFGATE_TEST_PEEK_FILE=str(peek_file), PERFGATE_WORKER_START=start, HOME=str(base),
+                      PERFGATE_HISTORY_URL=f"postgresql://perf:{SECRET}@db.internal/perf",
+                      AWS_SECRET_ACCESS_KEY=SECRET, PYTHONDONTWRITEBYTECODE="1")
+        proc = subprocess.run([*python, "-m", "perfgate", "run", "--workloads-dir", str(base / "workloads"), "-w",
+                               "peeks_at_ancestors", "-t", "eager", "--processes", "1", "--samples", "3",
+                               "--out", str(base / "run")], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=300, preexec_fn=preexec)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        looks = [json.loads(line) for line in peek_file.read_text().splitlines()]
+        assert looks and all(looks)
+        for ancestors in looks:
+            assert not [a for a in ancestors if a.get("secret")], ancestors
+            (perfgate,) = [a for a in ancestors if " -m perfgate run " in a["cmd"]]
+            assert not perfgate["readable"], perfgate  # not dumpable: EACCES for the same user
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -191,3 +191,89 @@ def test_a_declined_toggle_is_a_skip_with_the_workload_reason():
 def test_inference_mode_is_skipped_for_a_workload_that_needs_grad():
     reason = toggles.skip_reason(("inference-mode",), "cpu", {"needs_grad": True})
     assert reason and "autograd" in reason
+
+
+# ------------------------------------------------ cuda-graphs and workloads that own generators
+
+
+class _FakeDevice:
+    def __init__(self, kind):
+        self.type = kind
+
+
+class _FakeGenerator:
+    def __init__(self, kind):
+        self.device = _FakeDevice(kind)
+
+
+class _RecordingGraph:
+    """Only perfgate's own wiring is tested with it: which generators reach register_generator_state."""
+
+    def __init__(self):
+        self.registered = []
+
+    def register_generator_state(self, generator):
+        self.registered.append(generator)
+
+
+def test_only_cuda_generators_are_registered_with_the_graph():
+    cpu, cuda = _FakeGenerator("cpu"), _FakeGenerator("cuda")
+    graph = _RecordingGraph()
+    assert toggles.register_generators(graph, (cpu, cuda)) == 1
+    assert graph.registered == [cuda]
+    assert toggles.register_generators(object(), (cpu,)) == 0  # nothing to register: no API needed
+
+
+def test_a_torch_without_generator_registration_is_unsupported_not_an_error():
+    from perfgate.worker import classify
+
+    with pytest.raises(toggles.ToggleUnsupported, match="register_generator_state") as info:
+        toggles.register_generators(object(), (_FakeGenerator("cuda"),))
+    assert classify(info.value) == "unsupported"
+
+
+def test_the_workload_start_runs_before_every_unit_outside_run_unit():
+    """start_unit (the rollout's reseed) runs before each unit, so units repeat the same random draws."""
+    from workloads.operator_rollout import OperatorRollout
+
+    params = dict(OperatorRollout.sizes["smoke"])
+    workload = OperatorRollout()
+    p = toggles.prepare(workload, params, "cpu", (), frozenset())
+    first, second = p.unit().clone(), p.unit().clone()
+    fn, context = p.timed()
+    with context():
+        third = fn().clone()
+    assert torch.equal(first, second) and torch.equal(first, third)
+    assert workload.generators(p.built) == (p.built.extra["generator"],)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: captures a real CUDA graph")
+def test_cuda_graphs_replay_draws_the_same_random_numbers_as_eager():
+    from workloads.operator_rollout import OperatorRollout
+
+    params = dict(OperatorRollout.sizes["smoke"])
+    torch.manual_seed(0)
+    eager = toggles.prepare(OperatorRollout(), params, "cuda", (), frozenset()).unit().clone()
+    torch.manual_seed(0)
+    graphed = toggles.prepare(OperatorRollout(), params, "cuda", ("cuda-graphs",), frozenset())
+    assert graphed.captured
+    first, second = graphed.unit().clone(), graphed.unit().clone()
+    torch.testing.assert_close(first, eager, rtol=1e-5, atol=1e-6)
+    assert torch.equal(first, second)  # every replay reseeded before it, outside the graph
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: captures a real CUDA graph")
+def test_an_undeclared_generator_makes_cuda_graphs_unsupported_with_the_reason():
+    from perfgate.worker import classify
+    from workloads.operator_rollout import OperatorRollout
+
+    class Undeclared(OperatorRollout):
+        name = "undeclared"
+
+        def generators(self, built):
+            return ()
+
+    params = dict(OperatorRollout.sizes["smoke"])
+    with pytest.raises(toggles.ToggleUnsupported, match="cannot be captured") as info:
+        toggles.prepare(Undeclared(), params, "cuda", ("cuda-graphs",), frozenset())
+    assert classify(info.value) == "unsupported"

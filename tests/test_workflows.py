@@ -214,6 +214,14 @@ def test_zizmor_offline_finds_nothing_at_medium_or_above():
     assert findings == [], [(f["ident"], _where(f)) for f in findings]
 
 
+def test_zizmor_default_persona_reports_exactly_what_the_docs_say():
+    findings = {(f["ident"], _where(f), _job_of(f), f["determinations"]["severity"].lower())
+                for f in _zizmor() if not f.get("ignored")}
+    assert findings == {("self-repository", "perfgate.yml", "cpu-smoke", "low")}
+    section = CI_DOC.read_text().split("### zizmor findings", 1)[1]
+    assert "reports one low finding, `self-repository` for\n`perfgate.yml` job `cpu-smoke`" in section
+
+
 def test_zizmor_suppressions_are_only_the_documented_ones():
     suppressed = {(f["ident"], _where(f)) for f in _zizmor("--no-ignores") if _at_least_medium(f)}
     assert suppressed == ALLOWED_IGNORES
@@ -488,6 +496,7 @@ def test_python_ignores_user_site_packages_wherever_it_runs_on_a_self_hosted_run
         env = _effective_env(workflows[name], job)
         assert env.get("PYTHONNOUSERSITE") == "1", f"{name}:{job_id}"
         assert env.get("PIP_NO_CACHE_DIR") == "1", f"{name}:{job_id}"  # no pip cache shared between jobs
+        assert env.get("PIP_CONFIG_FILE") == "/dev/null", f"{name}:{job_id}"  # no pip.conf of the runner user
         for step in _steps(job):
             assert step.get("env", {}).get("PYTHONNOUSERSITE", "1") == "1", f"{name}:{job_id}"
             # the job's Python lives in a fresh per-job venv, never in a shared one
@@ -770,3 +779,61 @@ def test_a_job_tests_every_dependency_at_its_declared_floor(workflows):
     assert "-c .ci/lowest-constraints.txt" in script and "python -m pytest" in script
     assert (REPO / ".ci" / "lowest-constraints.txt").is_file()
     assert "lowest-versions" in _final_job(wf)[1]["needs"]  # its failure fails the required check
+
+
+# ---------------------------------------------------------------- issue 29, item 5: the measuring job's token
+
+SWEEP_STEP = "end every process the pull request's code left"
+
+
+def test_gpu_job_ends_every_process_the_pull_request_left_before_it_uploads(gpu_wf):
+    """Once pull-request code has run, the only `uses:` step of the `gpu` job is the upload (its environment
+    holds the job's Actions token), and right before it a step of this file ends every process of the
+    runner user but the runner's. The workflow init writes has the same step, byte for byte."""
+    steps = _steps(gpu_wf["jobs"]["gpu"])
+    sweep = _step(gpu_wf["jobs"]["gpu"], SWEEP_STEP)
+    first_pr_code = next(i for i, s in enumerate(steps) if "perfgate" in s.get("run", "") or "pip install" in s.get("run", ""))
+    after = steps[first_pr_code:]
+    assert [s["uses"].split("@")[0] for s in after if "uses" in s] == ["actions/upload-artifact"]
+    upload = next(s for s in after if "uses" in s)
+    assert steps.index(sweep) == steps.index(upload) - 1 and sweep["if"] == "always()"
+    template = (REPO / "perfgate" / "templates" / "init" / "workflow-gpu.yml").read_text()
+    assert sweep["run"] in template.replace("\n          ", "\n")  # the same script, as YAML indents it
+
+
+def test_the_merged_report_replaces_an_artifact_of_its_name_the_measuring_job_could_have_uploaded(gpu_wf):
+    upload = next(s for s in _steps(gpu_wf["jobs"]["merge"]) if s.get("uses", "").startswith("actions/upload-artifact"))
+    (download,) = [s for s in _steps(gpu_wf["jobs"]["comment"]) if s.get("uses", "").startswith("actions/download")]
+    assert upload["with"]["name"] == download["with"]["name"] == "perfgate-report"
+    assert upload["with"]["overwrite"] is True
+
+
+def test_the_sweep_ends_a_daemon_of_the_same_user_and_spares_its_ancestors(gpu_wf, tmp_path):
+    """The step's script, run for real inside a PID namespace of its own (so that it can only see, and end,
+    the processes of this test): a double-forked daemon and a process that made itself not dumpable are
+    ended; the shell that started the script (its ancestor, as the runner is) survives."""
+    if not sys.platform.startswith("linux") or not shutil.which("unshare"):
+        pytest.skip("needs Linux and unshare")
+    script = tmp_path / "sweep.sh"
+    script.write_text(_step(gpu_wf["jobs"]["gpu"], SWEEP_STEP)["run"])
+    undumpable = ("import ctypes, time; ctypes.CDLL('libc.so.6').prctl(4, 0, 0, 0, 0); time.sleep(300)")
+    inside = f"""
+[[ $$ -eq 1 ]] || exit 97  # not a namespace of our own: never run the sweep outside one
+(( $(ls -d /proc/[0-9]* | wc -l) < 20 )) || exit 98
+setsid sh -c 'sleep 300 & echo $! > {tmp_path}/daemon' &
+{sys.executable} -c "{undumpable}" &
+echo $! > {tmp_path}/undumpable
+sleep 1
+bash --noprofile --norc -eo pipefail {script}
+echo "sweep exit $?"
+for f in daemon undumpable; do
+  state="$(cut -d' ' -f3 /proc/$(cat {tmp_path}/$f)/stat 2>/dev/null || true)"  # a zombie is gone
+  if [[ -n "$state" && "$state" != Z ]]; then echo "$f alive"; else echo "$f gone"; fi
+done
+"""
+    unshare = ["unshare", "--pid", "--fork", "--mount-proc"] + ([] if os.geteuid() == 0 else ["--user", "--map-root-user"])
+    proc = subprocess.run([*unshare, "bash", "-c", inside], capture_output=True, text=True, timeout=60)
+    if proc.returncode in (97, 98) or "unshare failed" in proc.stderr or "Operation not permitted" in proc.stderr:
+        pytest.skip(f"no PID namespace here: {proc.stderr.strip()[-200:]}")
+    assert "sweep exit 0" in proc.stdout, proc.stdout + proc.stderr
+    assert "daemon gone" in proc.stdout and "undumpable gone" in proc.stdout, proc.stdout + proc.stderr

@@ -10,8 +10,9 @@ to the operator's output F(x):
   autoregressive  x' = F(x)
 
 Size parameters: T (steps per unit), grid, batch (realizations), channels, blocks, policy, stochastic.
-The stochastic block draws from a ``torch.Generator`` owned by the model and reseeded at the start of
-every unit, so a rollout is identical for a fixed seed, eager or compiled. Passing a generator is also
+The stochastic block draws from a ``torch.Generator`` owned by the model, reseeded at the start of every
+unit (``start_unit``) and declared for CUDA graph capture (``generators``), so a rollout is identical for a
+fixed seed, eager, compiled or replayed from a CUDA graph. Passing a generator is also
 what breaks the graph for torch.compile (dynamo cannot trace it): the team's finding, visible here as
 graph breaks.
 
@@ -58,9 +59,11 @@ class StochasticBlock(nn.Module):
         self.noise_std = noise_std
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mask = torch.rand(x.shape, generator=self.generator, device=x.device) < self.keep
-        noise = torch.randn(x.shape, generator=self.generator, device=x.device, dtype=x.dtype)
-        return x * mask.to(x.dtype) / self.keep + self.noise_std * noise
+        # drawn in float32 whatever x's dtype: a generator gives other numbers for another dtype, so the
+        # float64 reference (and an autocast step) would otherwise add different noise, not rounding
+        mask = torch.rand(x.shape, generator=self.generator, device=x.device, dtype=torch.float32) < self.keep
+        noise = torch.randn(x.shape, generator=self.generator, device=x.device, dtype=torch.float32)
+        return x * mask.to(x.dtype) / self.keep + self.noise_std * noise.to(x.dtype)
 
 
 class Operator(nn.Module):
@@ -140,12 +143,14 @@ class OperatorRollout(Workload):
     def steps_per_unit(self, params):
         return int(params["T"])
 
-    def run_unit(self, model, built, params):
+    def start_unit(self, built, params):
         built.extra["generator"].manual_seed(built.extra["seed"])  # every unit draws the same numbers
         if built.extra["prealloc"] and built.extra["buffers"] is None:
             # allocated from the (possibly channels-last) state, so the layout toggle carries over
             built.extra["buffers"] = (torch.empty_like(built.state), torch.empty_like(built.state))
-        return super().run_unit(model, built, params)
+
+    def generators(self, built):
+        return (built.extra["generator"],)
 
     def step(self, model, state, built, params):
         policy = params.get("policy", "convex")

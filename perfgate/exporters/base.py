@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from perfgate import expect, roofline
-from perfgate.model import STATUS_OK, CaseResult, Comparison, RunResult, Verdict
+from perfgate.model import STATUS_OK, CaseResult, Comparison, Evidence, RunResult, Verdict, evidence
 from perfgate.stats import PROCESS_QUANTILE, Ratio, SampleSummary, format_seconds, ratio_of
 
 # The relative change that counts as "pays off" / "hurts" for the recommendation when neither the
@@ -92,6 +92,17 @@ def format_verdict_change(v: Verdict | None) -> str:
     if v is None:
         return "-"
     return f"{format_ratio(v.ratio, v.ratio_low, v.ratio_high)} {v.kind}".strip() if v.ratio else v.kind
+
+
+def tolerance_text(tolerance: Any) -> str:
+    """A workload's tolerance as a reader writes it: ``rel_l2 <= 0.05``, ``rel_l2 <= 0.05, max_abs <= 0.1``;
+    a bare number is a relative L2 bound; "" when there is none."""
+    if isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool):
+        return f"rel_l2 <= {tolerance:g}"
+    if not isinstance(tolerance, dict):
+        return ""
+    return ", ".join(f"{key} <= {value:g}" for key, value in tolerance.items()
+                     if isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
 def first_line(text: str | None, limit: int = 200) -> str:
@@ -253,7 +264,7 @@ class CaseRow:
         verdict = acc.get("verdict", "")
         rel = acc.get("rel_l2")
         mx = acc.get("max_abs")
-        parts = [verdict] if verdict else []
+        parts = [f"{verdict} (amplified)" if acc.get("amplified") else verdict] if verdict else []
         if rel is not None:
             parts.append(f"rel_l2 {rel:.2g}")
         if mx is not None:
@@ -333,9 +344,12 @@ def recommend(case: CaseResult, speedup: Ratio | None, memory_change: float | No
     if memory_change is not None and abs(memory_change - 1) >= 0.05:
         mem = f"; peak memory {memory_change:.2f}x eager"
     if case.accuracy.get("verdict") == "drift":
-        tol = case.accuracy.get("tolerance")
-        tol_text = f" (tolerance {tol})" if tol is not None else ""
-        return Recommendation("avoid", f"output drifts from the fp32 reference beyond tolerance{tol_text}{mem}")
+        tol = tolerance_text(case.accuracy.get("tolerance"))
+        why = case.accuracy.get("reason")
+        return Recommendation("avoid", f"output drifts from the fp32 reference beyond tolerance"
+                                       f"{f' ({tol})' if tol else ''}{f': {why}' if why else ''}{mem}")
+    if case.accuracy.get("amplified"):  # named, since its rel_l2 alone looks like drift
+        mem = f"{mem}; accuracy {case.accuracy.get('reason', 'amplified by the dynamics, not damaged')}"
     if speedup is None:
         return Recommendation("neutral", "no eager case in this run to compare with" + mem)
     band = f"{threshold * 100:.0f}%"
@@ -507,6 +521,11 @@ class ReportInput:
     def verdict(self) -> Banner:
         return banner(self)
 
+    @property
+    def evidence(self) -> Evidence | None:
+        """How many of the run's cases carried evidence in the comparison (None without one)."""
+        return evidence(self.run, self.comparison) if self.comparison else None
+
     def verdicts_of(self, *kinds: str) -> list[tuple[CaseRow, Verdict]]:
         out = []
         for r in self.rows:
@@ -528,7 +547,7 @@ class ReportInput:
 class Banner:
     """The verdict line at the top of every format."""
 
-    state: str  # pass | fail | no-baseline
+    state: str  # pass | fail | no-baseline | no-evidence
     headline: str
     counts: dict[str, int]
 
@@ -550,4 +569,8 @@ def banner(report: ReportInput) -> Banner:
             f"{c['inconclusive']} inconclusive"
     if comp.gate_failed or ev.gate_failed:
         return Banner("fail", f"FAIL: {parts} ({runs}){exp}", c)
+    found = report.evidence
+    if found is not None and found.carried == 0:  # `--gate` exits 3: nothing it could pass on
+        return Banner("no-evidence", f"NO EVIDENCE: no case ran to be judged ({found.unjudged}); the gate cannot "
+                                     f"pass{exp}", c)
     return Banner("pass", f"PASS: {parts} ({runs}){exp}", c)

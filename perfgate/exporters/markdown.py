@@ -109,15 +109,22 @@ class MarkdownExporter:
         # room for the closing tag and the truncation note, whatever is cut
         out = _Budget(self.size_budget - len(note) - 64)
         b = report.verdict
-        icon = {"pass": "✅", "fail": "❌"}.get(b.state, "ℹ️")
+        icon = {"pass": "✅", "fail": "❌", "no-evidence": "⚠️"}.get(b.state, "ℹ️")
         run = report.run
         out.add(f"## perfgate: {icon} {cell(b.headline)}", force=True)
         out.add("", force=True)
-        out.add(f"Run {code(run.run_id, False)}, suite {code(run.suite, False)}"
+        selection = run.settings.get("selection")  # RunResult.what_ran, with code spans
+        what_ran = (f"a selection {code(selection, False)} with defaults from suite {code(run.suite, False)}"
+                    if selection else f"suite {code(run.suite, False)}")
+        out.add(f"Run {code(run.run_id, False)}, {what_ran}"
                 + (f", baseline {code(report.comparison.baseline_source, False)}" if report.comparison else "")
                 + f". Full report: `{report.html_filename}` in the run's artifacts.", force=True)
         out.add("", force=True)
         comp = report.comparison
+        found = report.evidence
+        if found is not None:
+            out.add(f"{found.text[0].upper()}{found.text[1:]}.", force=True)
+            out.add("", force=True)
         if comp:
             for w in comp.warnings:
                 out.add(f"> ⚠️ {code(w, False)}")

@@ -1,12 +1,14 @@
 """TensorBoard scalars and hparams per case, written after a run from its results.
 
 Each case gets the folder its profiler trace already lives in (``tb/<workload>/<size>/<toggles>/``), so
-TensorBoard's Scalars, HParams and PyTorch Profiler dashboards list the same run names. The writer is
-imported inside the function: the rest of perfgate stays free of torch and TensorBoard.
+TensorBoard's Scalars and HParams dashboards list the same run names. Written with the tensorboard
+package alone (imported inside the function), never torch's SummaryWriter: the orchestrator stays free of
+torch.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,22 +71,28 @@ def case_hparams(run: RunResult, case: CaseResult) -> dict[str, Any]:
 
 
 def write_tensorboard(run: RunResult, tb_dir: Path) -> None:
-    """Write scalars and an hparams record for every ok case of ``run`` under ``tb_dir`` (step 0)."""
-    from torch.utils.tensorboard import SummaryWriter
-    from torch.utils.tensorboard.summary import hparams
+    """Write scalars and an hparams record for every ok case of ``run`` under ``tb_dir`` (step 0), through
+    the tensorboard package's own event writer and protos: the orchestrating process never imports torch
+    (docs/architecture.md), and TensorBoard reads these files as it reads torch's SummaryWriter's."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.plugins.hparams import summary_v2 as hp
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+    now = time.time()
     for case in run.cases:
         if case.status != STATUS_OK:
             continue
         scalars = case_scalars(run, case)
-        writer = SummaryWriter(log_dir=str(case_dir(tb_dir, case)))
+        hparams = case_hparams(run, case)
+        # the hparams record in the case's own folder, so HParams rows are the same runs as Scalars
+        summaries = [hp.hparams_config_pb(hparams=[hp.HParam(k) for k in hparams],
+                                          metrics=[hp.Metric(tag) for tag in scalars], time_created_secs=now),
+                     hp.hparams_pb(hparams, trial_id=f"{run.run_id}/{case.key}", start_time_secs=now),
+                     summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))
+                                                for tag, value in scalars.items()])]
+        writer = EventFileWriter(str(case_dir(tb_dir, case)))
         try:
-            # the hparams record in the case's own folder, so HParams rows are the same runs as Scalars
-            exp, ssi, sei = hparams(case_hparams(run, case), scalars)
-            file_writer = writer._get_file_writer()
-            for summary in (exp, ssi, sei):
-                file_writer.add_summary(summary)
-            for tag, value in scalars.items():
-                writer.add_scalar(tag, value, global_step=0)
+            for summary in summaries:
+                writer.add_event(event_pb2.Event(wall_time=now, step=0, summary=summary))
         finally:
             writer.close()

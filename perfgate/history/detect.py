@@ -34,10 +34,7 @@ import numpy as np
 from scipy import stats as sps
 
 from perfgate.history.store import Point
-
-# Metrics where a larger value is better; for every other one (times, bytes, counts, drift) larger is worse.
-HIGHER_IS_BETTER = frozenset({"throughput_steps_per_s", "achieved_flops_per_s", "construction_cache_hits"})
-
+from perfgate.model import higher_is_better
 
 # A trend over the whole range counts as explained by its steps when the largest step is this share of it.
 EXPLAINED = 2 / 3
@@ -238,7 +235,7 @@ def _rel_change(x: np.ndarray, cps: list[int], i: int) -> float:
 
 
 def _kind(change: float, metric: str) -> str:
-    worse = change < 0 if metric in HIGHER_IS_BETTER else change > 0
+    worse = change < 0 if higher_is_better(metric) else change > 0
     return "regression" if worse else "win"
 
 

@@ -392,8 +392,11 @@ def add_run(store: Store, record: RunRecord, retries: int = 5) -> bool:
                             for m in record.measurements])
             return True
         except IntegrityError as exc:
-            if "run_id" in str(exc.orig) or "runs" in str(exc.orig):
-                return False  # the same run_id, committed by another writer between our check and insert
+            # a concurrent writer may have committed the same run_id between our check and our insert; any
+            # other refusal (another constraint, whatever its message says) is an error: asking the store by
+            # the unique key tells the two apart, and the rolled-back transaction left nothing behind
+            if _has_run(store, record.run_id):
+                return False
             raise HistoryError(f"history store {store.describe()}: run {record.run_id} was refused "
                                f"({_first_line(exc.orig)})") from exc
         except OperationalError as exc:
@@ -405,6 +408,12 @@ def add_run(store: Store, record: RunRecord, retries: int = 5) -> bool:
             raise HistoryError(f"history store {store.describe()}: could not write run {record.run_id} "
                                f"({_first_line(getattr(exc, 'orig', None) or exc)})") from exc
     return False
+
+
+def _has_run(store: Store, run_id: str) -> bool:
+    """Whether a run with ``run_id`` (the runs table's unique key) is committed in the store."""
+    with store.engine.connect() as conn:
+        return conn.execute(sa.select(runs.c.id).where(runs.c.run_id == run_id)).first() is not None
 
 
 def _insert_ignoring_duplicates(conn: Connection, table: sa.Table, rows: list[dict[str, Any]],

@@ -101,6 +101,16 @@ class ReturnsAString(Tiny):
         return "not a tensor"
 
 
+class ReturnsNothingAfterTheFirstUnit(Tiny):
+    name = "fault_none_later"
+    description = "its step returns the new state during the first unit of work, then None (test only)"
+    steps_done = 0
+
+    def step(self, model, state, built, params):
+        self.steps_done += 1
+        return super().step(model, state, built, params) if self.steps_done <= self.steps_per_unit(params) else None
+
+
 class LeavesChildren(Tiny):
     """Starts three ``sleep`` processes in build: one in the worker's process group, one in a session of its
     own, one orphaned by its shell (re-parented); writes their pids to $PERFGATE_TEST_PIDS_FILE, then sleeps

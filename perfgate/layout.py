@@ -1,0 +1,135 @@
+"""Worker memory layouts, drawn on purpose: each worker process samples its own, recorded per process.
+
+Where a process's code and data land in memory moves a small conv rollout's step time by up to 25%
+between processes of identical code (docs/gate.md, "Why processes of the same code differ"). A layout
+pinned once per run makes two runs differ as wholes, and then a folder name or a variable can decide a
+verdict (Mytkowicz et al., ASPLOS 2009). So layout is treated as a random factor: every worker draws its
+own from a seeded stream (Curtsinger and Berger's Stabilizer, ASPLOS 2013, randomises layouts so that
+measurements sample them), and both sides of any comparison sample the same distribution of layouts.
+
+What is held fixed (run-level parts that no draw could average out within a run): address-space
+randomisation is off in workers and the exec strings are padded to whole pages (perfgate.runner), so the
+stack, the interpreter and its libraries start at the same addresses in every worker of every run. What
+is drawn, per process, before anything of the workload runs (perfgate.worker):
+
+- ``heap_offset``: bytes taken from the C heap and kept, so the workload's small allocations start
+  elsewhere in the heap (16-byte steps over 64 KiB);
+- ``mmap_pages``: pages of address space reserved and kept (with a fixed 64 MiB below them), so every
+  later mapping (large tensors, the math libraries' JIT code, thread stacks) lands that many pages lower
+  (0 to 511 pages: 2 MiB, past the set-index bits of the caches). Address space only: it counts against
+  ``max_memory_mb`` (an address-space cap) by at most 66 MiB, and costs no memory.
+
+``PERFGATE_LAYOUT`` picks the policy: ``drawn`` (default), ``fixed`` (the pre-2026-11-26 scheme: a heap
+offset set by the process index, the same in every run) or ``random`` (the kernel's address-space
+randomisation, nothing drawn). ``PERFGATE_LAYOUT_SEED`` fixes the run's seed (default: a fresh one per
+run, recorded in results.json as ``environment.layout_seed``). No torch here: the orchestrator and the
+worker both import this module.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+from dataclasses import asdict, dataclass
+from typing import Any
+
+LAYOUT_ENV = "PERFGATE_LAYOUT"
+LAYOUT_SEED_ENV = "PERFGATE_LAYOUT_SEED"
+POLICIES = ("drawn", "fixed", "random")
+
+HEAP_STEP, HEAP_SPAN = 16, 65536  # the C heap's alignment; a draw spans 64 KiB of it
+MMAP_PAGES = 512  # a draw reserves 0..511 pages ...
+# ... below a fixed reservation of this many: the kernel puts a mapping in the highest gap that fits it, so a
+# small reservation would fill a hole some earlier mapping left and move nothing; one this large goes below
+# every hole, and what is mapped after it lands below it (address space only: PROT_NONE, never touched)
+MMAP_BASE_PAGES = 16384
+
+# The "fixed" policy (before 2026-11-26): one heap offset per process index, 64 bytes apart within a page;
+# 23 is prime to 64, so indices 0..63 get every offset once.
+INDEX_OFFSETS, INDEX_STEP, INDEX_BASE, INDEX_STRIDE = 64, 64, 16, 23
+
+
+def policy() -> str:
+    """The layout policy in force: ``PERFGATE_LAYOUT`` when it names one, else ``drawn``."""
+    value = os.environ.get(LAYOUT_ENV, "drawn")
+    return value if value in POLICIES else "drawn"
+
+
+_seed: list[int] = []  # this run's layout seed, once drawn
+
+
+def run_seed() -> int:
+    """This run's layout seed: ``PERFGATE_LAYOUT_SEED`` when set to an integer, else drawn once per
+    orchestrating process, so two runs sample different layouts and neither is "the" layout."""
+    if not _seed:
+        text = os.environ.get(LAYOUT_SEED_ENV, "").strip()
+        _seed.append(int(text) if text.isdigit() and len(text) <= 18 else secrets.randbits(32))
+    return _seed[0]
+
+
+def reseed(offset: int) -> int:
+    """Start another run's worth of layouts in this process (``perfgate calibrate``'s rounds, which must
+    see what separate runs see): the seed ``PERFGATE_LAYOUT_SEED`` + ``offset`` when that is set, else a
+    fresh one. Returns it."""
+    text = os.environ.get(LAYOUT_SEED_ENV, "").strip()
+    _seed[:] = [int(text) + offset if text.isdigit() and len(text) <= 18 else secrets.randbits(32)]
+    return _seed[0]
+
+
+def index_heap_offset(process_index: int) -> int:
+    """The ``fixed`` policy's heap offset for a process index: the same in every run."""
+    return INDEX_BASE + INDEX_STEP * ((process_index * INDEX_STRIDE) % INDEX_OFFSETS)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One worker's drawn layout (recorded in results.json per process as ``layout``)."""
+
+    policy: str
+    seed: int | None  # the run's layout seed it was drawn from; None for the fixed and random policies
+    heap_offset: int  # bytes of C heap taken before the workload
+    mmap_pages: int  # pages of address space reserved before the workload
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def draw(process_index: int, seed: int | None = None, which: str | None = None) -> Layout:
+    """The layout of process ``process_index`` of a case under policy ``which`` (default: ``policy()``)
+    and the run's ``seed`` (default: ``run_seed()``). The same seed and index always give the same
+    layout, so the two sides of a lockstep pair (the same index in one run) share theirs."""
+    which = which or policy()
+    if which == "fixed":
+        return Layout("fixed", None, index_heap_offset(process_index), 0)
+    if which == "random":
+        return Layout("random", None, 0, 0)
+    seed = run_seed() if seed is None else seed
+    rng = random.Random(f"perfgate-layout:{seed}:{process_index}")
+    return Layout("drawn", seed, HEAP_STEP * (1 + rng.randrange(HEAP_SPAN // HEAP_STEP)), rng.randrange(MMAP_PAGES))
+
+
+_held: list[Any] = []  # what a layout took, alive for the process's life
+
+
+def apply(layout: Layout) -> None:
+    """Take the layout's heap bytes and address space in this process and keep them. The C heap serves a
+    small allocation from a free chunk where one fits (then later allocations move less than the offset);
+    the reservation is never touched, so it costs address space, not memory."""
+    import ctypes
+    import mmap
+
+    if layout.heap_offset:
+        try:
+            libc = ctypes.CDLL(None)
+            libc.malloc.restype = ctypes.c_void_p
+            libc.malloc.argtypes = [ctypes.c_size_t]
+            _held.append(libc.malloc(layout.heap_offset))
+        except (OSError, AttributeError):  # no C library to ask: a Python buffer of the size instead
+            _held.append(bytearray(layout.heap_offset))
+    if layout.policy == "drawn":
+        try:
+            _held.append(mmap.mmap(-1, (MMAP_BASE_PAGES + layout.mmap_pages) * mmap.PAGESIZE,
+                                   flags=mmap.MAP_PRIVATE, prot=0))  # PROT_NONE
+        except (OSError, ValueError, AttributeError):
+            pass

@@ -1,0 +1,68 @@
+"""benchmarks/gpu_check.py: its refusal without CUDA, its bounded steps and the summary rows it reads from
+a run folder (here the first GPU run's results, 2026-11-26 on an H200). Its GPU path runs only on a GPU."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import gpu_check  # noqa: E402
+
+H200_ROLLOUT = REPO / "tests" / "data" / "gpu" / "h200-rollout-pr-results.json"
+
+
+def test_without_cuda_it_exits_3_with_one_line_and_writes_nothing(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here: the check would run")
+    out = tmp_path / "check"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 3
+    assert proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("gpu_check: no CUDA device here (torch ") and "is_available() is False" in line
+    assert not out.exists()
+
+
+def test_a_step_past_its_timeout_is_stopped_with_its_whole_process_group(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    script = ("import subprocess, sys, time; "
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(child.pid)); time.sleep(60)")
+    step = gpu_check.bounded([sys.executable, "-c", script], tmp_path, 3, tmp_path / "step.log")
+    assert step["timed_out"] is True and step["rc"] != 0 and step["log"] == "step.log"
+    child = int(pid_file.read_text())
+    for _ in range(50):  # the orphaned grandchild is reaped by init shortly after its signal
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the step's grandchild {child} outlived the step's timeout")
+    assert gpu_check.bounded([sys.executable, "-c", "pass"], tmp_path, 30, tmp_path / "ok.log")["timed_out"] is False
+
+
+def test_the_summary_rows_of_the_first_gpu_run(tmp_path):
+    shutil.copyfile(H200_ROLLOUT, tmp_path / "results.json")
+    rows = {r["case"].split("/")[2]: r for r in gpu_check.case_rows(tmp_path)}
+    assert list(rows) == ["eager", "amp-fp16", "amp-bf16", "cudnn-benchmark", "tf32", "channels-last", "cuda-graphs"]
+    eager, fp16, graphs = rows["eager"], rows["amp-fp16"], rows["cuda-graphs"]
+    assert eager["status"] == "ok" and eager["processes"] == 5 and eager["bound"] == "overhead-bound"
+    assert eager["sampling_stopped"].startswith("settled")
+    assert 5.8e-4 < eager["step_time_s"]["median"] < 6.1e-4
+    assert fp16["processes"] == 16 and fp16["sampling_stopped"].startswith("budget: 16 processes")
+    assert fp16["speedup_vs_eager"]["value"] == pytest.approx(0.661, abs=1e-3)
+    assert fp16["drift"]["verdict"] == "drift" and fp16["drift"]["rel_l2"] == pytest.approx(0.835, abs=1e-3)
+    assert graphs["status"] == "failed" and graphs["failure_class"] == "error"
+    assert graphs["message"] == "RuntimeError: Attempt to increase offset for a CUDA generator not in capture mode."
+    assert gpu_check.case_rows(tmp_path / "missing") == []
