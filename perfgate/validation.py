@@ -271,7 +271,6 @@ Index = Annotated[int, satisfying(lambda v: v >= 0), WithJsonSchema({"type": "in
                   expected("an integer >= 0")]
 Count = Annotated[int, satisfying(lambda v: v >= 1), WithJsonSchema({"type": "integer", "minimum": 1}),
                   expected("an integer >= 1")]
-Flag = Annotated[bool, expected("true or false")]
 # a measured value: NaN and infinities allowed (the drift of a broken toggle can be NaN)
 Measured = Annotated[_NUMBER, _number_schema(), expected("a number")]
 Number = Annotated[_NUMBER, satisfying(math.isfinite), _number_schema(), expected("a finite number")]
@@ -347,18 +346,17 @@ def check(model: type[M], data: Any, source: str, where: str = "", table: str = 
     """``data`` validated as ``model``; else ``error`` with one line naming ``source``, the field, what would
     be valid and the value found. ``where`` prefixes field paths; ``table`` names a TOML table
     (``tool.perfgate``) whose unknown keys are reported as ``[tool.perfgate.suites.x]``; ``nouns`` rewords
-pydantic's error types (TOML says "a table" where JSON says "an object")."""
+    pydantic's error types (TOML says "a table" where JSON says "an object")."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         problem = exc.errors(include_url=False)[0]
     loc, kind, ctx = tuple(problem["loc"]), problem["type"], problem.get("ctx") or {}
-    if kind == "field":
-        loc = (*loc, ctx["field"])
-    field = path_text(loc, where)
     value = problem.get("input")
-    if kind == "field":  # a model validator's complaint: show the field's value, not the whole object
+    if kind == "field":  # a model validator's complaint about one field: name it, show its value
+        loc = (*loc, ctx["field"])
         value = value.get(ctx["field"]) if isinstance(value, dict) else getattr(value, ctx["field"], value)
+    field = path_text(loc, where)
     if kind == "unknown_keys":
         inside = f"[{table}{'.' + field if field else ''}]" if table else (field or "the document")
         raise error(f"{source}: unknown key(s) {ctx['unknown']} in {inside}; valid: {ctx['valid']}")
@@ -366,8 +364,8 @@ pydantic's error types (TOML says "a table" where JSON says "an object")."""
         raise error(f"{source}: {field} is missing")
     if kind in ("expected", "field"):
         words = problem["msg"]
-    elif kind in {**_WORDS, **(nouns or {})}:
-        words = {**_WORDS, **(nouns or {})}[kind].format(expected=str(ctx.get("expected", "")).replace("'", ""))
+    elif kind in (vocabulary := {**_WORDS, **(nouns or {})}):
+        words = vocabulary[kind].format(expected=str(ctx.get("expected", "")).replace("'", ""))
     else:  # a rule no type above words; pydantic's own sentence, which names it
         words = f"valid ({problem['msg']})"
     raise error(f"{source}: {field or 'document'} must be {words}, got {describe(value)}")
