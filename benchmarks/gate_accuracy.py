@@ -91,21 +91,35 @@ class RolloutKnob(OperatorRollout):
 '''
 
 # Two families from outside the project, as a user would write them (the layout issue's reproduction): a
-# conv rollout of Conv2d-InstanceNorm-GELU blocks (64x64, 16 channels) and a small transformer block.
-CONV16 = '''
+# conv rollout of Conv2d-InstanceNorm-GELU blocks (64x64, 16 channels) and a small transformer block. Both
+# run T steps a unit; the knob adds steps, as a code change would add work.
+OUTSIDE = '''
 import os
 import torch
 from torch import nn
 from perfgate.workload import Built, Tolerance, Workload
 
-EXTRA = {extra}  # the fraction of work a "code change" adds: more rollout steps in every unit
+EXTRA = {extra}  # the fraction of work a "code change" adds: more steps in every unit
 
 
-class ConvKnob(Workload):
+class Knob(Workload):
     name = "gate_knob"
+    tolerance = Tolerance(rel_l2=1e-3)
+%s
+    def steps_per_unit(self, params):
+        return params["T"]
+
+    def run_unit(self, model, built, params):
+        extra = EXTRA + float(os.environ.get("GATE_KNOB_EXTRA", "0"))
+        state = built.state
+        for _ in range(round(params["T"] * (1 + extra))):
+            state = self.step(model, state, built, params)
+        return state
+'''
+
+CONV16 = OUTSIDE % '''
     description = "user's conv rollout: 3 Conv2d-InstanceNorm-GELU blocks, 64x64, 16 channels, batch 2"
     sizes = {{s: {{"T": 20, "grid": 64, "channels": 16, "batch": 2}} for s in ("smoke", "pr", "full")}}
-    tolerance = Tolerance(rel_l2=1e-3)
 
     def build(self, params, device, dtype, variants):
         torch.manual_seed(0)
@@ -118,34 +132,13 @@ class ConvKnob(Workload):
         x = torch.randn(params["batch"], 2, params["grid"], params["grid"], generator=g)
         return Built(model=model, state=x)
 
-    def steps_per_unit(self, params):
-        return params["T"]
-
-    def run_unit(self, model, built, params):
-        extra = EXTRA + float(os.environ.get("GATE_KNOB_EXTRA", "0"))
-        state = built.state
-        for _ in range(round(params["T"] * (1 + extra))):
-            state = self.step(model, state, built, params)
-        return state
-
     def step(self, model, state, built, params):
         return 0.5 * model(state) + 0.5 * state
 '''
 
-TRANSFORMER = '''
-import os
-import torch
-from torch import nn
-from perfgate.workload import Built, Tolerance, Workload
-
-EXTRA = {extra}  # the fraction of work a "code change" adds: more layers applied in every unit
-
-
-class TransformerKnob(Workload):
-    name = "gate_knob"
+TRANSFORMER = OUTSIDE % '''
     description = "user's small transformer block: 64 tokens, width 128, 4 heads, batch 2"
     sizes = {{s: {{"T": 8, "tokens": 64, "width": 128, "batch": 2}} for s in ("smoke", "pr", "full")}}
-    tolerance = Tolerance(rel_l2=1e-3)
     channels_last_applies = False
 
     def build(self, params, device, dtype, variants):
@@ -155,16 +148,6 @@ class TransformerKnob(Workload):
         g = torch.Generator().manual_seed(0)
         x = torch.randn(params["batch"], params["tokens"], params["width"], generator=g)
         return Built(model=model, state=x)
-
-    def steps_per_unit(self, params):
-        return params["T"]
-
-    def run_unit(self, model, built, params):
-        extra = EXTRA + float(os.environ.get("GATE_KNOB_EXTRA", "0"))
-        state = built.state
-        for _ in range(round(params["T"] * (1 + extra))):
-            state = self.step(model, state, built, params)
-        return state
 
     def step(self, model, state, built, params):
         return torch.nn.functional.layer_norm(model(state), state.shape[-1:])

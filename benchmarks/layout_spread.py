@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gate_accuracy import make_project, perfgate  # noqa: E402
 
-from perfgate.compare import performance_modes, process_time  # noqa: E402
+from perfgate.compare import performance_modes  # noqa: E402
 from perfgate.model import load_results  # noqa: E402
 from perfgate.stats import PROCESS_QUANTILE  # noqa: E402
 
@@ -47,7 +47,7 @@ def run_once(proj: Path, name: str, processes: int) -> tuple[list[tuple[int, str
         raise SystemExit(f"perfgate run failed ({proc.returncode}): {proc.stderr[-1500:]}")
     (case,) = load_results(out / "results.json").cases
     rows = [(p.process_index if p.process_index is not None else i, json.dumps(p.layout) if p.layout else "-",
-             process_time(p.step_times_s, PROCESS_QUANTILE)) for i, p in enumerate(case.processes)]
+             p.step_time(PROCESS_QUANTILE)) for i, p in enumerate(case.processes)]
     return rows, wall
 
 
@@ -56,13 +56,19 @@ def main() -> int:
     ap.add_argument("--family", default="conv16")
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--processes", type=int, default=8)
+    ap.add_argument("--layouts", type=int, default=1, help="[tool.perfgate.timing] layouts in the project")
     ap.add_argument("--out", type=Path, help="write every run's per-process figures here as JSON")
     args = ap.parse_args()
     print(f"load before {os.getloadavg()}; PERFGATE_LAYOUT={os.environ.get('PERFGATE_LAYOUT', '(default)')}; "
-          f"family {args.family}, {args.runs} runs x {args.processes} processes", flush=True)
+          f"family {args.family}, {args.runs} runs x {args.processes} processes, {args.layouts} layout(s) each",
+          flush=True)
     record: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="layout-spread-") as tmp:
         projects = [make_project(Path(tmp) / name, 0.0, None, None, args.family) for name in PROJECT_NAMES]
+        if args.layouts > 1:
+            for proj in projects:
+                with (proj / "pyproject.toml").open("a") as fh:
+                    fh.write(f"\n[tool.perfgate.timing]\nlayouts = {args.layouts}\n")
         medians = []
         for run in range(args.runs):
             proj = projects[run % len(projects)]

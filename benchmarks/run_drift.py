@@ -33,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gate_accuracy  # noqa: E402 - the benchmark's own workloads and perfgate runner
 
-from perfgate.compare import process_time  # noqa: E402
 from perfgate.model import load_results  # noqa: E402
 from perfgate.stats import PROCESS_QUANTILE  # noqa: E402
 
@@ -56,7 +55,7 @@ def run_values(run_dir: Path, quantile: float) -> dict[str, list[float]]:
     """Per case: each process's step time (seconds), in process order."""
     out: dict[str, list[float]] = {}
     for case in load_results(run_dir / "results.json").cases:
-        out[case.spec.workload] = [process_time(p.step_times_s, quantile) for p in case.processes]
+        out[case.spec.workload] = [p.step_time(quantile) for p in case.processes]
     return out
 
 

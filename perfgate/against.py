@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfgate import runner
+from perfgate import console, runner
 from perfgate.config import ConfigError, Settings
 from perfgate.model import STATUS_OK, CaseResult, CaseSpec
 from perfgate.plan import Catalog, parse_probe_answer
@@ -176,7 +175,7 @@ def checkout(settings: Settings, ref: str) -> BaseCheckout:
         raise ConfigError(f"--against {ref}: not a commit in {repo_top} (a branch, tag or hash is valid)")
     commit = rev.stdout.strip()
     for stale in prune_stale_worktrees(repo_top):
-        print(f"perfgate: removed the stale worktree {stale} (its perfgate did not finish)", file=sys.stderr)
+        console.echo(f"perfgate: removed the stale worktree {stale} (its perfgate did not finish)", err=True)
     holder = Path(tempfile.mkdtemp(prefix=HOLDER_PREFIX))
     path = holder / "base"
     lock_fd = _lock(holder)  # before the worktree exists: no other perfgate's prune can take it for stale
@@ -278,9 +277,9 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
                 head_results.append(out.result)
                 t_head += out.wall_s
             else:
-                base_job = runner.LockstepJob(runner.case_config(spec, base_file, settings, i, base_dir,
-                                                                 profile=(i == 0)),
-                                              base_dir / ".work", base_env, base.path)
+                base_cfg = runner.case_config(spec, base_file, settings, i, base_dir, profile=(i == 0))
+                base_cfg["timing"].pop("layouts", None)  # pairs never regroup; an older base worker lacks the key
+                base_job = runner.LockstepJob(base_cfg, base_dir / ".work", base_env, base.path)
                 # base and head side by side, sampling in turns: the same moments of the machine for both
                 base_out, head_out = lockstep_pair(base_job, head_job, settings, i)
                 head_results.append(head_out.result)

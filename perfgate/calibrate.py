@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate import layout
-from perfgate.compare import GateSettings, case_time_change, judge_time, process_time
+from perfgate.compare import GateSettings, case_time_change, judge_time
 from perfgate.model import STATUS_OK, CaseResult
 from perfgate.stats import quantile
 
@@ -151,7 +151,7 @@ def analyse(key: str, rounds: list[CaseResult], gate: GateSettings, threshold: f
         return None
     procs = [p for r in ok for p in r.processes if p.samples_ns]
     within = statistics.median(robust_cv(p.step_times_s) for p in procs)
-    sd = between_process_sd([process_time(p.step_times_s, gate.process_quantile) for p in procs])
+    sd = between_process_sd([p.step_time(gate.process_quantile) for p in procs])
     verdicts, ratios = [], []
     for a, b in zip(ok, ok[1:], strict=False):
         change = case_time_change(a, b, gate)

@@ -19,6 +19,7 @@ import click
 from perfgate import config as config_mod
 from perfgate import layout
 from perfgate.config import ConfigError
+from perfgate.console import echo
 from perfgate.model import STATUS_OK, SchemaError
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
@@ -26,7 +27,7 @@ EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:
-    click.echo(f"perfgate: error: {message}", err=True)
+    echo(f"perfgate: error: {message}", err=True)
     sys.exit(code)
 
 
@@ -97,28 +98,28 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
     dirs = [*settings.workloads_dirs, *(Path(d) for d in workloads_dirs)]
     probe = run_probe(dirs, settings.threads)
     env = probe["environment"]
-    click.echo(f"torch {env['torch']}  cuda available: {env['cuda_available']}"
+    echo(f"torch {env['torch']}  cuda available: {env['cuda_available']}"
                + (f"  device: {env['device_name']}" if env.get("device_name") else ""))
-    click.echo("\nWorkloads:")
+    echo("\nWorkloads:")
     for name, info in probe["workloads"].items():
-        click.echo(f"  {name}: {info['description']}")
+        echo(f"  {name}: {info['description']}")
         for size, params in info["sizes"].items():
-            click.echo(f"      {size}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
+            echo(f"      {size}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
         for v, desc in info.get("variants", {}).items():
-            click.echo(f"      variant {v}: {desc}")
+            echo(f"      variant {v}: {desc}")
     errors = probe.get("workload_errors", [])
     for err in errors:
-        click.echo(f"  ERROR {err['error']}")
-    click.echo("\nToggles (requirements; can it run here?):")
+        echo(f"  ERROR {err['error']}")
+    echo("\nToggles (requirements; can it run here?):")
     for t in probe["toggles"]:
         reqs = ", ".join(t["requires"]) or "-"
         here = "yes" if not t.get("unmet_here") else f"no: {t['unmet_here']}"
-        click.echo(f"  {t['name']:<24} needs {reqs:<32} {here}")
-    click.echo("\nSuites:")
+        echo(f"  {t['name']:<24} needs {reqs:<32} {here}")
+    echo("\nSuites:")
     for s in settings.suites.values():
-        click.echo(f"  {s.name}: {s.description}")
-        click.echo(f"      workloads {', '.join(s.workloads)}; sizes {', '.join(s.sizes)}; device {s.device}")
-        click.echo(f"      toggles {', '.join(s.toggles)}")
+        echo(f"  {s.name}: {s.description}")
+        echo(f"      workloads {', '.join(s.workloads)}; sizes {', '.join(s.sizes)}; device {s.device}")
+        echo(f"      toggles {', '.join(s.toggles)}")
     if errors:  # listed above with the rest; a broken workload file is still a configuration error
         fail(f"{len(errors)} workload file(s) failed to load: {', '.join(e['file'] for e in errors)}")
 
@@ -256,21 +257,21 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
 
         cases, run.settings["shard"] = select_shard(cases, shard_obj, shard_costs, settings, suite_obj.name,
                                                     env["machine_key"])
-        click.echo(f"perfgate: shard {shard_obj.text}: {len(cases)} of {run.settings['shard']['cases_total']} "
+        echo(f"perfgate: shard {shard_obj.text}: {len(cases)} of {run.settings['shard']['cases_total']} "
                    f"case(s), balanced by {run.settings['shard']['cost_source']}")
         if not cases:
             runner.write_results(replace(run, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z")),
                                  run_dir / "results.json")
-            click.echo(f"perfgate: nothing to run in shard {shard_obj.text}; results: {run_dir / 'results.json'}")
+            echo(f"perfgate: nothing to run in shard {shard_obj.text}; results: {run_dir / 'results.json'}")
             return
-    click.echo(f"perfgate: {len(cases)} case(s) of {run.what_ran} on {cases[0].device}, "
+    echo(f"perfgate: {len(cases)} case(s) of {run.what_ran} on {cases[0].device}, "
                f"{sampling_plan(settings)}, {settings.threads} thread(s) -> {run_dir}")
 
     def progress(event: str, k: int, n: int, spec: Any, result: Any, elapsed: float) -> None:
         if event == "start":
-            click.echo(console.progress_line(k, n, spec, elapsed, k - 1))
+            echo(console.progress_line(k, n, spec, elapsed, k - 1))
         else:
-            click.echo(f"      {result.status:<8} {console.outcome_text(result)}  ({result.duration_s:.1f} s)")
+            echo(f"      {result.status:<8} {console.outcome_text(result)}  ({result.duration_s:.1f} s)")
 
     if settings.reports_dir in run_dir.parents:
         runner.mark_latest(settings.reports_dir, run_dir)
@@ -279,7 +280,7 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     if against_ref:  # the gate's same-job A/B mode: perfgate/gate.py
         no_evidence = None
         try:
-            code = gate_mod.execute_against(against_ref, cases, files, settings, run, run_dir, progress, click.echo,
+            code = gate_mod.execute_against(against_ref, cases, files, settings, run, run_dir, progress, echo,
                                             gate=gate)
         except gate_mod.NoEvidence as exc:  # exit 3 once the summary and the history have the run
             code, no_evidence = EXIT_INFRA, exc
@@ -292,10 +293,10 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
         sys.exit(code)
     lockstep = None
     if no_baseline:
-        click.echo(f"perfgate: no baseline at {no_baseline}: --gate judges the expectations alone")
+        echo(f"perfgate: no baseline at {no_baseline}: --gate judges the expectations alone")
     if stored:  # settle what the stored comparison does not in lockstep against the baseline's commit
         lockstep, why_not = gate_mod.lockstep_commit(settings, stored[1])
-        click.echo(f"perfgate: step-time changes the stored comparison does not settle at its first look are "
+        echo(f"perfgate: step-time changes the stored comparison does not settle at its first look are "
                    f"settled in lockstep against the baseline's commit {lockstep[:12]}" if lockstep else
                    f"perfgate: step times are judged against the stored baseline alone ({why_not})")
     sampler_for = gate_mod.sampler_factory(settings, "stored" if stored else "plain", stored[1] if stored else None,
@@ -306,24 +307,24 @@ def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], t
     runner.write_results(run, run_dir / "results.json")
     write_tensorboard_scalars(run, run_dir)
     write_reports(run)
-    click.echo(f"reports: {run_dir / 'report.html'} (also summary.md, junit.xml)")
-    click.echo(console.run_tables(run))
+    echo(f"reports: {run_dir / 'report.html'} (also summary.md, junit.xml)")
+    echo(console.run_tables(run))
     if run.expectations:  # every rule on the cases it matched (perfgate/expect.py); --gate fails on a miss
-        click.echo("\n" + expect.console_text(expect.evaluate(run)))
-    click.echo(f"\n{runner.summary_status(run)}; results: {run_dir / 'results.json'}")
+        echo("\n" + expect.console_text(expect.evaluate(run)))
+    echo(f"\n{runner.summary_status(run)}; results: {run_dir / 'results.json'}")
     if history:  # before the gate's verdict: a regression is history too
         _add_run_to_history(settings, run_dir)
     if not any(c.status == STATUS_OK for c in run.cases):
         fail("no case could run (see the failures and skip reasons above)", EXIT_INFRA)
     if stored:  # compare with the stored baseline: perfgate/gate.py
         code = gate_mod.gate_run(run, run_dir, settings, stored,
-                                 strict_env=strict_env, gate=gate, cases=cases, workload_files=files, echo=click.echo,
+                                 strict_env=strict_env, gate=gate, cases=cases, workload_files=files, echo=echo,
                                  lockstep=lockstep)
         if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
             publish_summary(run_dir)
         sys.exit(code)
     if no_baseline:
-        code = gate_mod.conclude_expectations_alone(run, no_baseline, click.echo)
+        code = gate_mod.conclude_expectations_alone(run, no_baseline, echo)
         publish_summary(run_dir)
         sys.exit(code)
 
@@ -365,7 +366,7 @@ def compare_cmd(config: str | None, current: str, baseline: str, gate: bool, str
     from perfgate import gate as gate_mod
 
     settings = load_settings(config)
-    sys.exit(gate_mod.compare_files(current, baseline, settings, strict_env=strict_env, gate=gate, echo=click.echo))
+    sys.exit(gate_mod.compare_files(current, baseline, settings, strict_env=strict_env, gate=gate, echo=echo))
 
 
 @main.group("baseline")
@@ -399,9 +400,9 @@ def baseline_update_cmd(config: str | None, results: str | None, allow_failed: b
     previous = baselines.load_baseline(path) if path.exists() else None
     new = baselines.from_run(run, previous, source=str(results))
     baselines.write_baseline(new, path)
-    click.echo(f"baseline {path} <- {results}")
+    echo(f"baseline {path} <- {results}")
     for line in baselines.changes(previous, new):
-        click.echo(line)
+        echo(line)
 
 
 @baseline_group.command("show")
@@ -415,10 +416,10 @@ def baseline_show_cmd(config: str | None, path: str | None) -> None:
     settings = load_settings(config)
     paths = [Path(path)] if path else baselines.list_baselines(settings.baselines_dir)
     if not paths:
-        click.echo(f"no baselines under {settings.baselines_dir}; `perfgate baseline update` makes one")
+        echo(f"no baselines under {settings.baselines_dir}; `perfgate baseline update` makes one")
     for p in paths:
         for line in baselines.describe(baselines.load_baseline(p)):
-            click.echo(line)
+            echo(line)
 
 
 @main.command("calibrate")
@@ -469,7 +470,7 @@ def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, .
     base = baselines.load_baseline(path) if write else None  # fail early, before minutes of measuring
     work = Path(settings.reports_dir) / ".calibrate"
     per_side = gs.max_processes if gs.adaptive else settings.processes
-    click.echo(f"perfgate calibrate: {len(cases)} case(s) x {rounds} A/A rounds, "
+    echo(f"perfgate calibrate: {len(cases)} case(s) x {rounds} A/A rounds, "
                + (f"processes added until each round's step time is within +/-{gs.plain_precision() * 100:g}% "
                   f"(at most {gs.max_processes})" if gs.adaptive else f"{settings.processes} process(es) each"))
     sampler_for = gate_mod.sampler_factory(settings, "plain")
@@ -481,16 +482,16 @@ def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, .
         threshold, _ = gs.threshold_for(rounds_done[0], spec.key)
         noise = calibrate.analyse(spec.key, rounds_done, gs, threshold, per_side)
         if noise is None:
-            click.echo(f"{spec.key}: {rounds_done[0].status}, nothing to calibrate")
+            echo(f"{spec.key}: {rounds_done[0].status}, nothing to calibrate")
             continue
         results[spec.key] = noise
         for line in calibrate.report_lines(noise):
-            click.echo(line)
+            echo(line)
     if write and base is not None:
         for key, noise in results.items():
             base.calibration[key] = noise.to_json()
         baselines.write_baseline(base, path)
-        click.echo(f"stored {len(results)} calibrated threshold(s) in {path}")
+        echo(f"stored {len(results)} calibrated threshold(s) in {path}")
 
 
 def calibrate_ceilings(settings: config_mod.Settings, env: dict[str, Any], machine_key: str, write: bool) -> None:
@@ -502,10 +503,10 @@ def calibrate_ceilings(settings: config_mod.Settings, env: dict[str, Any], machi
     except RuntimeError as exc:
         fail(str(exc), EXIT_INFRA)
     for line in roofline.ceilings_lines(measured, env.get("device_name")):
-        click.echo(line)
+        echo(line)
     if write:
         path = roofline.write_ceilings(roofline.ceilings_path(settings.baselines_dir, machine_key), measured)
-        click.echo(f"stored the ceilings in {path}")
+        echo(f"stored the ceilings in {path}")
 
 
 # ---------------------------------------------------------------- perfgate merge (issue 7)
@@ -548,9 +549,9 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
     run, warnings = merge_runs(results, out_dir)
     runner.write_results(run, out_dir / "results.json")
     for w in warnings:
-        click.echo(f"perfgate: warning: {w}", err=True)
-    click.echo(console.run_tables(run))
-    click.echo(f"\n{runner.summary_status(run) or 'no cases'}; merged results: {out_dir / 'results.json'}")
+        echo(f"perfgate: warning: {w}", err=True)
+    echo(console.run_tables(run))
+    echo(f"\n{runner.summary_status(run) or 'no cases'}; merged results: {out_dir / 'results.json'}")
     code, no_evidence = EXIT_OK, None
     if gate or baseline_file or rejudge:
         try:
@@ -565,15 +566,15 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
         try:
             if comparison is not None:
                 gate_mod.write_comparison(comparison, out_dir)
-                code = gate_mod.conclude(comparison, gate, click.echo, run)
+                code = gate_mod.conclude(comparison, gate, echo, run)
             else:
                 path = Path(baseline_file) if baseline_file else gate_mod.default_baseline_path(settings, run)
                 code = gate_mod.compare_files(str(out_dir), str(path), settings, strict_env=strict_env, gate=gate,
-                                              echo=click.echo)
+                                              echo=echo)
         except gate_mod.NoEvidence as exc:  # exit 3 once the merged reports are written
             code, no_evidence = EXIT_INFRA, exc
     write_run_reports(run, out_dir, load_comparison_file(out_dir))
-    click.echo(f"reports: {out_dir / 'report.html'} (also summary.md, junit.xml)")
+    echo(f"reports: {out_dir / 'report.html'} (also summary.md, junit.xml)")
     if gate:
         publish_summary(out_dir)
     if no_evidence:
@@ -596,7 +597,7 @@ def _run_reports_writer(run_dir: Path) -> Callable[[Any], None]:
         except Exception as exc:  # noqa: BLE001 - any exporter failure; results.json stands
             if not warned:
                 warned.append(str(exc))
-                click.echo(f"perfgate: warning: could not write the reports: {type(exc).__name__}: {exc}", err=True)
+                echo(f"perfgate: warning: could not write the reports: {type(exc).__name__}: {exc}", err=True)
 
     return write
 
@@ -631,8 +632,8 @@ def report_cmd(config: str | None, results: str, baseline: str | None, against_r
     comparison = load_comparison(run, baseline, against_results, settings)
     report = ReportInput(run, comparison, run_dir=run_dir.resolve())
     for path in write_all(report, out_dir, chosen):
-        click.echo(f"wrote {path}")
-    click.echo(report.verdict.headline)
+        echo(f"wrote {path}")
+    echo(report.verdict.headline)
 
 
 # ---------------------------------------------------------------- perfgate tensorboard (issue 3)
@@ -645,7 +646,7 @@ def write_tensorboard_scalars(run: Any, run_dir: Path) -> None:
 
         write_tensorboard(run, run_dir / "tb")
     except Exception as exc:  # noqa: BLE001 - TensorBoard's writer is optional to the run's outcome
-        click.echo(f"perfgate: warning: TensorBoard scalars not written: {exc}", err=True)
+        echo(f"perfgate: warning: TensorBoard scalars not written: {exc}", err=True)
 
 
 @main.command("tensorboard")
@@ -674,11 +675,11 @@ def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: st
         tb = tbserver.start(tb_dir, host=host, port=port or tbserver.free_port(host))
     except RuntimeError as exc:
         fail(str(exc), EXIT_INFRA)
-    click.echo(f"TensorBoard on {tb_dir}: {tb.url}  (Ctrl-C to stop)")
+    echo(f"TensorBoard on {tb_dir}: {tb.url}  (Ctrl-C to stop)")
     if not tbserver.profiler_plugin_installed():
-        click.echo(tbserver.PROFILER_PLUGIN_HELP.format(tb_dir=tb_dir))
+        echo(tbserver.PROFILER_PLUGIN_HELP.format(tb_dir=tb_dir))
     else:
-        click.echo(f"Traces: the PYTORCH_PROFILER tab; or open a .pt.trace.json from {tb_dir} in https://ui.perfetto.dev")
+        echo(f"Traces: the PYTORCH_PROFILER tab; or open a .pt.trace.json from {tb_dir} in https://ui.perfetto.dev")
     try:
         tb.process.wait()
     except KeyboardInterrupt:
@@ -695,7 +696,7 @@ def _add_run_to_history(settings: config_mod.Settings, run_dir: Path) -> None:
     from perfgate.history import commands
 
     for line in commands.add_from_run(settings, run_dir):
-        click.echo(line)
+        echo(line)
 
 
 history_url_option = click.option("--history-url", "history_url", default=None, metavar="URL",
@@ -724,7 +725,7 @@ def history_add_cmd(config: str | None, history_url: str | None, runs: tuple[str
     from perfgate.history import commands
 
     for line in commands.add(load_settings(config), list(runs), history_url, commit, branch):
-        click.echo(line)
+        echo(line)
 
 
 series_options = [
@@ -756,7 +757,7 @@ def history_show_cmd(config: str | None, history_url: str | None, patterns: tupl
     """Each case's series of METRIC: commit, date, value, CI (table), or csv/json for notebooks."""
     from perfgate.history import commands
 
-    click.echo(commands.show(load_settings(config), history_url, patterns, metric, since, last, branch,
+    echo(commands.show(load_settings(config), history_url, patterns, metric, since, last, branch,
                              machine_key, fmt), nl=False)
 
 
@@ -776,7 +777,7 @@ def history_detect_cmd(config: str | None, history_url: str | None, patterns: tu
 
     text, regressions = commands.detect(load_settings(config), history_url, patterns, metric, since, last, branch,
                                         machine_key, all_metrics, fmt)
-    click.echo(text, nl=False)
+    echo(text, nl=False)
     if fail_on_regression and regressions:
         sys.exit(EXIT_GATE)
 
@@ -797,7 +798,7 @@ def history_report_cmd(config: str | None, history_url: str | None, patterns: tu
 
     path = commands.report(load_settings(config), history_url, patterns, metric, since, last, branch, machine_key,
                            all_metrics, Path(out))
-    click.echo(f"wrote {path}")
+    echo(f"wrote {path}")
 
 
 @main.command("bisect")
@@ -819,7 +820,7 @@ def bisect_cmd(config: str | None, good: str, bad: str, case: str, metric: str, 
     from perfgate.history import commands
 
     sys.exit(commands.bisect(load_settings(config), good, bad, case, metric, processes, samples, threshold,
-                             click.echo))
+                             echo))
 
 
 @main.command("init")
@@ -839,10 +840,10 @@ def init_cmd(gpu_runner: str | None, suite_only: bool, force: bool, action: str 
     planned = init.plan(top, gpu_runner, suite_only, force, action or init.ACTION)
     init.apply(top, planned)
     for p in planned:
-        click.echo(f"{p.state:>9}  {p.path}")
+        echo(f"{p.state:>9}  {p.path}")
     if gpu_runner and not suite_only:
-        click.echo(init.RUNNER_GROUPS_WARNING.replace("LABEL", gpu_runner), err=True)
-    click.echo(init.NEXT_STEPS)
+        echo(init.RUNNER_GROUPS_WARNING.replace("LABEL", gpu_runner), err=True)
+    echo(init.NEXT_STEPS)
 
 
 @main.command("doctor")
@@ -861,7 +862,7 @@ def doctor_cmd(config: str | None) -> None:
         probe, error = None, str(exc)
     findings = [*doctor.diagnose(probe, error, settings.threads), *doctor.check_baselines(settings)]
     for finding in findings:
-        click.echo(finding.line())
+        echo(finding.line())
     sys.exit(EXIT_INFRA if any(f.status == doctor.FAIL for f in findings) else EXIT_OK)
 
 

@@ -39,12 +39,12 @@ from perfgate.model import (
     STATUS_SKIPPED,
     CaseResult,
     Comparison,
+    ProcessSamples,
     RunResult,
     Verdict,
     higher_is_better,
 )
-from perfgate.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, quantile_name
-from perfgate.stats import quantile as stats_quantile
+from perfgate.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, process_step_time, quantile_name
 
 STEP_TIME = "step_time"
 ACCURACY = "accuracy"
@@ -300,9 +300,10 @@ def set_aside_slowed(logs: Sequence[float]) -> list[float]:
     return [x for x in logs if x <= fence]
 
 
-def process_time(samples: Sequence[float], quantile: float = 0.5) -> float:
-    """One worker process's step time: the ``quantile`` of its samples (0.5: the median)."""
-    return stats_quantile(sorted(samples), quantile)
+def process_time(samples: Sequence[float], quantile: float = 0.5, layout_groups: Sequence[int] | None = None) -> float:
+    """One worker process's step time: the ``quantile`` of its samples (0.5: the median); over several
+    layouts, the median of each layout's (``stats.process_step_time``)."""
+    return process_step_time(samples, quantile, layout_groups)
 
 
 def _rank_test_can_reach(alpha: float, n1: int, n2: int | None = None) -> bool:
@@ -378,25 +379,33 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
                 paired: bool = False, confidence: float = 0.95, resamples: int = 4000,
                 seed: int = 0, base_bursts: Sequence[Sequence[int] | None] | None = None,
                 head_bursts: Sequence[Sequence[int] | None] | None = None,
-                run_to_run: float = 0.0, quantile: float = 0.5) -> TimeChange | None:
+                run_to_run: float = 0.0, quantile: float = 0.5,
+                base_layouts: Sequence[Sequence[int] | None] | None = None,
+                head_layouts: Sequence[Sequence[int] | None] | None = None) -> TimeChange | None:
     """Compare step-time samples grouped by worker process (seconds per step) of base and head.
 
     ``paired``: group i of base ran with group i of head (``--against``); ``base_bursts`` /
     ``head_bursts``: per process, its samples per lockstep burst (None where not sampled in lockstep).
     ``run_to_run``: relative sd of the ratio between repeated runs, added to the CI in quadrature.
-    ``quantile``: each process's step time is this quantile of its samples (``process_time``).
+    ``quantile``: each process's step time is this quantile of its samples (``process_time``);
+    ``base_layouts`` / ``head_layouts``: per process, its samples per memory layout (None: one layout).
     Returns None when either side has no samples.
     """
     import numpy as np
     from scipy import stats as sps
 
+    base_layouts = list(base_layouts or [None] * len(base_groups))
+    head_layouts = list(head_layouts or [None] * len(head_groups))
     if paired and len(base_groups) == len(head_groups):
         keep = [i for i in range(len(base_groups)) if len(base_groups[i]) and len(head_groups[i])]
         base_bursts = [(base_bursts or [None] * len(base_groups))[i] for i in keep]
         head_bursts = [(head_bursts or [None] * len(head_groups))[i] for i in keep]
+        base_layouts, head_layouts = [base_layouts[i] for i in keep], [head_layouts[i] for i in keep]
         base_groups, head_groups = [list(base_groups[i]) for i in keep], [list(head_groups[i]) for i in keep]
     else:
         paired = False
+        base_layouts = [lay for g, lay in zip(base_groups, base_layouts, strict=False) if len(g)]
+        head_layouts = [lay for g, lay in zip(head_groups, head_layouts, strict=False) if len(g)]
         base_groups = [list(g) for g in base_groups if len(g)]
         head_groups = [list(g) for g in head_groups if len(g)]
     if not base_groups or not head_groups:
@@ -406,8 +415,8 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
     process_level = len(base_groups) >= 2 and len(head_groups) >= 2
     set_aside, modes = (0, 0), (1, 1)
     if process_level:
-        base = np.log([process_time(g, quantile) for g in base_groups])
-        head = np.log([process_time(g, quantile) for g in head_groups])
+        base = np.log([process_time(g, quantile, lay) for g, lay in zip(base_groups, base_layouts, strict=True)])
+        head = np.log([process_time(g, quantile, lay) for g, lay in zip(head_groups, head_layouts, strict=True)])
         if not paired:
             kept_base, kept_head = set_aside_slowed(base), set_aside_slowed(head)
             set_aside = (len(base) - len(kept_base), len(head) - len(kept_head))
@@ -472,19 +481,69 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
     )
 
 
+# The clocks-event reasons (perfgate.gpu_clocks, read through NVML) for which a GPU slows itself down: heat,
+# power and the hardware's own slowdowns. Not an idle GPU, nor clocks someone set (applications clocks,
+# sync boost, display): those are the machine's configuration, the same for every process.
+THROTTLING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                      "hw_power_brake_slowdown", "board_limit", "reliability")
+
+
+def throttled(process: ProcessSamples) -> str | None:
+    """Why ``process``'s GPU throttled around its timed samples: the THROTTLING_REASONS NVML reported right
+    before or right after them, joined by ", "; None for a CPU process, one without clock readings, or one
+    whose GPU reported none of them."""
+    clocks = process.gpu_clocks or {}
+    seen: list[str] = []
+    for key in ("throttle_reasons_before", "throttle_reasons_after"):
+        seen += [r for r in clocks.get(key) or () if r in THROTTLING_REASONS and r not in seen]
+    return ", ".join(seen) or None
+
+
+def _throttled_kept(why: Sequence[str | None], units: str) -> tuple[list[int], str]:
+    """Indices of the ``units`` (processes of a side, or pairs) to keep given why each throttled, and what
+    was done in words. Throttled units are set aside while they are fewer than half: when half or more
+    throttle, throttling is how this GPU runs this load, not an accident of some processes, and all stay."""
+    hit = [i for i, w in enumerate(why) if w]
+    if not hit:
+        return list(range(len(why))), ""
+    reasons = ", ".join(sorted({r for w in why if w for r in w.split(", ")}))
+    if 2 * len(hit) < len(why):
+        return [i for i, w in enumerate(why) if not w], f"{len(hit)} {units} set aside as throttled ({reasons})"
+    return list(range(len(why))), f"{len(hit)} of {len(why)} {units} throttled ({reasons}), all kept: half or more"
+
+
 def case_time_change(base: CaseResult, head: CaseResult, gate: GateSettings, *, paired: bool = False,
                      confidence: float | None = None, run_to_run: float | None = None) -> TimeChange | None:
     """``time_change`` between two measured cases with the gate's settings: its bootstrap, seed, quantile and
     the run-to-run term of the mode (paired: ``--against``'s lockstep pairs, with their bursts), at
     ``confidence`` (a sequential look's) or the gate's own; ``run_to_run`` (the case's
     ``GateSettings.run_to_run_term``) or the configured default. The one call the gate, adaptive sampling
-    and ``perfgate calibrate`` share."""
-    return time_change([p.step_times_s for p in base.processes], [p.step_times_s for p in head.processes],
-                       paired=paired, confidence=gate.confidence if confidence is None else confidence,
-                       resamples=gate.bootstrap_resamples, seed=gate.seed,
-                       base_bursts=[p.bursts for p in base.processes], head_bursts=[p.bursts for p in head.processes],
-                       run_to_run=gate.run_to_run_for(paired, head.spec.device) if run_to_run is None else run_to_run,
-                       quantile=gate.process_quantile)
+    and ``perfgate calibrate`` share.
+
+    Processes whose GPU throttled (``throttled``) are set aside first, on each side (a pair with either
+    throttled, when paired), and the change's ``test`` says how many and why."""
+    base_p, head_p = list(base.processes), list(head.processes)
+    notes = []
+    if paired and len(base_p) == len(head_p):
+        keep, note = _throttled_kept([throttled(b) or throttled(h) for b, h in zip(base_p, head_p, strict=True)],
+                                     "pair(s)")
+        base_p, head_p = [base_p[i] for i in keep], [head_p[i] for i in keep]
+        notes = [note] if note else []
+    else:
+        for side, processes in (("base", base_p), ("head", head_p)):
+            keep, note = _throttled_kept([throttled(p) for p in processes], f"{side} process(es)")
+            processes[:] = [processes[i] for i in keep]
+            notes += [note] if note else []
+    change = time_change([p.step_times_s for p in base_p], [p.step_times_s for p in head_p],
+                         paired=paired, confidence=gate.confidence if confidence is None else confidence,
+                         resamples=gate.bootstrap_resamples, seed=gate.seed,
+                         base_bursts=[p.bursts for p in base_p], head_bursts=[p.bursts for p in head_p],
+                         base_layouts=[p.layout_groups for p in base_p], head_layouts=[p.layout_groups for p in head_p],
+                         run_to_run=gate.run_to_run_for(paired, head.spec.device) if run_to_run is None else run_to_run,
+                         quantile=gate.process_quantile)
+    if change is None or not notes:
+        return change
+    return replace(change, test=f"{change.test} ({'; '.join(notes)})")
 
 
 ADVICE_NOISY = ("the noise is too large to settle a change of this size: run more worker processes "
@@ -547,18 +606,18 @@ def _judge_size(change: TimeChange, threshold: float, threshold_source: str) -> 
     return kind, rule, advice
 
 
-def budget_advice(change: TimeChange, threshold: float, sampling: dict[str, Any], gate: GateSettings) -> str | None:
-    """What it would take to settle an inconclusive step time: the change this budget resolves, and the
-    processes (and seconds, at this case's pace) that would narrow the CI enough. A sketch: the sampling
-    part of the CI shrinks as 1/sqrt(processes), the run-to-run part does not."""
+def budget_advice(change: TimeChange, threshold: float, sampling: dict[str, Any], gate: GateSettings,
+                  confidence: float) -> str | None:
+    """What it would take to settle an inconclusive step time judged at ``confidence``: the change this
+    budget resolves, and the processes (and seconds, at this case's pace) that would narrow the CI enough.
+    A sketch: the sampling part of the CI shrinks as 1/sqrt(processes), the run-to-run part does not.
+    ``sampling`` (the case's record) is evidence for the advice's figures only, never for the verdict."""
     n, seconds = sampling.get("processes"), sampling.get("seconds")
-    if not isinstance(n, int) or n < 1 or not isinstance(seconds, (int, float)):
+    if (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10_000
+            or not isinstance(seconds, (int, float)) or not 0 <= seconds < 1e9):
         return None
     est = math.log(change.ratio)
     half = (math.log(change.high) - math.log(change.low)) / 2
-    confidence = sampling.get("confidence", gate.confidence)
-    if not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
-        confidence = gate.confidence
     z = statistics.NormalDist().inv_cdf(1 - (1 - confidence) / 2)
     floor = z * math.log1p(change.run_to_run)
     line = math.log1p(threshold)
@@ -670,21 +729,27 @@ def _status_verdict(key: str, base: CaseResult | None, cur: CaseResult | None) -
     return None
 
 
+# The confidence a case's step time is judged at, from the judging side's own sampling design
+# (perfgate.sequential.look_confidence); None: the gate's nominal confidence.
+LookConfidence = Callable[[CaseResult], float]
+
+
 def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: GateSettings, *,
-               paired: bool = False, calibration: dict[str, Any] | None = None) -> list[Verdict]:
-    """Every verdict of one case: its status, or its step time, accuracy and metrics when both ran ok."""
+               paired: bool = False, calibration: dict[str, Any] | None = None,
+               look_confidence: LookConfidence | None = None) -> list[Verdict]:
+    """Every verdict of one case: its status, or its step time, accuracy and metrics when both ran ok.
+    The step time is judged at ``look_confidence(cur)`` (the level of the sequential look that ends at
+    the case's process count) or the gate's confidence; never at a level the results file states."""
     status = _status_verdict(key, base, cur)
     if status is not None:
         return [status]
     assert base is not None and cur is not None
     out: list[Verdict] = []
     threshold, source = gate.threshold_for(cur, key, calibration)
-    sampling = cur.metadata.get("sampling") if isinstance(cur.metadata.get("sampling"), dict) else {}
-    # a case sampled until its comparison settled is judged at the confidence of the look that settled it
-    # (its share of the error rate, perfgate.sequential), never at the nominal one
-    confidence = sampling.get("confidence", gate.confidence)
-    if not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
-        confidence = gate.confidence
+    # a case sampled until its comparison settled is judged at the confidence of its last look (its share
+    # of the error rate, perfgate.sequential), recomputed here from the judge's settings: the level the
+    # case's metadata records was written by the measuring side, which may be the pull request's code
+    confidence = look_confidence(cur) if look_confidence is not None else gate.confidence
     run_to_run, run_to_run_source = gate.run_to_run_term(cur, key, calibration, paired)
     change = case_time_change(base, cur, gate, paired=paired, confidence=confidence, run_to_run=run_to_run)
     if change is None:
@@ -693,9 +758,11 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
         kind, rule, advice = judge_time(change, threshold, source)
         rule += f"; run-to-run {run_to_run * 100:g}% ({run_to_run_source})"
         if confidence != gate.confidence:
-            rule += f"; judged at {confidence * 100:.2f}% confidence ({sampling.get('stopped', '')})"
-        if kind == "inconclusive" and sampling:
-            advice = budget_advice(change, threshold, sampling, gate) or advice
+            rule += (f"; judged at {confidence * 100:.2f}% confidence (the sequential look at "
+                     f"{len(cur.processes)} processes)")
+        sampling = cur.metadata.get("sampling")
+        if kind == "inconclusive" and isinstance(sampling, dict):
+            advice = budget_advice(change, threshold, sampling, gate, confidence) or advice
         out.append(Verdict(
             case_key=key, metric=STEP_TIME, kind=kind,
             baseline=change.base_s, current=change.head_s,
@@ -720,8 +787,10 @@ def environment_diff(base_env: dict[str, Any], cur_env: dict[str, Any]) -> dict[
 
 def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | None = None, *,
                  mode: str = "baseline", baseline_source: str | None = None,
-                 calibration: dict[str, Any] | None = None, strict_env: bool = False) -> Comparison:
-    """Judge every case of ``current`` against ``baseline``. ``mode="against"`` pairs processes.
+                 calibration: dict[str, Any] | None = None, strict_env: bool = False,
+                 look_confidence: LookConfidence | None = None) -> Comparison:
+    """Judge every case of ``current`` against ``baseline``. ``mode="against"`` pairs processes;
+    ``look_confidence``: as judge_case.
 
     Raises ConfigError when ``strict_env`` and the environments differ in torch, CUDA, driver, Python
     or hardware.
@@ -740,7 +809,8 @@ def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | N
     verdicts: list[Verdict] = []
     for key in keys:
         verdicts.extend(judge_case(key, baseline.case(key), current.case(key), gate,
-                                   paired=(mode == "against"), calibration=calibration))
+                                   paired=(mode == "against"), calibration=calibration,
+                                   look_confidence=look_confidence))
     return Comparison(verdicts=verdicts, mode=mode, baseline_source=baseline_source, baseline=baseline,
                       environment_diff=diff, warnings=warnings)
 
@@ -757,7 +827,8 @@ def _ratio_text(v: Verdict) -> str:
 
 
 def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSettings, remeasure: Remeasure,
-                        calibration: dict[str, Any] | None = None) -> tuple[Comparison, list[CaseResult]]:
+                        calibration: dict[str, Any] | None = None,
+                        look_confidence: LookConfidence | None = None) -> tuple[Comparison, list[CaseResult]]:
     """Re-measure each case whose step time regressed; it fails the gate only if it regresses again.
 
     ``remeasure(key)`` runs the case again and returns (new head case, new base case or None to keep the
@@ -776,7 +847,8 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
         remeasured.append(head)
         base = base or comparison.baseline.case(v.case_key)
         new = [n for n in judge_case(v.case_key, base, head, gate, paired=comparison.mode == "against",
-                                     calibration=calibration) if n.metric in (STEP_TIME, STATUS)]
+                                     calibration=calibration, look_confidence=look_confidence)
+               if n.metric in (STEP_TIME, STATUS)]
         if not new:
             continue
         n = new[0]
@@ -799,7 +871,7 @@ LOCKSTEP_SETTLES = ("regression", "win", "inconclusive")  # stored step-time ver
 
 
 def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSettings, *, commit: str,
-                       calibration: dict[str, Any] | None = None
+                       calibration: dict[str, Any] | None = None, look_confidence: LookConfidence | None = None
                        ) -> tuple[Comparison, list[tuple[CaseResult, CaseResult]], set[str]]:
     """Judge again, paired, each stored step-time verdict in LOCKSTEP_SETTLES: ``measure(key)`` runs the case
     in lockstep pairs against the baseline's ``commit`` and returns (head, base), or None where it cannot
@@ -816,8 +888,8 @@ def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSet
             continue
         head, base = got
         pairs.append((head, base))
-        new = [n for n in judge_case(v.case_key, base, head, gate, paired=True, calibration=calibration)
-               if n.metric == STEP_TIME]
+        new = [n for n in judge_case(v.case_key, base, head, gate, paired=True, calibration=calibration,
+                                     look_confidence=look_confidence) if n.metric == STEP_TIME]
         if new:  # else a side failed or skipped in lockstep: the stored verdict stands
             n = new[0]
             verdicts[i] = replace(n, rule=f"{n.rule}; settled in lockstep against the baseline's commit "

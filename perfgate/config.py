@@ -69,6 +69,12 @@ class TimingSettings:
     # Sampling goes on past `samples` until this much time has passed: a window of a few ms is one moment
     # of a shared machine's load (a busy SMT sibling slows every sample in it alike); half a second is many.
     min_time_s: float = 0.5
+    # Memory layouts a worker samples one after the other (perfgate.layout): its samples come in this many
+    # groups, each after the workload is built anew on a freshly drawn layout, and its step time is the
+    # median over the groups. A layout can make a process stably fast or slow by up to 25% (docs/gate.md);
+    # sampled several times inside a process, that spread shrinks with samples, not only with processes.
+    # Applies to eager CPU cases timed on their own (not compiled, not graph-captured, not in lockstep).
+    layouts: int = 1
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,7 @@ class TimingTable(Table):
     warmup_tolerance: Seconds | None = None
     max_time_s: Seconds | None = None
     min_time_s: Seconds | None = None
+    layouts: Count | None = None
 
 
 class PerfgateTable(Table):

@@ -1,11 +1,38 @@
-"""What `perfgate run` prints: progress lines and a table per workload. No torch."""
+"""What perfgate prints: every console line goes through ``echo`` (``clean``); progress lines and a table
+per workload. No torch."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, Evidence, RunResult, Verdict
 from perfgate.stats import format_seconds
+
+# C0 and C1 control characters but the newline (terminal escape sequences start with ESC, 0x1b, or the C1
+# CSI/OSC, 0x9b/0x9d; a carriage return overwrites what a reader sees), and the Unicode controls that
+# reorder what a terminal shows (bidirectional embeddings, overrides and isolates).
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# GitHub's runner reads a log line as a workflow command when, leading whitespace trimmed, it starts with
+# "::" (`::error file=...::`, `::add-mask::`, `::stop-commands::`), or when it holds the legacy "##[" anywhere.
+_COMMAND_START = re.compile(r"^([^\S\n]*)(?=::)", re.MULTILINE)
+DATA_LINE_LABEL = "| "  # what a line that would start with "::" gets in front (indenting is not enough)
+
+
+def clean(text: str) -> str:
+    """``text`` safe to print to a terminal and to a GitHub Actions log: control characters dropped (a tab
+    becomes a space; newlines stay, they are the structure), every line that would start with "::" labelled
+    with DATA_LINE_LABEL, and the legacy "##[" broken up, so that no workload name, failure message or other
+    data can move the cursor, retitle the terminal or issue a workflow command."""
+    text = _CONTROL.sub(lambda m: " " if m.group() == "\t" else "", text)
+    return _COMMAND_START.sub(lambda m: DATA_LINE_LABEL + m.group(1), text).replace("##[", "## [")
+
+
+def echo(message: str = "", err: bool = False, nl: bool = True) -> None:
+    """Print ``message`` (one or more lines) through ``clean``: the one way perfgate's commands print."""
+    import click
+
+    click.echo(clean(str(message)), err=err, nl=nl)
 
 
 def _clock(seconds: float) -> str:

@@ -51,7 +51,7 @@ def write_comparison(comparison: Comparison, run_dir: Path, run: RunResult | Non
 
 
 class NoEvidence(runner.InfrastructureError):
-    """A gate none of whose cases carried evidence (compare.Evidence): exit 3, never a pass."""
+    """A gate none of whose cases carried evidence (model.Evidence): exit 3, never a pass."""
 
 
 def conclude(comparison: Comparison, gate: bool, echo: Echo, run: RunResult | None = None) -> int:
@@ -162,8 +162,10 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Pa
     gs = gate_settings(settings)
     path, base = stored
     baselines.check_covers(base, run)
+    # the levels of the looks the cases were sampled with (a screen when settling in lockstep follows)
     comparison = compare_runs(run, base.run, gs, baseline_source=str(path), calibration=base.calibration,
-                              strict_env=strict_env)
+                              strict_env=strict_env,
+                              look_confidence=sequential.look_confidence(gs, settings.processes, screen=bool(lockstep)))
     settled: set[str] = set()
     if lockstep:
         comparison, settled = settle_stored(comparison, run, run_dir, settings, lockstep, cases, workload_files,
@@ -183,7 +185,8 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Pa
             return runner.run_case(spec, workload_files[spec.workload], settings, run_dir,
                                    sampler=sampler_for(spec)), None
 
-        comparison, again = confirm_regressions(comparison, run, gs, remeasure, calibration=base.calibration)
+        comparison, again = confirm_regressions(comparison, run, gs, remeasure, calibration=base.calibration,
+                                                look_confidence=sequential.look_confidence(gs, settings.processes))
         record_remeasures(run, run_dir, again)
     write_comparison(comparison, run_dir, run, echo)
     return conclude(comparison, gate, echo, run)
@@ -219,8 +222,9 @@ def settle_stored(comparison: Comparison, run: RunResult, run_dir: Path, setting
                 echo(f"      lockstep {console.outcome_text(head)}")
                 return head, base_case
 
-            comparison, pairs, settled = settle_in_lockstep(comparison, measure, gs, commit=commit,
-                                                            calibration=calibration)
+            comparison, pairs, settled = settle_in_lockstep(
+                comparison, measure, gs, commit=commit, calibration=calibration,
+                look_confidence=sequential.look_confidence(gs, settings.processes))
     except ConfigError as exc:
         echo(f"perfgate: warning: could not settle in lockstep against the baseline's commit: {exc}")
         return comparison, set()
@@ -284,7 +288,9 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
             echo(f"      base     {console.outcome_text(base_case)}  ({base_case.duration_s:.1f} s)")
     echo(console.run_tables(run))
     gs = gate_settings(settings)
-    comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=f"git:{ref} ({base.commit[:12]})")
+    look = sequential.look_confidence(gs, settings.processes)
+    comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=f"git:{ref} ({base.commit[:12]})",
+                              look_confidence=look)
     if gs.remeasures("against") and any(v.metric == "step_time" and v.kind == "regression" for v in comparison.verdicts):
         specs = {s.key: s for s in cases}
         base_again: list[CaseResult] = []
@@ -299,7 +305,7 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
                 base_again.append(base_case)
             return head_case, base_case
 
-        comparison, again = confirm_regressions(comparison, run, gs, remeasure)
+        comparison, again = confirm_regressions(comparison, run, gs, remeasure, look_confidence=look)
         record_remeasures(run, run_dir, again)
         # both sides of each re-measure, so that `perfgate merge --rejudge` can confirm it again
         record_remeasures(base_run, base_dir, base_again)
@@ -322,8 +328,10 @@ def compare_files(current: str, baseline: str, settings: Settings, *, strict_env
     else:
         base_run = load_results(base_path)
     gs: GateSettings = gate_settings(settings)
+    # CURRENT's file is evidence only: its cases are judged at the levels `run --gate` with these settings
+    # gives the looks that end at their process counts, never at a level the file states
     comparison = compare_runs(cur, base_run, gs, baseline_source=str(base_path), calibration=calibration,
-                              strict_env=strict_env)
+                              strict_env=strict_env, look_confidence=sequential.look_confidence(gs, settings.processes))
     cur_dir = Path(current) if Path(current).is_dir() else Path(current).parent
     write_comparison(comparison, cur_dir)
     return conclude(comparison, gate, echo, cur)

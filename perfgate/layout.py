@@ -95,17 +95,19 @@ class Layout:
         return asdict(self)
 
 
-def draw(process_index: int, seed: int | None = None, which: str | None = None) -> Layout:
+def draw(process_index: int, seed: int | None = None, which: str | None = None, group: int = 0) -> Layout:
     """The layout of process ``process_index`` of a case under policy ``which`` (default: ``policy()``)
-    and the run's ``seed`` (default: ``run_seed()``). The same seed and index always give the same
-    layout, so the two sides of a lockstep pair (the same index in one run) share theirs."""
+    and the run's ``seed`` (default: ``run_seed()``); ``group`` > 0: the layout it moves to for its
+    ``group``-th group of samples (``[tool.perfgate.timing] layouts``). The same seed, index and group
+    always give the same layout, so the two sides of a lockstep pair (the same index in one run) share
+    theirs."""
     which = which or policy()
     if which == "fixed":
         return Layout("fixed", None, index_heap_offset(process_index), 0)
     if which == "random":
         return Layout("random", None, 0, 0)
     seed = run_seed() if seed is None else seed
-    rng = random.Random(f"perfgate-layout:{seed}:{process_index}")
+    rng = random.Random(f"perfgate-layout:{seed}:{process_index}" + (f":{group}" if group else ""))
     return Layout("drawn", seed, HEAP_STEP * (1 + rng.randrange(HEAP_SPAN // HEAP_STEP)), rng.randrange(MMAP_PAGES))
 
 

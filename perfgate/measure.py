@@ -68,6 +68,7 @@ class Measurement:
     stable: bool
     timer: str
     bursts: list[int] | None = None  # samples per lockstep burst, in order (None: sampled in one go)
+    layout_groups: list[int] | None = None  # samples per memory layout, in order (None: one layout)
 
 
 # ``lockstep(sample_ns, take, rewarm) -> bursts``: hands sampling to an orchestrator (perfgate.lockstep)
@@ -93,6 +94,9 @@ def measure(
     clock: Callable[[], float] = time.perf_counter,
     lockstep: Lockstep | None = None,
     check: Callable[[Any], None] | None = None,
+    layouts: int = 1,
+    relayout: Callable[[int], Callable[[], Any]] | None = None,
+    around_samples: Callable[[str], None] | None = None,
 ) -> Measurement:
     """Time ``unit``: first call alone (compile lands there), warm-up until three consecutive units agree
     within ``warmup_tolerance`` (or ``max_warmup`` units), then ``samples`` samples of ``loops`` units each,
@@ -105,7 +109,14 @@ def measure(
 
     ``check`` is called with what the first call returned (it raises when that is not a valid output), and
     again with what any later call returned when that is None: every call is checked, the later ones only
-    for the cheapest sign of a step that stopped returning its output."""
+    for the cheapest sign of a step that stopped returning its output.
+
+    ``layouts`` > 1 with ``relayout`` (and no lockstep): the samples come in that many groups, each a share
+    of ``samples``, ``min_time_s`` and ``max_time_s``; before group k > 0, ``relayout(k)`` returns the unit
+    to time from then on (the workload built anew on another memory layout), warmed up by 3 units first.
+
+    ``around_samples`` is called with "before" once warm-up is done and with "after" once the last sample
+    is taken (perfgate.gpu_clocks reads the GPU's clocks there), outside every timed sample."""
     t0 = clock()
     first = unit()
     sync()
@@ -130,12 +141,14 @@ def measure(
 
     out: list[int] = []
     bursts: list[int] | None = None
+    layout_groups: list[int] = []
+    current = [unit]  # the unit being timed: another one after each relayout
     gc_was_enabled = gc.isenabled()
     gc.collect()
     gc.disable()
 
     def take(n: int) -> list[int]:
-        got = [timer.time_ns(unit, loops) for _ in range(n)]
+        got = [timer.time_ns(current[0], loops) for _ in range(n)]
         out.extend(got)
         return got
 
@@ -144,21 +157,44 @@ def measure(
         sync()
 
     try:
+        if around_samples is not None:
+            around_samples("before")
         if lockstep is not None:
             bursts = lockstep(float(unit_ns * loops), take, rewarm)
         else:
-            sample_start = clock()
-            while True:
-                take(1)
-                elapsed = clock() - sample_start
-                if len(out) >= samples and elapsed >= min_time_s:
-                    break
-                if len(out) >= 3 and elapsed > max_time_s:
-                    break
+            groups = layouts if relayout is not None and layouts > 1 else 1
+            for group in range(groups):
+                if group:
+                    current[0] = relayout(group)
+                    if check is not None:
+                        current[0] = _every_return_checked(current[0], check)
+                    for _ in range(3):
+                        timer.time_ns(current[0], 1)
+                before = len(out)
+                _sample_group(take, clock, out, before + max(3, math.ceil(samples / groups)), min_time_s / groups,
+                              max_time_s / groups)
+                layout_groups.append(len(out) - before)
+        if around_samples is not None:
+            around_samples("after")
     finally:
         if gc_was_enabled:
             gc.enable()
-    return _measurement(first_call_s, warmup, loops, out, stable, timer, bursts)
+    return _measurement(first_call_s, warmup, loops, out, stable, timer, bursts,
+                        layout_groups if len(layout_groups) > 1 else None)
+
+
+def _sample_group(take: Callable[[int], list[int]], clock: Callable[[], float], out: list[int], samples: int,
+                  min_time_s: float, max_time_s: float) -> None:
+    """Take samples until ``out`` holds ``samples`` and ``min_time_s`` has passed, or past ``max_time_s``
+    once this call took at least 3."""
+    start, first = clock(), len(out)
+    while True:
+        take(1)
+        elapsed = clock() - start
+        if len(out) >= samples and elapsed >= min_time_s:
+            break
+        if len(out) - first >= 3 and elapsed > max_time_s:
+            break
 
 
 def _every_return_checked(unit: Callable[[], Any], check: Callable[[Any], None]) -> Callable[[], Any]:
@@ -173,6 +209,6 @@ def _every_return_checked(unit: Callable[[], Any], check: Callable[[Any], None])
 
 
 def _measurement(first_call_s: float, warmup: list[int], loops: int, out: list[int], stable: bool, timer: Timer,
-                 bursts: list[int] | None) -> Measurement:
+                 bursts: list[int] | None, layout_groups: list[int] | None = None) -> Measurement:
     return Measurement(first_call_s=first_call_s, warmup_units=len(warmup), loops=loops, samples_ns=out,
-                       warmup_ns=warmup, stable=stable, timer=timer.name, bursts=bursts)
+                       warmup_ns=warmup, stable=stable, timer=timer.name, bursts=bursts, layout_groups=layout_groups)

@@ -334,6 +334,7 @@ def judge_against(out_dir: str | Path, run: RunResult, settings: Settings) -> Co
     In CI the merging perfgate is the pull request's base, so a pull request that edits the gate's
     rules cannot pass its own gate. Raises ConfigError when the shards carry no base/ run."""
     from perfgate.compare import STEP_TIME, compare_runs, confirm_regressions, gate_settings
+    from perfgate.sequential import look_confidence
 
     out = Path(out_dir)
     base_file = out / "base" / "results.json"
@@ -344,7 +345,9 @@ def judge_against(out_dir: str | Path, run: RunResult, settings: Settings) -> Co
     ref = run.settings.get("against") or base_run.environment.get("git_ref") or "base"
     source = f"git:{ref} ({str(base_run.environment.get('git_commit', ''))[:12]}), judged again by this perfgate"
     gs = gate_settings(settings)
-    comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=source)
+    # every judging parameter from this side: the looks' levels too, replayed from our settings
+    look = look_confidence(gs, settings.processes)
+    comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=source, look_confidence=look)
     if gs.remeasures("against") and any(v.metric == STEP_TIME and v.kind == "regression" for v in comparison.verdicts):
         head_again = _cases_by_key(out / REMEASURE_FILE)
         base_again = _cases_by_key(out / "base" / REMEASURE_FILE)
@@ -355,7 +358,7 @@ def judge_against(out_dir: str | Path, run: RunResult, settings: Settings) -> Co
                 return None
             return head_again[key], base_again[key]
 
-        comparison, _ = confirm_regressions(comparison, run, gs, remeasure)
+        comparison, _ = confirm_regressions(comparison, run, gs, remeasure, look_confidence=look)
     return comparison
 
 

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from perfgate.stats import Ratio, SampleSummary, ratio_of, summarize
+from perfgate.stats import Ratio, SampleSummary, process_step_time, ratio_of, summarize
 from perfgate.validation import (
     Count,
     Document,
@@ -27,6 +27,7 @@ from perfgate.validation import (
     Measured,
     Name,
     NonNegative,
+    Number,
     SchemaError,
     Text,
     check,
@@ -178,6 +179,21 @@ class SpecDocument(Document):
     params: dict[str, Any] = {}
 
 
+class GpuClocksDocument(Document):
+    """A CUDA process's SM clock and throttle reasons around its samples (perfgate.gpu_clocks, NVML)."""
+
+    model_config = ConfigDict(extra="allow")
+    sm_clock_mhz_before: NonNegative | None = None
+    sm_clock_mhz_after: NonNegative | None = None
+    max_sm_clock_mhz: NonNegative | None = None
+    power_w: NonNegative | None = None
+    temperature_c: Number | None = None
+    throttle_reasons_before: list[Name] | None = None
+    throttle_reasons_after: list[Name] | None = None
+    nvml_device: Text | None = None
+    error: Text | None = None
+
+
 class ProcessDocument(Document):
     """The raw timing of one worker process: nanoseconds per sample of ``loops`` units of work."""
 
@@ -190,7 +206,9 @@ class ProcessDocument(Document):
     process_index: Index = 0
     heap_offset: Index | None = None
     layout: dict[str, Any] | None = None  # the memory layout this process drew (perfgate.layout)
+    layout_groups: list[Count] | None = None  # samples per memory layout, when it sampled several
     bursts: list[Index] | None = None  # compare.py checks their sum against the samples
+    gpu_clocks: GpuClocksDocument | None = None
 
 
 class AccuracyDocument(Document):
@@ -371,13 +389,22 @@ class ProcessSamples:
     # the memory layout this process drew (perfgate.layout: policy, seed, heap_offset, mmap_pages); None in
     # results written before layouts were drawn
     layout: dict[str, Any] | None = None
+    # samples per memory layout when the process sampled several, one after the other (perfgate.layout), else None
+    layout_groups: list[int] | None = None
     # samples per burst when sampled in lockstep with a paired process (``--against``), else None
     bursts: list[int] | None = None
+    # the GPU's SM clock and clocks-event (throttle) reasons before and after the samples, read through
+    # NVML (perfgate.gpu_clocks); None on CPU, without nvidia-ml-py, and in results written before it
+    gpu_clocks: dict[str, Any] | None = None
 
     @property
     def step_times_s(self) -> list[float]:
         per = 1e-9 / (self.loops * self.steps_per_unit)
         return [ns * per for ns in self.samples_ns]
+
+    def step_time(self, quantile: float) -> float:
+        """The process's step time as the gate judges it (``stats.process_step_time``), seconds."""
+        return process_step_time(self.step_times_s, quantile, self.layout_groups)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -388,7 +415,10 @@ class ProcessSamples:
 
     @classmethod
     def from_document(cls, doc: ProcessDocument) -> ProcessSamples:
-        return cls(**{name: getattr(doc, name) for name in ProcessDocument.model_fields})
+        fields = {name: getattr(doc, name) for name in ProcessDocument.model_fields}
+        if doc.gpu_clocks is not None:
+            fields["gpu_clocks"] = doc.gpu_clocks.model_dump(exclude_unset=True)
+        return cls(**fields)
 
 
 @dataclass

@@ -528,7 +528,9 @@ def case_config(spec: CaseSpec, workload_file: str, settings: Settings, process_
         "threads": settings.threads,
         "seed": settings.seed,
         "max_memory_mb": settings.max_memory_mb,
-        "timing": settings.timing.__dict__.copy(),
+        # "layouts" only when it asks for more than one: a worker of an older perfgate (an --against base)
+        # does not know the key, and lockstep pairs, the only runs that reach one, never regroup
+        "timing": {k: v for k, v in settings.timing.__dict__.items() if k != "layouts" or v != 1},
         "run_dir": str(run_dir),
         "profile": profile,
     }

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfgate.compare import GateSettings, case_time_change, judge_time, process_time, set_aside_slowed
+from perfgate.compare import GateSettings, case_time_change, judge_time, set_aside_slowed
 from perfgate.model import STATUS_OK, CaseResult
 
 GROWTH = 1.5  # each look has about this many times the processes of the one before
@@ -144,7 +144,7 @@ class PrecisionRule:
         """The relative half-width of the case's step-time CI, or None with fewer than 2 processes."""
         from scipy import stats as sps
 
-        logs = [math.log(process_time(p.step_times_s, self.quantile)) for p in head.processes if p.samples_ns]
+        logs = [math.log(p.step_time(self.quantile)) for p in head.processes if p.samples_ns]
         logs = set_aside_slowed(logs)
         if len(logs) < 2:
             return None
@@ -282,6 +282,45 @@ def make_sampler(gate: GateSettings, processes: int, rule: Rule | None, screen: 
     budget = Budget(first=first, max_processes=first if screen else max(first, gate.max_processes),
                     max_seconds=gate.max_case_s, adaptive=gate.adaptive, screen=screen)
     return Sampler(budget, rule if gate.adaptive else None, alpha=1.0 - gate.confidence)
+
+
+def _recorded_seconds(case: CaseResult, processes: int) -> float | None:
+    """The measuring side's elapsed seconds at the case's last look, when its record has one for exactly
+    ``processes``: evidence (like the samples), used only to tell whether the time budget ended the case."""
+    info = case.metadata.get("sampling")
+    looks = info.get("looks") if isinstance(info, dict) else None
+    last = looks[-1] if isinstance(looks, list) and looks and isinstance(looks[-1], dict) else {}
+    seconds = last.get("seconds")
+    if last.get("processes") != processes or isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return None
+    return float(seconds) if 0 <= seconds < 1e9 else None
+
+
+def look_confidence(gate: GateSettings, processes: int, *, screen: bool = False) -> Callable[[CaseResult], float]:
+    """The judge's confidence for a case's step time: the level of the look, in the judging side's own
+    sequential design (``make_sampler`` with ``gate`` and ``processes``, the judge's settings), that ends at
+    the case's process count, its earlier looks replayed on the design's schedule. Not adaptive: the gate's
+    confidence. The level a results file records is never read: the measuring side may be the pull
+    request's code (docs/ci.md, "What the judge reads"). The process count and the elapsed seconds are
+    evidence: they choose among the levels this design allows, they do not set one."""
+
+    def level(case: CaseResult) -> float:
+        # any comparison rule: only its kind matters to the schedule and the levels, never its decisions
+        sampler = make_sampler(gate, processes, ComparisonRule(gate, gate.threshold, "", paired=False),
+                               screen=screen)
+        n = len(case.processes)
+        if sampler.rule is None or n < 1:
+            return gate.confidence
+        schedule = sampler.budget.schedule
+        nxt = next((k for k in schedule if k > n), None)
+        seconds = _recorded_seconds(case, n)
+        # the sampler's own test: a look is final when no look follows it or the next would pass max_seconds
+        final = nxt is None or (seconds is not None and seconds / n * nxt > sampler.budget.max_seconds)
+        for done in [k for k in schedule if k < n]:
+            sampler._look_confidence(done, False)
+        return sampler._look_confidence(n, final)
+
+    return level
 
 
 SamplerFactory = Callable[[Any], "Sampler | None"]  # CaseSpec -> a Sampler for it (None: fixed processes)

@@ -73,6 +73,20 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] * (1 - frac) + sorted_values[hi] * frac
 
 
+def process_step_time(samples: Sequence[float], q: float, layout_groups: Sequence[int] | None = None) -> float:
+    """One worker process's step time: the ``q`` quantile of its samples. A process that sampled several
+    memory layouts one after the other (``layout_groups``: its samples per layout, in order; perfgate.layout)
+    gets the median over its layouts of each layout's quantile, so one layout of a few cannot decide it."""
+    if (layout_groups and len(layout_groups) > 1 and all(n > 0 for n in layout_groups)
+            and sum(layout_groups) == len(samples)):
+        values, start = [], 0
+        for n in layout_groups:
+            values.append(quantile(sorted(samples[start:start + n]), q))
+            start += n
+        return statistics.median(values)
+    return quantile(sorted(samples), q)
+
+
 def _binom_cdf(k: int, n: int) -> float:
     """P(X <= k) for X ~ Binomial(n, 1/2)."""
     if k < 0:

@@ -70,10 +70,50 @@ def read_text_capped(p: Path, what: str, missing_hint: str = "") -> str:
         raise SchemaError(f"{p}: {what} is not UTF-8 text (byte {exc.start}); not a perfgate file") from exc
 
 
+# The widest number a float holds has 309 digits; a JSON number past it either overflows the first float()
+# that meets it (OverflowError) or, past 4,300 digits, cannot even be read as an int (ValueError).
+MAX_NUMBER_DIGITS = 308
+# A cheap test of the whole text for a number that might be too large (a long run of digits, or a
+# 3-digit exponent); only then is the text read again with a check on every number.
+_MAYBE_HUGE = re.compile(rf"\d{{{MAX_NUMBER_DIGITS + 1},}}|[eE][+-]?\d{{3,}}")
+
+
+class _HugeNumber(Exception):
+    def __init__(self, literal: str) -> None:
+        super().__init__(literal)
+        self.literal = literal
+
+
+def _checked_int(literal: str) -> int:
+    if len(literal.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise _HugeNumber(literal)
+    return int(literal)
+
+
+def _checked_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):  # a finite literal too large for a float (1e400); JSON has no literal for infinity
+        raise _HugeNumber(literal)
+    return value
+
+
+def _loads(text: str) -> Any:
+    """json.loads, refusing (with _HugeNumber) a number with more than MAX_NUMBER_DIGITS digits or one that
+    overflows a float."""
+    if not _MAYBE_HUGE.search(text):
+        return json.loads(text)
+    return json.loads(text, parse_int=_checked_int, parse_float=_checked_float)
+
+
 def parse_json(text: str, source: str, what: str) -> Any:
-    """``text`` decoded as JSON, nested at most MAX_DEPTH deep; SchemaError naming ``source`` otherwise."""
+    """``text`` decoded as JSON, nested at most MAX_DEPTH deep, every number one a float can hold;
+    SchemaError naming ``source`` otherwise. Every untrusted JSON file perfgate reads comes through here."""
     try:
-        data = json.loads(text)
+        data = _loads(text)
+    except _HugeNumber as exc:
+        shown = exc.literal if len(exc.literal) <= 24 else f"{exc.literal[:12]}...{exc.literal[-6:]}"
+        raise SchemaError(f"{source}: {what} holds a number too large to be a measurement ({shown}, "
+                          f"{len(exc.literal)} characters); not a perfgate file") from None
     except json.JSONDecodeError as exc:
         raise SchemaError(f"{source}: {what} is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
     except RecursionError as exc:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from perfgate import gpu_clocks
 from perfgate import layout as layout_mod
 from perfgate.storage import atomic_write_json
 
@@ -194,9 +195,28 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
                 os.sched_setaffinity(0, cfg["cpus"])
             return lockstep_mod.serve(channel, sample_ns, take, rewarm)
 
-    with timed_context():
-        m = measure(timed_unit, timer, sync=sync, lockstep=lockstep,
-                    check=functools.partial(check_step_output, spec.workload), **timing)
+    relayout, moved_to = None, []
+    if (layout.policy == "drawn" and not compiled and not prepared.captured and lockstep is None
+            and not spec.device.startswith("cuda") and int(timing.get("layouts", 1)) > 1):
+        def relayout(group: int) -> Any:
+            """The workload built anew on the process's ``group``-th layout (perfgate.layout): a new heap
+            offset and reservation first, so its tensors and what its steps allocate land elsewhere."""
+            nonlocal prepared
+            moved = layout_mod.draw(index, layout.seed, "drawn", group)
+            layout_mod.apply(moved)
+            moved_to.append(moved.to_json())
+            prepared = toggles_mod.prepare(workload, params, spec.device, registry_toggles, variants)
+            return prepared.timed()[0]
+
+    clocks = gpu_clocks.recorder_for(spec.device)  # None on CPU or without nvidia-ml-py
+    try:
+        with timed_context():
+            m = measure(timed_unit, timer, sync=sync, lockstep=lockstep,
+                        check=functools.partial(check_step_output, spec.workload), relayout=relayout,
+                        around_samples=clocks.at if clocks is not None else None, **timing)
+    finally:
+        if clocks is not None:
+            clocks.close()
     result["process"] = {
         "samples_ns": m.samples_ns,
         "loops": m.loops,
@@ -206,8 +226,10 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "timer": m.timer,
         "process_index": index,
         "heap_offset": layout.heap_offset,
-        "layout": layout.to_json(),
+        "layout": {**layout.to_json(), "moved_to": moved_to} if moved_to else layout.to_json(),
+        "layout_groups": m.layout_groups,
         "bursts": m.bursts,
+        "gpu_clocks": clocks.record() if clocks is not None else None,
     }
     result["metrics"].update(workload.metrics(prepared.built))
     result["metadata"] = {

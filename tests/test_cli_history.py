@@ -144,3 +144,94 @@ def test_commit_and_branch_overrides(tmp_path: Path) -> None:
     assert row["commit"] == "d" * 40
     out = cli(["history", "add", "runs", "runs/run-000000", "--commit", "e" * 40], tmp_path, env)
     assert out.returncode == 2 and "one run's commit" in out.stderr
+
+
+# ---------------------------------------------------------------- a store's URL never shows its secrets
+
+SECRETS = ("hunter2", "s3cr3t-key", "p@ss", "pw-user")
+
+
+def _shapes(host_port: str) -> dict[str, str]:
+    """The ways a password rides in a PostgreSQL URL; the store is host_port/perfgate in each."""
+    return {
+        "userinfo": f"postgresql://perfgate:pw-user@{host_port}/perfgate",
+        "?password=": f"postgresql://perfgate@{host_port}/perfgate?password=hunter2",
+        "?sslpassword=": f"postgresql://perfgate@{host_port}/perfgate?sslpassword=s3cr3t-key&sslmode=disable",
+        "unencoded @": f"postgresql://perfgate:p@ss@{host_port}/perfgate",
+    }
+
+
+def _leaks(text: str) -> list[str]:
+    return [s for s in SECRETS if s in text] + (["userinfo"] if "//perfgate" in text else [])
+
+
+def test_redact_shows_dialect_host_port_and_database_only() -> None:
+    from perfgate.history.store import redact
+
+    for shape, url in _shapes("db.example.com:5433").items():
+        assert redact(url) == "postgresql://db.example.com:5433/perfgate", shape
+        assert redact(url.replace("postgresql:", "postgresql+psycopg:")) == "postgresql://db.example.com:5433/perfgate"
+    # whatever the URL's shape, nothing before its host and nothing after its database comes out
+    for odd in ("postgresql://u:pa/ss@h/db", "postgresql://u:pa?ss@h", "postgresql://u:pa/s?s@h",
+                "postgresql://h/db?password=a@b.example", "mysql://u:p@ss@h/db?password=hunter2", "postgresql:u:p@h"):
+        shown = redact(odd)
+        assert not any(s in shown for s in ("pa", "ss", "u:", "hunter2", "a@")), (odd, shown)
+
+
+def test_a_drivers_message_is_scrubbed_of_the_urls_secrets() -> None:
+    from perfgate.history.store import scrub
+
+    url = "postgresql+psycopg://bob:p%40ssw0rd@h:5/db?password=hunter2&sslpassword=s3cr3t-key"
+    text = scrub(f"auth failed for user bob (p@ssw0rd); options hunter2 s3cr3t-key; dsn {url}", url)
+    assert not any(s in text for s in ("bob", "p@ssw0rd", "p%40ssw0rd", "hunter2", "s3cr3t-key")), text
+    assert text.startswith("auth failed for user ***")
+
+
+@pytest.mark.parametrize("shape", list(_shapes("x")))
+def test_no_password_in_the_error_line_of_an_unreachable_store(tmp_path: Path, shape: str) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    url = _shapes(f"127.0.0.1:{port}")[shape]
+    for args, env in ((["history", "show", "--history-url", url], None),
+                      (["history", "report", "--out", str(tmp_path / "h.html")], {"PERFGATE_HISTORY_URL": url})):
+        out = cli(args, tmp_path, env)
+        assert out.returncode in (2, 3), out.stdout + out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert not _leaks(out.stdout + out.stderr), (shape, out.stderr)
+        assert f"127.0.0.1:{port}/perfgate" in out.stderr or "history store" in out.stderr
+
+
+def test_no_password_for_an_unsupported_database() -> None:
+    out = cli(["history", "show", "--history-url", "mysql://perfgate:p@ss@h/db?password=hunter2"], Path.cwd())
+    assert out.returncode == 2 and "unsupported database" in out.stderr, out.stderr
+    assert not _leaks(out.stderr), out.stderr
+
+
+def test_no_password_in_history_add_output_or_history_html(tmp_path: Path) -> None:
+    """A real PostgreSQL (trust authentication: the passwords ride along and are ignored) reached with each
+    URL shape that connects: `history add` says where it wrote, history.html names the store, and neither
+    shows the password or the user."""
+    from tests.fixtures.postgres import PostgresUnavailable, postgres_server
+
+    try:
+        with postgres_server() as pg:
+            host_port = pg.split("@", 1)[1].split("/", 1)[0]
+            folder = write_run(tmp_path / "runs", make_run(0, [0.01, 0.02]))
+            for shape, url in _shapes(host_port).items():
+                if shape == "unencoded @":  # cannot connect: its error line is the test above
+                    continue
+                added = cli(["history", "add", str(folder)], tmp_path, {"PERFGATE_HISTORY_URL": url})
+                assert added.returncode == 0, added.stderr
+                assert f"-> postgresql://{host_port}/perfgate" in added.stdout, added.stdout
+                assert not _leaks(added.stdout + added.stderr), (shape, added.stdout)
+                page = tmp_path / f"{shape.strip('?=')}.html"
+                made = cli(["history", "report", "--out", str(page)], tmp_path, {"PERFGATE_HISTORY_URL": url})
+                assert made.returncode == 0, made.stderr
+                html = page.read_text()
+                assert f"postgresql://{host_port}/perfgate" in html
+                assert not _leaks(html + made.stdout + made.stderr), shape
+    except PostgresUnavailable as exc:
+        pytest.skip(f"no PostgreSQL server for the tests: {exc}")

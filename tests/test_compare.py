@@ -13,6 +13,7 @@ from perfgate.compare import (
     GateSettings,
     TimeChange,
     budget_advice,
+    case_time_change,
     compare_runs,
     confirm_regressions,
     judge_case,
@@ -25,6 +26,7 @@ from perfgate.compare import (
     set_aside_slowed,
     settle_in_lockstep,
     shift_median,
+    throttled,
     time_change,
     walsh_median,
 )
@@ -172,6 +174,61 @@ def test_a_process_slowed_by_the_machine_throughout_is_set_aside():
     assert len(set_aside_slowed([0.0, 0.0, 1.0])) == 3
     assert len(set_aside_slowed([0.0, 0.001, 0.002, 0.001, 0.0, 0.05])) == 6
     assert len(set_aside_slowed([0.0, 0.001, 0.002, 0.001, 0.0, 0.10])) == 5
+
+
+def _throttled(c: CaseResult, indices: list[int], *reasons: str) -> CaseResult:
+    """``c`` with the processes at ``indices`` reporting ``reasons`` right after their samples (NVML)."""
+    for i in indices:
+        c.processes[i].gpu_clocks = {"sm_clock_mhz_before": 1980, "sm_clock_mhz_after": 1410,
+                                     "throttle_reasons_before": [], "throttle_reasons_after": list(reasons)}
+    return c
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_a_throttled_gpu_process_is_set_aside_and_no_longer_moves_the_verdict(paired):
+    """Three of eight head processes ran 12% slower because their GPU slowed itself down for heat: too many
+    for the slowed-by-the-machine rule (at most a quarter of a side), so kept they make the step time
+    inconclusive. Marked throttled by their clock readings, they (or their pairs) are set aside and the
+    verdict is what the code did: unchanged, the rule saying how many and why."""
+    rnd = random.Random(27)
+    base = slowed(rnd, 8, 1e-3, 0.0)
+    head = slowed(rnd, 5, 1e-3, 0.0) + [[x * 1.12 for x in g] for g in slowed(rnd, 3, 1e-3, 0.0)]
+    g = GateSettings(threshold=0.05, bootstrap_resamples=1000, run_to_run=0.01, process_quantile=0.1)
+
+    def step_time(head_case):
+        (v,) = [x for x in judge_case("k", case("eager", base), head_case, g, paired=paired) if x.metric == "step_time"]
+        return v
+
+    assert step_time(case("eager", head)).kind == "inconclusive"
+    v = step_time(_throttled(case("eager", head), [5, 6, 7], "sw_thermal_slowdown"))
+    assert v.kind == "unchanged"
+    unit = "pair(s)" if paired else "head process(es)"
+    assert f"3 {unit} set aside as throttled (sw_thermal_slowdown)" in v.rule
+    # idle and clock settings are the machine's configuration, not a slowdown: nothing set aside
+    v = step_time(_throttled(case("eager", head), [5, 6, 7], "gpu_idle", "applications_clocks_setting"))
+    assert v.kind == "inconclusive" and "throttled" not in v.rule
+
+
+def test_throttled_names_the_slowdown_reasons_only():
+    p = ProcessSamples(samples_ns=[1000])
+    assert throttled(p) is None  # a CPU process: no clock readings
+    p.gpu_clocks = {"error": "NVML did not initialise"}
+    assert throttled(p) is None
+    p.gpu_clocks = {"throttle_reasons_before": ["gpu_idle", "sync_boost"], "throttle_reasons_after": None}
+    assert throttled(p) is None
+    p.gpu_clocks = {"throttle_reasons_before": ["hw_slowdown", "sw_power_cap"],
+                    "throttle_reasons_after": ["sw_power_cap", "applications_clocks_setting"]}
+    assert throttled(p) == "hw_slowdown, sw_power_cap"
+
+
+def test_when_half_of_a_side_throttles_every_process_stays():
+    """Half or more of a side throttling is how this GPU runs this load (a power cap under a heavy kernel):
+    setting them aside would keep a minority as the fast truth, so all stay and the rule says so."""
+    rnd = random.Random(28)
+    base, head = case("eager", slowed(rnd, 4, 1e-3, 0.0)), _throttled(case("eager", slowed(rnd, 4, 1e-3, 0.0)), [0, 1], "sw_power_cap")
+    change = case_time_change(base, head, GateSettings(bootstrap_resamples=500))
+    assert change.n_head == 4
+    assert "2 of 4 head process(es) throttled (sw_power_cap), all kept" in change.test
 
 
 def test_a_minority_mode_is_never_kept_against_the_majority():
@@ -454,7 +511,7 @@ def test_lockstep_bursts_cancel_a_change_of_machine_speed_within_a_pair():
 def test_an_inconclusive_step_time_says_what_budget_would_settle_it(paired):
     gate = GateSettings()
     wide = replace(_change(1.02, 0.95, 1.10), paired=paired, run_to_run=0.01)  # the term the change carried
-    advice = budget_advice(wide, 0.05, {"processes": 5, "seconds": 40.0}, gate)
+    advice = budget_advice(wide, 0.05, {"processes": 5, "seconds": 40.0}, gate, 0.95)
     # half-width ln(1.10/0.95)/2 = 7.6%; to clear 1.05 from 1.02 it must shrink to ln(1.05/1.02) = 2.9%, of
     # which the run-to-run term (1.96 x 1%) does not shrink: 5 x (7.07 / sqrt(2.9^2 - 1.95^2))^2 = 55 processes
     assert "known to +/-7.6%" in advice
@@ -463,13 +520,13 @@ def test_an_inconclusive_step_time_says_what_budget_would_settle_it(paired):
     # the run-to-run term alone is wider than the distance to the line: no budget settles it
     # (1.01 under a 2% threshold: 1% from either line, less than the run-to-run term's 1.95%)
     stuck = replace(_change(1.01, 0.98, 1.04), paired=paired, run_to_run=0.01)
-    assert "no budget settles this one" in budget_advice(stuck, 0.02, {"processes": 16, "seconds": 60.0}, gate)
-    assert budget_advice(wide, 0.05, {}, gate) is None
+    assert "no budget settles this one" in budget_advice(stuck, 0.02, {"processes": 16, "seconds": 60.0}, gate, 0.95)
+    assert budget_advice(wide, 0.05, {}, gate, 0.95) is None
     # a smaller term (a lockstep pair's default, 0.5%: 5 x (7.27 / sqrt(2.9^2 - 0.98^2))^2 = 36 processes)
     # needs fewer, and the floor is taken at the confidence the case was judged at
     half = replace(wide, run_to_run=0.005)
-    assert "about 36 processes" in budget_advice(half, 0.05, {"processes": 5, "seconds": 40.0}, gate)
-    strict = budget_advice(wide, 0.05, {"processes": 5, "seconds": 40.0, "confidence": 0.99}, GateSettings())
+    assert "about 36 processes" in budget_advice(half, 0.05, {"processes": 5, "seconds": 40.0}, gate, 0.95)
+    strict = budget_advice(wide, 0.05, {"processes": 5, "seconds": 40.0}, GateSettings(), 0.99)
     assert ("about 36 processes" not in strict) and ("about 55 processes" not in strict)
 
 
@@ -523,3 +580,20 @@ def test_a_stored_gpu_comparison_does_not_call_a_win_that_a_whole_run_moving_exp
     gpu = verdict("cuda")
     assert gpu.kind == "inconclusive" and "run-to-run 3% (run_to_run_cuda default, not calibrated)" in gpu.rule
     assert verdict("cuda", {"k": {"run_to_run": 0.005}}).kind == "win"  # measured quiet: the evidence stands
+
+
+def test_a_process_that_sampled_several_layouts_is_the_median_of_them():
+    """One fast layout among a process's four does not make the process fast (stats.process_step_time),
+    and time_change reads the groups each process recorded."""
+    from perfgate.stats import process_step_time
+
+    slow, fast = [1.0e-3] * 3, [0.75e-3] * 3
+    samples = slow + fast + slow + slow
+    assert process_step_time(samples, 0.1) == pytest.approx(0.75e-3)  # one quantile over all: the fast layout
+    assert process_step_time(samples, 0.1, [3, 3, 3, 3]) == pytest.approx(1.0e-3)
+    assert process_step_time(samples, 0.1, [3, 3, 3]) == pytest.approx(0.75e-3)  # groups that do not add up: ignored
+    base = [slow * 4 for _ in range(6)]
+    head = [samples for _ in range(6)]
+    grouped = time_change(base, head, resamples=500, quantile=0.1, head_layouts=[[3, 3, 3, 3]] * 6)
+    assert grouped.ratio == pytest.approx(1.0)
+    assert time_change(base, head, resamples=500, quantile=0.1).ratio == pytest.approx(0.75)

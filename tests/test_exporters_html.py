@@ -195,3 +195,36 @@ def test_sample_strips_mark_the_step_time_the_gate_compares(tmp_path):
     run.settings = {"gate": [1, 2]}  # not a table at all: the defaults, and the page renders
     assert ReportInput(run).threshold == 0.05 and ReportInput(run).process_quantile == 0.1
     assert b"10th percentile" in HtmlExporter().render(ReportInput(run, comp))
+
+
+def test_each_process_shows_its_gpu_clocks_and_a_throttled_one_is_marked():
+    """Where the processes recorded their GPU's SM clock (NVML, perfgate.gpu_clocks), the toggle matrix shows
+    the range and how many throttled, and each process's sample strip says its clocks; a throttled process
+    is labelled so. What NVML said (an error text) is untrusted and shown as text."""
+    from perfgate.exporters.html import distribution_chart
+
+    run, comp = scenario(["operator_rollout"])
+    report = ReportInput(run, comp)
+    (row,) = [r for r in report.rows if r.is_time_regression]
+    assert row.gpu_clocks_text == ""  # CPU processes: nothing said
+    procs = row.case.processes
+    for p in procs:
+        p.gpu_clocks = {"sm_clock_mhz_before": 1980, "sm_clock_mhz_after": 1980, "max_sm_clock_mhz": 1980,
+                        "throttle_reasons_before": [], "throttle_reasons_after": ["gpu_idle"]}
+    procs[0].gpu_clocks.update(sm_clock_mhz_after=1410, throttle_reasons_after=["hw_thermal_slowdown"])
+    row.baseline_case.processes[0].gpu_clocks = {"error": "NVML did not initialise " + EVIL}
+    report = ReportInput(run, comp)
+    (row,) = [r for r in report.rows if r.is_time_regression]
+    assert row.gpu_clocks_text == (f"SM clock 1410-1980 MHz (max 1980); 1 of {len(procs)} process(es) throttled "
+                                   "(hw_thermal_slowdown)")
+    strips = distribution_chart(row).strips
+    current = [s for s in strips if s["css"] == "current"]
+    assert current[0]["label"] == f"current process {procs[0].process_index} (throttled)"
+    assert current[0]["mark_text"].endswith("; SM 1980 -> 1410 MHz (max 1980), throttled: hw_thermal_slowdown")
+    assert current[1]["label"] == f"current process {procs[1].process_index}"
+    assert current[1]["mark_text"].endswith("; SM 1980 -> 1980 MHz (max 1980)")
+    assert "; no GPU clocks: NVML did not initialise <script>" in strips[0]["mark_text"]
+    html = HtmlExporter().render(report).decode()
+    assert f"1 of {len(procs)} process(es) throttled (hw_thermal_slowdown)</span>" in html
+    assert "(throttled)</text>" in html
+    assert EVIL not in html and "&lt;script&gt;window.__pwned=1" in html

@@ -6,7 +6,7 @@ from fixtures.golden import assert_golden, fixed_run
 from fixtures.synthetic import synthetic_run
 
 from perfgate.exporters.base import ReportInput
-from perfgate.exporters.markdown import GITHUB_COMMENT_LIMIT, MarkdownExporter
+from perfgate.exporters.markdown import COMMENT_CUT, GITHUB_COMMENT_LIMIT, MarkdownExporter, comment_length
 from perfgate.model import Comparison, Verdict
 
 
@@ -66,17 +66,17 @@ def test_a_huge_suite_stays_under_the_comment_limit_with_a_pointer_to_the_html()
     workloads = [f"workload_{i:04d}_with_a_rather_long_descriptive_name" for i in range(300)]
     cur = synthetic_run(workloads, seed=2)
     few = render(cur)  # no comparison: the details table is what gets cut
-    assert len(few) < GITHUB_COMMENT_LIMIT
-    assert "more row(s) not shown to stay under GitHub's comment size limit; see `report.html`" in few
+    assert comment_length(few) < COMMENT_CUT < GITHUB_COMMENT_LIMIT
+    assert "more row(s) in `report.html`" in few
     assert few.rstrip().endswith("</details>")
     # thousands of regressions: the regression table itself is cut, the verdict line stays
     many = [Verdict(c.key, f"metric_{i}", "regression", ratio=1.5, ratio_low=1.4, ratio_high=1.6,
                     rule="deterministic: exact") for c in cur.cases for i in range(3)]
     text = render(cur, Comparison(verdicts=many, baseline_source="baselines/x.json"))
-    assert len(text) < GITHUB_COMMENT_LIMIT
+    assert comment_length(text) < COMMENT_CUT
     assert text.startswith("## perfgate: ❌ FAIL: 5400 regression(s)")
     assert "### Regressions" in text and "### Wins" not in text
-    assert "not shown to stay under GitHub's comment size limit" in text
+    assert "more row(s) in `report.html`" in text
 
 
 HOSTILE = ("@octocat please merge ![x](https://evil.example/pixel.png) [click](https://evil.example) "
@@ -99,3 +99,51 @@ def test_free_text_cannot_mention_link_or_load_images_in_the_pr_comment():
     for line in text.splitlines():
         if line.startswith("| `rollout"):
             assert outside_code_spans(line).count("|") == 8, line  # seven cells: no pipe leaked from the text
+
+
+def test_a_failure_class_in_the_expectations_table_is_shown_as_text():
+    """failure_class is any printable text in a results file; as the value of a `status` rule it reached the
+    expectations table outside a code span, where GitHub rendered its mention, image and link."""
+    from perfgate import expect
+
+    run = synthetic_run(["rollout"], toggles=("eager", "compile"), fail={"rollout/smoke/compile/cpu"})
+    run.cases[1].failure_class = "@octocat ![x](https://evil.example/p.png) [c](https://evil.example) #1"
+    run.expectations = [r.to_json() for r in expect.parse_rules({"rollout/*/*/*": ["status == ok"]})]
+    text = render(run)
+    assert "### Expectations" in text and "@octocat" in text
+    shown = "\n".join(outside_code_spans(line) for line in text.splitlines())
+    for needle in ("@", "](", "https://", "#1"):
+        assert needle not in shown, (needle, shown)
+
+
+def _case_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("| `")]
+
+
+def test_the_summary_fits_the_comment_cut_by_construction_and_never_cuts_a_span():
+    """At the limit: a suite whose every row is wide and full of emoji (two UTF-16 units each, as GitHub's
+    JavaScript counts them). summary.md stays under the comment step's 60,000-unit cut, so the step never
+    cuts it; rows are whole (each code span closed, seven cells), the rest counted in one line."""
+    emoji = "\U0001f525" * 60
+    workloads = [f"w{i:04d}_{emoji}" for i in range(400)]
+    cur = synthetic_run(workloads, toggles=("eager", "torchscript"), seed=4,
+                        fail={f"w{i:04d}_{emoji}/smoke/torchscript/cpu" for i in range(400)})
+    for c in cur.cases:
+        c.message = "RuntimeError: " + emoji + " `x` " * 20
+    text = render(cur)
+    assert len(text) < COMMENT_CUT < comment_length(text) + 1_000 + 300  # near the cut, counted as GitHub does
+    assert comment_length(text) <= COMMENT_CUT - 1_000
+    rows = _case_rows(text)
+    assert 0 < len(rows) < len(cur.cases)
+    for row in rows:
+        assert outside_code_spans(row).count("|") == 8, row  # whole rows: every span closed, seven cells
+    left_out = len(cur.cases) - len(rows)
+    assert f"*… {left_out} more row(s) in `report.html`" in text
+    assert text.rstrip().endswith("</details>")
+
+
+def test_a_huge_baseline_source_cannot_push_the_summary_past_the_cut():
+    """The lines always written (title, run line) quote data cut to a few hundred characters each."""
+    cur = synthetic_run(["rollout"], toggles=("eager",))
+    text = render(cur, Comparison(verdicts=[], baseline_source="git:" + "x" * 100_000))
+    assert comment_length(text) < COMMENT_CUT and "x" * 290 in text and "x" * 400 not in text

@@ -190,3 +190,49 @@ def test_probe_answer_and_shard_costs_readers(tmp_path, runs):
     for case in costs_doc["cases"]:
         del case["key"]  # so that the key comes from the spec, which is read too
     fuzz(tmp_path / "costs", "results.json", costs_doc, load_costs, seed=6, limit=300)
+
+
+HUGE_NUMBERS = [("a 4,301-digit integer", "9" * 4301), ("10^400", "1" + "0" * 400), ("-10^400", "-1" + "0" * 400),
+                ("1e400", "1e400")]
+
+
+def _numeric_paths(doc: Any) -> list[tuple[Any, ...]]:
+    return [p for p in list(_paths(doc))[1:] if isinstance(_get(doc, p), (int, float)) and not isinstance(_get(doc, p), bool)]
+
+
+def _get(doc: Any, path: tuple[Any, ...]) -> Any:
+    for p in path:
+        doc = doc[p]
+    return doc
+
+
+def test_numbers_no_float_can_hold_are_refused_with_one_line(tmp_path, runs):
+    """A results file may spell a number past what Python converts (more than 4,300 digits: ValueError) or
+    what a float holds (10^400: OverflowError on the first float()). Each, in every numeric field, is refused
+    with SchemaError where the JSON is read, or goes through everything after reading."""
+    base, cur = runs
+    doc = cur.to_json()
+    marker = 123456789.25
+    raw = []
+    for path in _numeric_paths(doc):
+        text = json.dumps(_set(doc, path, marker))
+        assert text.count(repr(marker)) == 1
+        raw.extend((f"{path} = {name}", text.replace(repr(marker), spelled).encode()) for name, spelled in HUGE_NUMBERS)
+
+    def read(f: Path) -> None:
+        _downstream(load_results(f), base, f.parent)
+
+    fuzz(tmp_path, "results.json", {}, read, seed=7, limit=0, raw=raw)
+
+
+@pytest.mark.parametrize("spelled", ["9" * 4301, "1" + "0" * 400, "1e400"])
+def test_the_cli_refuses_a_huge_number_in_a_results_file_with_exit_2(tmp_path, runs, spelled):
+    from conftest import run_cli
+
+    _, cur = runs
+    text = json.dumps(cur.to_json()).replace('"samples_ns": [', f'"samples_ns": [{spelled}, ', 1)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(text)
+    proc = run_cli("report", str(tmp_path / "run"), timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "number too large" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -286,6 +286,63 @@ def test_the_baselines_commit_is_untrusted_input(tmp_path):
     assert verdict(off, git_commit=head, git_dirty=False) == (None, "settle_in_lockstep = false")
 
 
+def tiny_project(workload: str = "tiny", toggle: str = "eager", workloads: str | Path = TEST_WORKLOADS) -> str:
+    """PYPROJECT with one case of a tests/workloads workload instead of scaled_work."""
+    return PYPROJECT.format(workloads=workloads).replace('["scaled_work"]', f'["{workload}"]').replace(
+        '["eager"]', f'["{toggle}"]')
+
+
+@pytest.mark.parametrize("rule, code", [("status == ok", 0), ("step_time_s <= 1e-12", 1)], ids=["met", "missed"])
+def test_expectations_gate_a_run_without_a_baseline(tmp_path, rule, code):
+    """No baseline stored yet: `run --gate` measures, judges the expectations, says there was no baseline,
+    and exits 1 only on a missed fail rule."""
+    (tmp_path / "pyproject.toml").write_text(tiny_project() + f'\n[tool.perfgate.expect]\n"tiny/*/eager/cpu" = ["{rule}"]\n')
+    proc = run_cli("run", "--gate", "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "no baseline to compare with" in proc.stdout and "Traceback" not in proc.stderr
+    assert ("expectation missed: tiny/smoke/eager/cpu" in proc.stdout) == (code == 1)
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    assert "no baseline compared" in summary if code == 1 else "NO BASELINE" in summary
+
+
+def test_gate_without_a_baseline_or_expectations_is_a_usage_error_before_measuring(tmp_path):
+    """Nothing to judge the run by: one line saying how to make a baseline, exit 2, no case run."""
+    (tmp_path / "pyproject.toml").write_text(tiny_project())
+    proc = run_cli("run", "--gate", "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "perfgate baseline update" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "[1/" not in proc.stdout and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("workload, toggle, why", [("fault_raise", "eager", "0 skipped, 1 failed"),
+                                                   ("tiny", "cuda-graphs", "1 skipped, 0 failed")],
+                         ids=["failed-on-both-sides", "skipped-on-both-sides"])
+def test_a_gate_with_no_evidence_exits_3_in_both_modes(tmp_path, workload, toggle, why):
+    """The only gated case fails (or is skipped) on both sides: `run --against REF --gate` and
+    `compare --gate` exit 3 with one line, never a pass, and the summary says no case carried evidence."""
+    repo = tmp_path / "repo"
+    (repo / "workloads").mkdir(parents=True)
+    (repo / "workloads" / "faults.py").write_text((TEST_WORKLOADS / "faults.py").read_text())
+    (repo / "pyproject.toml").write_text(tiny_project(workload, toggle, "workloads"))
+    (repo / ".gitignore").write_text("runs/\nreports/\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "base")
+    run_dir = repo / "runs" / "ab"
+    proc = run_cli("run", "--against", "HEAD", "--gate", "--out", str(run_dir), cwd=repo)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("perfgate: error: the gate has no evidence: none of the 1 case(s) ran") and why in line
+    assert "Evidence: 0 of 1 case(s)" in proc.stdout and "Gate passed" not in proc.stdout
+    summary = (run_dir / "summary.md").read_text()
+    assert "NO EVIDENCE" in summary and "Evidence: 0 of 1 case(s) ran and were judged" in summary
+    # the same verdicts from the stored files (the base run as the baseline): exit 3 as well
+    again = run_cli("compare", str(run_dir), str(run_dir / "base"), "--gate", cwd=repo)
+    assert again.returncode == 3, again.stdout + again.stderr
+    assert again.stderr.strip().startswith("perfgate: error: the gate has no evidence")
+    assert run_cli("compare", str(run_dir), str(run_dir / "base"), cwd=repo).returncode == 0  # not gated: a report
+
+
 CONV_ROLLOUT = """
 import torch
 from torch import nn
@@ -336,71 +393,3 @@ def test_an_a_a_pair_in_folders_of_other_lengths_is_neither_a_regression_nor_a_w
     (v,) = [v for v in data["verdicts"] if v["metric"] == "step_time"]
     assert v["kind"] in ("unchanged", "inconclusive"), v
     assert cmp.returncode == 0, cmp.stdout + cmp.stderr
-
-
-NO_BASELINE = """
-[tool.perfgate]
-workloads_dirs = ["{workloads}"]
-processes = 1
-
-[tool.perfgate.timing]
-samples = 3
-
-[tool.perfgate.suites.smoke]
-workloads = ["tiny"]
-toggles = ["eager"]
-device = "cpu"
-"""
-
-
-@pytest.mark.parametrize("rule, code", [("status == ok", 0), ("step_time_s <= 1e-12", 1)], ids=["met", "missed"])
-def test_expectations_gate_a_run_without_a_baseline(tmp_path, rule, code):
-    """No baseline stored yet: `run --gate` measures, judges the expectations, says there was no baseline,
-    and exits 1 only on a missed fail rule."""
-    (tmp_path / "pyproject.toml").write_text(NO_BASELINE.format(workloads=TEST_WORKLOADS)
-                                             + f'\n[tool.perfgate.expect]\n"tiny/*/eager/cpu" = ["{rule}"]\n')
-    proc = run_cli("run", "--gate", "--out", str(tmp_path / "r"), cwd=tmp_path)
-    assert proc.returncode == code, proc.stdout + proc.stderr
-    assert "no baseline to compare with" in proc.stdout and "Traceback" not in proc.stderr
-    assert ("expectation missed: tiny/smoke/eager/cpu" in proc.stdout) == (code == 1)
-    summary = (tmp_path / "r" / "summary.md").read_text()
-    assert "no baseline compared" in summary if code == 1 else "NO BASELINE" in summary
-
-
-def test_gate_without_a_baseline_or_expectations_is_a_usage_error_before_measuring(tmp_path):
-    """Nothing to judge the run by: one line saying how to make a baseline, exit 2, no case run."""
-    (tmp_path / "pyproject.toml").write_text(NO_BASELINE.format(workloads=TEST_WORKLOADS))
-    proc = run_cli("run", "--gate", "--out", str(tmp_path / "r"), cwd=tmp_path)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "perfgate baseline update" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    assert "[1/" not in proc.stdout and not (tmp_path / "r").exists()
-
-
-@pytest.mark.parametrize("workload, toggle, why", [("fault_raise", "eager", "0 skipped, 1 failed"),
-                                                   ("tiny", "cuda-graphs", "1 skipped, 0 failed")],
-                         ids=["failed-on-both-sides", "skipped-on-both-sides"])
-def test_a_gate_with_no_evidence_exits_3_in_both_modes(tmp_path, workload, toggle, why):
-    """The only gated case fails (or is skipped) on both sides: `run --against REF --gate` and
-    `compare --gate` exit 3 with one line, never a pass, and the summary says no case carried evidence."""
-    repo = tmp_path / "repo"
-    (repo / "workloads").mkdir(parents=True)
-    (repo / "workloads" / "faults.py").write_text((TEST_WORKLOADS / "faults.py").read_text())
-    (repo / "pyproject.toml").write_text(NO_BASELINE.format(workloads="workloads")
-                                         .replace('["tiny"]', f'["{workload}"]').replace('["eager"]', f'["{toggle}"]'))
-    (repo / ".gitignore").write_text("runs/\nreports/\n")
-    _git(repo, "init", "-q")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "base")
-    run_dir = repo / "runs" / "ab"
-    proc = run_cli("run", "--against", "HEAD", "--gate", "--out", str(run_dir), cwd=repo)
-    assert proc.returncode == 3, proc.stdout + proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("perfgate: error: the gate has no evidence: none of the 1 case(s) ran") and why in line
-    assert "Evidence: 0 of 1 case(s)" in proc.stdout and "Gate passed" not in proc.stdout
-    summary = (run_dir / "summary.md").read_text()
-    assert "NO EVIDENCE" in summary and "Evidence: 0 of 1 case(s) ran and were judged" in summary
-    # the same verdicts from the stored files (the base run as the baseline): exit 3 as well
-    again = run_cli("compare", str(run_dir), str(run_dir / "base"), "--gate", cwd=repo)
-    assert again.returncode == 3, again.stdout + again.stderr
-    assert again.stderr.strip().startswith("perfgate: error: the gate has no evidence")
-    assert run_cli("compare", str(run_dir), str(run_dir / "base"), cwd=repo).returncode == 0  # not gated: a report

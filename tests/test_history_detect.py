@@ -1,6 +1,10 @@
-"""Change points and creep on synthetic series with known steps, in noise like this machine's."""
+"""Change points and creep on synthetic series with known steps, in noise like this machine's; every series
+seeded."""
 
 from __future__ import annotations
+
+import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -72,20 +76,82 @@ def test_noise_alone_gives_almost_no_change_points() -> None:
     assert false <= 2
 
 
-def test_three_small_steps_are_reported_as_creep() -> None:
-    """Three +2% steps in 3% noise: no single one stands out, together they are a +6% creep."""
-    reported = 0
+def test_three_small_steps_are_flagged_and_the_whole_trend_is_a_creep_when_one_step_does_not_explain_it() -> None:
+    """Three +2% steps in 3% noise: no single one stands out. Each series is flagged as a regression (a
+    step or a creep); where the steps found fit worse than a straight line, the whole range is a creep
+    of about +6-10%. (One found step that fits better than the line is taken as the explanation: the
+    price of not calling every clean step a creep too; docs/history.md has the rates.)"""
+    creeps = 0
     for seed in range(10):
         x = noisy(100, 0.03, 200 + seed)
         for at in (25, 50, 75):
             x[at:] *= 1.02
         a = analyse("case", "step_time", points(x))
+        assert a.regressions >= 1
         creep = [c for c in a.creeps if c.kind == "regression"]
-        if creep or len(a.change_points) >= 3:
-            reported += 1
+        creeps += bool(creep)
         for c in creep:
-            assert 0.03 < c.change < 0.10 and c.ci_low < c.change < c.ci_high
-    assert reported >= 9
+            assert 0.03 < c.change < 0.12 and c.ci_low < c.change < c.ci_high
+    assert creeps >= 4
+
+
+def test_a_steady_creep_cut_into_steps_is_still_a_creep() -> None:
+    """+6% over 100 runs in 1% noise: found as two or three steps of 1.5-3%, which a line describes
+    better (fewer parameters for the same fit), so the whole range is a creep too."""
+    for seed in range(10):
+        x = noisy(100, 0.01, 600 + seed) * (1 + 0.06 * np.arange(100) / 99)
+        a = analyse("case", "step_time", points(x))
+        whole = [c for c in a.creeps if (c.start, c.end, c.kind) == (0, 99, "regression")]
+        assert len(whole) == 1 and 0.045 < whole[0].change < 0.075
+
+
+def test_a_clean_single_step_is_not_also_a_creep() -> None:
+    """The Theil-Sen line through one step rises by about 1.5x the step, and Mann-Kendall finds that
+    trend significant; the step explains it, so it is not reported again as a creep (the rule before
+    reported 10 creeps in these 40 series; the information criterion still lets about 3% of clean +5%
+    steps through, docs/history.md)."""
+    creeps, found = 0, 0
+    for seed in range(40):
+        x = noisy(100, 0.03, 400 + seed)
+        at = 20 + (seed * 3) % 61
+        x[at:] *= 1.05 if seed % 2 else 1.10
+        a = analyse("case", "step_time", points(x))
+        creeps += len(a.creeps)
+        found += any(abs(c.index - at) <= 5 for c in a.change_points)
+    assert found >= 38
+    assert creeps <= 2
+
+
+def test_a_transient_is_found_at_both_edges() -> None:
+    """+10% for 10 runs, then back, in 3% noise: neither edge stands on its own (each side of it mixes
+    both levels), so a lone edge looks for its other one."""
+    both = 0
+    for seed in range(20):
+        x = noisy(100, 0.03, 300 + seed)
+        at = 25 + 2 * seed
+        x[at:at + 10] *= 1.10
+        a = analyse("case", "step_time", points(x))
+        edges = [(c.index, c.kind) for c in a.change_points]
+        if len(edges) == 2 and abs(edges[0][0] - at) <= 2 and abs(edges[1][0] - (at + 10)) <= 2:
+            both += 1
+            assert [k for _, k in edges] == ["regression", "win"]
+    assert both >= 16  # the rule before found both edges in 9 of these 20
+    quiet = [1.0] * 30 + [1.1] * 10 + [1.0] * 30
+    assert change_point_indices(quiet) == [30, 40]
+
+
+def test_significance_per_test_is_the_old_max_pvalue() -> None:
+    with pytest.warns(DeprecationWarning, match="significance_per_test"):
+        old = DetectSettings(max_pvalue=1e-3)
+    assert old.significance_per_test == 1e-3 and old == DetectSettings(significance_per_test=1e-3)
+    with pytest.warns(DeprecationWarning, match="not a false-alarm rate"):
+        assert DetectSettings(significance_per_test=0.02).max_pvalue == 0.02
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert DetectSettings().significance_per_test == 1e-4
+        assert dataclasses.replace(old, window=20).significance_per_test == 1e-3
+    with pytest.raises(TypeError, match="not both"), pytest.warns(DeprecationWarning):
+        DetectSettings(significance_per_test=1e-3, max_pvalue=1e-2)
 
 
 def test_three_steps_in_quiet_noise_are_three_steps() -> None:

@@ -1,10 +1,12 @@
-"""The history store: SQLite and a real PostgreSQL, versioned migrations, refusals that leave a store
-untouched, and concurrent writers in separate processes that lose nothing."""
+"""The history store: SQLite and a real PostgreSQL, Alembic migrations (a store of the release before
+Alembic upgraded to head), refusals that leave a store untouched, and concurrent writers in separate
+processes that lose nothing."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -15,10 +17,12 @@ import sqlalchemy as sa
 
 from perfgate.history import ingest
 from perfgate.history.store import (
-    MIGRATIONS,
+    MIGRATIONS_DIR,
+    SCHEMA_HEAD,
     HistoryError,
     SeriesFilter,
     add_run,
+    metadata,
     open_store,
     resolve_url,
     run_count,
@@ -29,6 +33,9 @@ from tests.fixtures.history import commit_of, make_run, write_run
 from tests.fixtures.postgres import PostgresUnavailable, postgres_server
 
 ROOT = Path(__file__).resolve().parent.parent
+# A store written by the release before Alembic (tests/fixtures/history-store/README.md)
+BEFORE_ALEMBIC_DB = ROOT / "tests" / "fixtures" / "history-store" / "store-v1-before-alembic.db"
+BEFORE_ALEMBIC_PG_DDL = BEFORE_ALEMBIC_DB.with_suffix(".postgresql.sql")
 
 
 def _digest(path: Path) -> str:
@@ -114,33 +121,169 @@ def test_a_refused_run_is_an_error_not_a_duplicate(store_url: str) -> None:
         assert run_count(store) == 1
 
 
-def _extra_migration(conn: sa.Connection) -> None:
-    conn.exec_driver_sql("CREATE TABLE notes (id INTEGER PRIMARY KEY, text VARCHAR(100))")
+EXTRA_REVISION = '''"""A test's second revision: a table of notes."""
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0002"
+down_revision = "{down}"
+branch_labels = None
+depends_on = None
 
 
-def test_an_older_store_is_upgraded_with_its_data(store_url: str) -> None:
+def upgrade() -> None:
+    op.create_table("notes", sa.Column("id", sa.Integer, primary_key=True), sa.Column("text", sa.String(100)))
+
+
+def downgrade() -> None:
+    op.drop_table("notes")
+'''
+
+
+def test_an_older_store_is_upgraded_with_its_data(store_url: str, tmp_path: Path) -> None:
     with open_store(store_url, create=True) as store:
         add_run(store, _record(0, [0.01]))
-    with open_store(store_url, create=False, migrations=[*MIGRATIONS, _extra_migration]) as store:
-        assert store.version == len(MIGRATIONS) + 1
-        assert any("->" in n for n in store.notes)
+    newer = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS_DIR, newer, ignore=shutil.ignore_patterns("__pycache__"))
+    (newer / "versions" / "0002_notes.py").write_text(EXTRA_REVISION.format(down=SCHEMA_HEAD))
+    with open_store(store_url, create=False, migrations_dir=newer) as store:
+        assert store.revision == "0002"
+        assert any(f"{SCHEMA_HEAD} -> 0002" in n for n in store.notes)
         assert run_count(store) == 1
         with store.engine.connect() as conn:
             assert "notes" in sa.inspect(conn).get_table_names()
-    # this code, which knows fewer migrations, now refuses the store (newer than it)
-    with pytest.raises(HistoryError, match="newer than this perfgate knows"):
+    # this code, which knows fewer revisions, now refuses the store (newer than it)
+    with pytest.raises(HistoryError, match="revision 0002, newer than this perfgate knows"):
         open_store(store_url, create=True)
 
 
-def test_a_newer_sqlite_store_is_refused_untouched(tmp_path: Path) -> None:
+def test_missing_migration_scripts_are_one_line(tmp_path: Path) -> None:
+    url = resolve_url({}, tmp_path, "sqlite:///h.db")
+    with pytest.raises(HistoryError, match="schema migrations in .* cannot be read.*reinstall perfgate") as info:
+        open_store(url, create=True, migrations_dir=tmp_path / "nowhere")
+    assert "\n" not in str(info.value)
+
+
+def test_schema_head_is_alembics_head() -> None:
+    from alembic.script import ScriptDirectory
+
+    assert ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head() == SCHEMA_HEAD
+
+
+def _schema(url: str) -> dict:
+    """Everything about a database's tables that a query or a constraint depends on (alembic_version aside)."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            insp = sa.inspect(conn)
+            out = {}
+            for t in sorted(set(insp.get_table_names()) - {"alembic_version"}):
+                out[t] = {
+                    "columns": [(c["name"], str(c["type"]), c["nullable"], c.get("default"))
+                                for c in insp.get_columns(t)],
+                    "pk": insp.get_pk_constraint(t)["constrained_columns"],
+                    "fks": sorted((f["name"] or "", tuple(f["constrained_columns"]), f["referred_table"],
+                                   tuple(f["referred_columns"]), tuple(sorted(f["options"].items())))
+                                  for f in insp.get_foreign_keys(t)),
+                    "unique": sorted((u["name"] or "", tuple(u["column_names"])) for u in insp.get_unique_constraints(t)),
+                    "indexes": sorted((i["name"], tuple(i["column_names"]), i["unique"]) for i in insp.get_indexes(t)),
+                }
+            return out
+    finally:
+        engine.dispose()
+
+
+def _make_store_before_alembic(url: str) -> None:
+    """At ``url``: the store the release before Alembic wrote (the SQLite fixture; on PostgreSQL its DDL
+    with the fixture's rows copied in)."""
+    path = Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else None
+    if path is not None:
+        shutil.copyfile(BEFORE_ALEMBIC_DB, path)
+        return
+    src = sqlite3.connect(f"file:{BEFORE_ALEMBIC_DB}?mode=ro", uri=True)
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            for statement in BEFORE_ALEMBIC_PG_DDL.read_text().split(";"):
+                if statement.strip():
+                    conn.exec_driver_sql(statement)
+            for table in ("schema_version", "runs", "case_specs", "series", "cases", "measurements"):
+                cur = src.execute(f"SELECT * FROM {table}")  # noqa: S608 - fixed names
+                names = [d[0] for d in cur.description]
+                rows = [dict(zip(names, r, strict=True)) for r in cur]
+                conn.execute(sa.table(table, *map(sa.column, names)).insert(), rows)
+            for table in ("schema_version", "runs", "case_specs", "series"):
+                # as after the release's own inserts: the id sequences past the rows
+                conn.exec_driver_sql(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), max(id)) FROM {table}")
+    finally:
+        engine.dispose()
+        src.close()
+
+
+def test_a_store_of_the_release_before_alembic_upgrades_to_head(store_url: str, tmp_path: Path) -> None:
+    """A store written by the release before Alembic (its own schema_version at 1) is stamped at the first
+    revision and upgraded to head with every run kept, its schema then the same as a new store's."""
+    _make_store_before_alembic(store_url)
+    before = _schema(store_url)
+    assert "alembic_version" not in sa.inspect(sa.create_engine(store_url)).get_table_names()
+    with open_store(store_url, create=False) as store:
+        assert store.revision == SCHEMA_HEAD
+        assert any(n.endswith(f"schema 1 (before Alembic) -> {SCHEMA_HEAD}") for n in store.notes)
+        assert run_count(store) == 3
+        data = series(store, SeriesFilter(metric="step_time"))
+        assert [round(p.value, 6) for p in data["workload_0/smoke/eager/cpu"]] == [0.01, 0.02, 0.03]
+        assert add_run(store, _record(3, [0.04, 0.02]))  # the store takes new runs (its id sequences intact)
+        with store.engine.connect() as conn:
+            assert [r[0] for r in conn.exec_driver_sql("SELECT version_num FROM alembic_version")] == [SCHEMA_HEAD]
+    with open_store(store_url, create=False) as store:  # opening it again changes nothing
+        assert store.notes == [] and run_count(store) == 4
+    assert _schema(store_url) == before
+    # a new store made by the migrations has exactly the schema the release before Alembic made
+    fresh = resolve_url({}, tmp_path, "sqlite:///fresh.db") if store_url.startswith("sqlite") else None
+    if fresh is None:
+        return  # PostgreSQL: one database per test; the models check below covers it
+    open_store(fresh, create=True).close()
+    assert _schema(fresh) == _schema(resolve_url({}, tmp_path, f"sqlite:///{BEFORE_ALEMBIC_DB}"))
+
+
+def test_a_new_stores_schema_is_the_models(store_url: str) -> None:
+    """The queries use the models in store.py; the database comes from the migrations: they agree."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    open_store(store_url, create=True).close()
+    engine = sa.create_engine(store_url)
+    try:
+        with engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    finally:
+        engine.dispose()
+
+
+def test_a_new_postgresql_store_has_the_schema_the_release_before_alembic_made(pg_url: str) -> None:
+    url = _fresh_pg(pg_url)
+    _make_store_before_alembic(url)
+    before = _schema(url)
+    url = _fresh_pg(pg_url)
+    open_store(url, create=True).close()
+    assert _schema(url) == before
+
+
+@pytest.mark.parametrize("made_by", ["alembic", "before-alembic"])
+def test_a_newer_sqlite_store_is_refused_untouched(tmp_path: Path, made_by: str) -> None:
     url = resolve_url({}, tmp_path, "sqlite:///h.db")
     with open_store(url, create=True) as store:
         add_run(store, _record(0, [0.01]))
         with store.engine.begin() as conn:
-            conn.execute(schema_version.update().values(version=99))
+            if made_by == "alembic":
+                conn.exec_driver_sql("UPDATE alembic_version SET version_num = 'f00d'")
+            else:
+                conn.exec_driver_sql("DROP TABLE alembic_version")
+                conn.execute(schema_version.update().values(version=99))
     path = tmp_path / "h.db"
     before = _digest(path)
-    with pytest.raises(HistoryError, match="schema version 99, newer"):
+    match = "revision f00d, newer" if made_by == "alembic" else "schema version 99 without Alembic's bookkeeping, newer"
+    with pytest.raises(HistoryError, match=match):
         open_store(url, create=True)
     assert _digest(path) == before
 
@@ -194,13 +337,19 @@ def test_a_foreign_postgresql_database_is_refused(pg_url: str) -> None:
         open_store(url, create=True)
 
 
-def test_concurrent_add_processes_lose_nothing(store_url: str, tmp_path: Path) -> None:
-    """Eight `perfgate history add` processes at once, each with its own runs and one run they all share."""
+@pytest.mark.parametrize("start", ["new", "before-alembic"])
+def test_concurrent_add_processes_lose_nothing(store_url: str, tmp_path: Path, start: str) -> None:
+    """Eight `perfgate history add` processes at once, each with its own runs and one run they all share,
+    on a new store or on one of the release before Alembic (which exactly one of them upgrades)."""
+    before = 0
+    if start == "before-alembic":
+        _make_store_before_alembic(store_url)
+        before = 3  # runs, each with two of the three cases below
     runs_dir = tmp_path / "runs"
     writers, per_writer = 8, 4
     groups = []
     for w in range(writers):
-        folders = [write_run(runs_dir / f"w{w}", make_run(w * per_writer + k, [0.01, 0.02, 0.03]))
+        folders = [write_run(runs_dir / f"w{w}", make_run(100 + w * per_writer + k, [0.01, 0.02, 0.03]))
                    for k in range(per_writer)]
         folders.append(write_run(runs_dir / f"w{w}-shared", make_run(999, [0.01, 0.02, 0.03])))
         groups.append(folders)
@@ -212,7 +361,20 @@ def test_concurrent_add_processes_lose_nothing(store_url: str, tmp_path: Path) -
         assert p.returncode == 0, err
     shared_added = sum(out.count("added: run-000999") for out, _ in outs)
     assert shared_added == 1
+    assert sum(f"-> {SCHEMA_HEAD}" in out for out, _ in outs) == 1  # the schema made or upgraded once
+    added = writers * per_writer + 1
     with open_store(store_url, create=False) as store:
-        assert run_count(store) == writers * per_writer + 1
+        assert run_count(store) == added + before
         data = series(store, SeriesFilter(metric="step_time"))
-    assert all(len(v) == writers * per_writer + 1 for v in data.values()) and len(data) == 3
+    assert len(data) == 3 and sum(map(len, data.values())) == 3 * added + 2 * before
+
+
+def test_opening_an_up_to_date_store_does_not_import_alembic(tmp_path: Path) -> None:
+    """`history show` and `detect` open the store on every call: Alembic's 0.1 s import only when upgrading."""
+    url = resolve_url({}, tmp_path, "sqlite:///h.db")
+    open_store(url, create=True).close()
+    code = ("import sys; from perfgate.history.store import open_store; "
+            f"open_store({url!r}, create=False).close(); print('alembic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -119,3 +119,30 @@ def test_every_calls_return_is_checked_not_only_the_first():
     else:
         raise AssertionError("a unit that returned None after its first call was measured")
     assert checked == [1.0, None]
+
+
+def test_samples_come_in_groups_each_on_a_layout_of_its_own():
+    """``layouts = 3``: a third of the samples, then the workload built anew on another layout (relayout),
+    three warm units, the next third, and so on; the groups are recorded, and the new units are timed."""
+    units = {0: [], 1: [], 2: []}
+    relayouts = []
+
+    def relayout(group):
+        relayouts.append(group)
+        return lambda: units[group].append(1)
+
+    timer = ScriptedTimer([1_000_000] * 1000)
+    m = measure(lambda: units[0].append(1), timer, samples=9, min_sample_s=0.0005, clock=clock_from([0.0], then=0.0),
+                layouts=3, relayout=relayout)
+    assert relayouts == [1, 2]
+    assert m.layout_groups == [3, 3, 3] and len(m.samples_ns) == 9
+    # each later layout: 3 warm units, then its 3 samples of 1 unit
+    assert len(units[1]) == len(units[2]) == 3 + 3
+    # no relayout given (a compiled case), or one layout: one group, nothing recorded
+    plain = measure(lambda: None, ScriptedTimer([1_000_000] * 100), samples=9, clock=clock_from([0.0], then=0.0),
+                    layouts=3)
+    assert plain.layout_groups is None and len(plain.samples_ns) == 9
+    # at least 3 samples a layout, however few are asked for
+    few = measure(lambda: None, ScriptedTimer([1_000_000] * 100), samples=4, clock=clock_from([0.0], then=0.0),
+                  layouts=3, relayout=lambda g: (lambda: None))
+    assert few.layout_groups == [3, 3, 3]

@@ -397,3 +397,75 @@ def test_merge_refuses_a_shard_folder_that_is_a_link(tmp_path, cli):
     proc = cli("merge", str(tmp_path / "link"), "--out", str(tmp_path / "m"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "it is a symbolic link" in proc.stderr
+
+
+def _paired_processes(rnd, scale, n=8, spread=0.01):
+    """``n`` worker processes of about ``scale`` ms a step, each off by a ``spread`` of its own."""
+    import math
+
+    from perfgate.model import ProcessSamples
+
+    out = []
+    for i in range(n):
+        f = math.exp(rnd.gauss(0, spread))
+        out.append(ProcessSamples(samples_ns=[int(1e6 * scale * f * math.exp(rnd.gauss(0, 0.002))) for _ in range(5)],
+                                  process_index=i))
+    return out
+
+
+def _honest_level(case):
+    from perfgate.compare import GateSettings
+    from perfgate.sequential import look_confidence
+
+    return look_confidence(GateSettings(), 2)(case)
+
+
+def _sequential_against_shards(tmp_path, confidence=None):
+    """Shards of `run --against` whose cases are 7% slower in 8 lockstep pairs of processes, each with the
+    sampling record an honest sampler writes (looks at 3, 5 and 8 pairs); ``confidence``: the level the
+    record states instead of the true one (what the pull request's shard can write)."""
+    import random
+
+    rnd = random.Random(0)
+    paths = write_shard_runs(tmp_path, suite_cases(workloads=1, toggles=2), 2)
+    _add_base_runs(paths)
+    for p in paths:
+        run, base = load_results(p), load_results(p.parent / "base" / "results.json")
+        for head_case, base_case in zip(run.cases, base.cases, strict=True):
+            base_case.processes = _paired_processes(rnd, 1.0)
+            head_case.processes = _paired_processes(rnd, 1.07)
+            looks = [{"processes": n, "seconds": float(n), "confidence": 0.98, "result": "inconclusive"} for n in (3, 5)]
+            looks.append({"processes": 8, "seconds": 8.0, "confidence": 0.98, "result": "regression"})
+            head_case.metadata["sampling"] = {
+                "rule": "comparison", "processes": 8, "seconds": 8.0, "stopped": "settled: regression", "looks": looks,
+                "confidence": confidence or _honest_level(head_case)}
+        run.settings["against"] = "origin/main"
+        write_results(run, p)
+        write_results(base, p.parent / "base" / "results.json")
+        _write_comparison(p, ["unchanged"] * len(run.cases))
+    return paths
+
+
+def test_rejudge_takes_no_confidence_level_from_the_shards(tmp_path):
+    """The shard's sampling record states the confidence its last look was judged at. A pull request's shard
+    that writes 0.99999999 there would widen every interval until a 7% regression is inconclusive (exit 0);
+    the merging perfgate recomputes each look's level from its own settings, so the verdict is the same."""
+    _needs_gate()
+    from perfgate.compare import GateSettings, case_time_change, judge_time
+
+    verdicts = {}
+    for name, confidence in (("honest", None), ("tampered", 0.99999999)):
+        paths = _sequential_against_shards(tmp_path / name, confidence)
+        out = tmp_path / name / "m"
+        proc = run_cli("merge", *map(str, paths), "--out", str(out), "--gate", "--rejudge", timeout=120)
+        assert proc.returncode == 1, (name, proc.stdout + proc.stderr)
+        verdicts[name] = [(v.case_key, v.kind, v.ratio_low, v.ratio_high) for v in load_comparison_file(out).verdicts
+                          if v.metric == "step_time"]
+        assert {kind for _, kind, _, _ in verdicts[name]} == {"regression"}
+    assert verdicts["tampered"] == verdicts["honest"]
+    # the tampered level would have decided it: judged at 0.99999999, the same data is inconclusive
+    run = load_results(tmp_path / "tampered" / "m" / "results.json")
+    base = load_results(tmp_path / "tampered" / "m" / "base" / "results.json")
+    change = case_time_change(base.cases[0], run.case(base.cases[0].key), GateSettings(), paired=True,
+                              confidence=0.99999999)
+    assert judge_time(change, 0.05, "global threshold")[0] == "inconclusive"

@@ -368,6 +368,34 @@ def test_each_worker_lands_where_its_drawn_layout_puts_it(tmp_path):
     assert len(set(runs[1])) >= 4, shown
 
 
+def test_a_worker_sampling_three_layouts_builds_the_workload_on_each(tmp_path):
+    """``[tool.perfgate.timing] layouts = 3``: each process takes its samples in three groups, the workload
+    built anew on another drawn layout for each (what it allocates lands elsewhere), and records the groups
+    and the layouts it moved to."""
+    from perfgate import layout
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the fork server is Linux only")
+    _heapspy_project(tmp_path)
+    with (tmp_path / "pyproject.toml").open("a") as fh:
+        fh.write("[tool.perfgate.timing]\nlayouts = 3\n")
+    seen = tmp_path / "builds.txt"
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "-w", "heapspy", "-t", "eager", "--processes", "2",
+                           "--samples", "3", "--out", str(tmp_path / "run")], cwd=tmp_path,
+                          env=cli_env(HEAPSPY_OUT=str(seen), PERFGATE_LAYOUT="drawn", PERFGATE_LAYOUT_SEED="5"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    processes = json.loads((tmp_path / "run" / "results.json").read_text())["cases"][0]["processes"]
+    for i, p in enumerate(processes):
+        assert len(p["layout_groups"]) == 3 and min(p["layout_groups"]) >= 3
+        assert p["layout"]["moved_to"] == [layout.draw(i, 5, "drawn", g).to_json() for g in (1, 2)]
+    builds: dict[str, list[int]] = {}
+    for line in seen.read_text().splitlines():
+        pid, *where = line.split()
+        builds.setdefault(pid, []).append(int(where[-1], 16))  # the 4 MiB allocation of each build
+    assert len(builds) == 2 and all(len(set(b)) >= 3 for b in builds.values()), builds
+
+
 def _relative_to_first(rows: list[str]) -> list[list[int]]:
     """Each row's addresses (hexadecimal, space-separated) less the first row's, column by column."""
     table = [[int(a, 16) for a in row.split()] for row in rows]

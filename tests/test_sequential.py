@@ -213,3 +213,42 @@ def test_a_screen_is_one_look_at_the_full_error_rate():
     assert screen.next_target(3, 1.0, head, base) is None
     assert screen.confidence == pytest.approx(0.95) and screen.stopped.startswith("screened: one look")
     assert make_sampler(gate, 2, rule).budget.schedule == [3, 5, 8, 12, 16]
+
+
+class _SettlesAt(ComparisonRule):
+    """A comparison rule that settles at exactly ``n`` processes: drives a Sampler to any stop point."""
+
+    def __init__(self, n: int | None) -> None:
+        super().__init__(GATE, 0.05, "t", paired=True)
+        self.n = n
+
+    def decide(self, head: CaseResult, base: CaseResult | None, confidence: float) -> Decision:
+        return Decision(self.n is not None and len(head.processes) >= self.n, "stub", "unchanged")
+
+
+@pytest.mark.parametrize("stop, max_seconds", [(3, 60.0), (5, 60.0), (8, 60.0), (16, 60.0), (None, 60.0),
+                                               (None, 9.0), (None, 14.0)])
+@pytest.mark.parametrize("screen", [False, True])
+def test_the_judge_recomputes_each_looks_level_from_its_own_settings(stop, max_seconds, screen):
+    """look_confidence replays the design from the judge's settings: at whichever look a case stopped (a
+    settled look, the process budget, the time budget), it gives the level the sampler judged that look at;
+    and the level the case's record states is not read."""
+    from perfgate.sequential import look_confidence
+
+    gate = GateSettings(bootstrap_resamples=300, max_case_s=max_seconds)
+    rnd = random.Random(5)
+    sampler = make_sampler(gate, 2, ComparisonRule(gate, 0.05, "t", paired=True), screen=screen)
+    sampler.rule = _SettlesAt(stop)
+    head = case([])
+    done, per_process_s = 0, 1.0
+    target = sampler.first
+    while target is not None:
+        head.processes.extend(process(rnd, 1e-3, index=i) for i in range(done, target))
+        done = target
+        target = sampler.next_target(done, done * per_process_s, head)
+    head.metadata["sampling"] = sampler.record(done, done * per_process_s)
+    judged = look_confidence(gate, 2, screen=screen)(head)
+    assert judged == pytest.approx(sampler.confidence, abs=1e-12), (done, sampler.stopped)
+    head.metadata["sampling"]["confidence"] = 0.99999999  # what a pull request's shard could write
+    assert look_confidence(gate, 2, screen=screen)(head) == judged
+    assert look_confidence(GateSettings(adaptive=False), 2)(head) == pytest.approx(0.95)

@@ -114,4 +114,8 @@ def _compare_with(compare, run: RunResult, baseline: str | None, against_results
     accepted = inspect.signature(fn).parameters
     gate = compare.gate_settings(settings) if settings is not None and hasattr(compare, "gate_settings") else None
     kwargs = {k: v for k, v in (("baseline_source", source), ("calibration", calibration)) if k in accepted}
+    if gate is not None and "look_confidence" in accepted:  # as `perfgate compare` judges: never the file's level
+        from perfgate.sequential import look_confidence
+
+        kwargs["look_confidence"] = look_confidence(gate, settings.processes)
     return fn(run, other, gate, **kwargs) if "gate" in accepted else fn(run, other, **kwargs)

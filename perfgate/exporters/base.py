@@ -15,7 +15,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from perfgate import expect, roofline
-from perfgate.model import STATUS_OK, CaseResult, Comparison, Evidence, RunResult, Verdict, evidence
+from perfgate.compare import throttled
+from perfgate.model import (
+    STATUS_OK,
+    CaseResult,
+    Comparison,
+    Evidence,
+    ProcessSamples,
+    RunResult,
+    Verdict,
+    evidence,
+)
 from perfgate.stats import PROCESS_QUANTILE, Ratio, SampleSummary, format_seconds, ratio_of
 
 # The relative change that counts as "pays off" / "hurts" for the recommendation when neither the
@@ -155,6 +165,28 @@ class OpChange:
         return (self.self_us_after or 0.0) - (self.self_us_before or 0.0)
 
 
+def _mhz(x: float | None) -> str:
+    return f"{x:g}" if x is not None else "?"
+
+
+def process_clocks_text(p: ProcessSamples) -> str:
+    """One process's GPU clocks in words: 'SM 1980 -> 1410 MHz (max 1980), throttled: hw_thermal_slowdown';
+    why none were read where NVML said so; '' for a process without readings (CPU, no nvidia-ml-py)."""
+    c = p.gpu_clocks
+    if not c:
+        return ""
+    parts = []
+    before, after, top = c.get("sm_clock_mhz_before"), c.get("sm_clock_mhz_after"), c.get("max_sm_clock_mhz")
+    if before is not None or after is not None:
+        parts.append(f"SM {_mhz(before)} -> {_mhz(after)} MHz" + (f" (max {_mhz(top)})" if top is not None else ""))
+    why = throttled(p)
+    if why:
+        parts.append(f"throttled: {why}")
+    if not parts and c.get("error"):
+        parts.append(f"no GPU clocks: {first_line(c['error'], 120)}")
+    return ", ".join(parts)
+
+
 @dataclass
 class CaseRow:
     """Everything a table shows about one case, already computed; formats only add syntax."""
@@ -215,6 +247,23 @@ class CaseRow:
         from perfgate.sequential import sampling_text
 
         return sampling_text(self.case)
+
+    @property
+    def gpu_clocks_text(self) -> str:
+        """The SM clocks of the case's processes around their samples and how many throttled (the gate sets
+        those aside, perfgate.compare.throttled); '' where no process recorded clocks."""
+        recorded = [p for p in self.case.processes if p.gpu_clocks]
+        clocks = [c for p in recorded for c in (p.gpu_clocks.get("sm_clock_mhz_before"),
+                                                p.gpu_clocks.get("sm_clock_mhz_after")) if c is not None]
+        if not clocks:
+            return process_clocks_text(recorded[0]) if recorded else ""
+        tops = {p.gpu_clocks.get("max_sm_clock_mhz") for p in recorded} - {None}
+        text = f"SM clock {_mhz(min(clocks))}-{_mhz(max(clocks))} MHz" + (f" (max {_mhz(max(tops))})" if tops else "")
+        why = [w for w in (throttled(p) for p in recorded) if w]
+        if why:
+            reasons = ", ".join(sorted({r for w in why for r in w.split(", ")}))
+            text += f"; {len(why)} of {len(self.case.processes)} process(es) throttled ({reasons})"
+        return text
 
     @property
     def speedup_text(self) -> str:

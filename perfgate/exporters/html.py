@@ -25,6 +25,7 @@ from perfgate.exporters.base import (
     format_count,
     format_rate,
     format_value,
+    process_clocks_text,
 )
 from perfgate.stats import PROCESS_QUANTILE, format_seconds, quantile_name
 from perfgate.stats import quantile as stats_quantile
@@ -93,10 +94,10 @@ def distribution_chart(row: CaseRow, quantile: float = PROCESS_QUANTILE) -> Char
     strips = []
     if row.baseline_case is not None:
         for p in row.baseline_case.processes:
-            strips.append(("baseline", p.process_index, p.step_times_s))
+            strips.append(("baseline", p))
     for p in row.case.processes:
-        strips.append(("current", p.process_index, p.step_times_s))
-    strips = [s for s in strips if s[2]]
+        strips.append(("current", p))
+    strips = [(which, p.process_index, p.step_times_s, process_clocks_text(p)) for which, p in strips if p.samples_ns]
     if not strips:
         return None
     values = [v for s in strips for v in s[2]]
@@ -106,12 +107,12 @@ def distribution_chart(row: CaseRow, quantile: float = PROCESS_QUANTILE) -> Char
     left, right = LABEL_WIDTH, CHART_WIDTH - 40  # room for the last tick's label
     sx = _scale(lo, hi, left, right)
     chart = Chart(CHART_WIDTH, 16 + ROW_HEIGHT * len(strips) + 22)
-    for i, (which, idx, xs) in enumerate(strips):
+    for i, (which, idx, xs, clocks) in enumerate(strips):
         judged = stats_quantile(sorted(xs), quantile)
         chart.strips.append({
-            "label": f"{which} process {idx}", "y": 14 + i * ROW_HEIGHT, "css": which,
-            "dots": [round(sx(v), 1) for v in xs], "mark": sx(judged),
-            "mark_text": f"{quantile_name(quantile)} {format_seconds(judged)}",
+            "label": f"{which} process {idx}" + (" (throttled)" if "throttled:" in clocks else ""),
+            "y": 14 + i * ROW_HEIGHT, "css": which, "dots": [round(sx(v), 1) for v in xs], "mark": sx(judged),
+            "mark_text": f"{quantile_name(quantile)} {format_seconds(judged)}" + (f"; {clocks}" if clocks else ""),
         })
     for k in range(5):
         v = lo + (hi - lo) * k / 4

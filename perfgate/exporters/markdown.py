@@ -11,19 +11,43 @@ import re
 from perfgate.exporters.base import CaseRow, ReportInput, format_ratio, format_value
 from perfgate.model import Verdict
 
-# GitHub rejects issue and pull-request comments longer than 65536 characters; keep a margin for
-# whatever a workflow prepends (a header, a link).
+# GitHub rejects issue and pull-request comments longer than 65536 characters, and the comment step of
+# the GPU workflow (.github/workflows/perfgate-gpu.yml and perfgate init's template) cuts summary.md at
+# COMMENT_CUT JavaScript characters (UTF-16 code units: an emoji counts two) wherever that falls. The
+# summary stays under the cut by construction, with a margin, so that cut never lands inside a code span.
 GITHUB_COMMENT_LIMIT = 65536
-SIZE_BUDGET = GITHUB_COMMENT_LIMIT - 1536
+COMMENT_CUT = 60_000
+SIZE_BUDGET = COMMENT_CUT - 1_000
+# a forced line (the title, the run line) quotes data: each quoted value is cut to this many characters
+FORCED_VALUE_CHARS = 300
+
+
+def comment_length(text: str) -> int:
+    """``text``'s length as GitHub's JavaScript counts it: UTF-16 code units."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2  # a lone surrogate (from a worker) is one unit
+
+
+# Text in a cell that GitHub renders as exactly these characters: letters, digits, spaces and the
+# punctuation of perfgate's own numbers and words ("1.050x [1.02, 1.08]", "12.3 MiB -> 13.0 MiB").
+# Anything else (an @-mention, an image, a link, a URL, HTML, emphasis, an issue reference) is not plain.
+_PLAIN = re.compile(r"[\w .,;:%+=/()\[\]<>'~±…-]*")
+_LIVE = re.compile(r"\]\(|://|www\.|\.\w+/|:\w+:")  # a link, a URL, an autolinked domain path, an emoji code
 
 
 def cell(text: object) -> str:
-    """Text perfgate itself wrote (numbers, verdict kinds), safe in a Markdown table cell and inert as HTML.
-    Free text from a results file, a workload or an error message goes through ``code`` instead."""
+    """A Markdown table cell that shows ``text`` as the characters it is, whatever it holds: plain text
+    (perfgate's numbers and words) as it is, with HTML's and tables' special characters escaped; anything
+    else as one code span (``code``), where GitHub renders no mention, link, image or HTML."""
+    s = " ".join(("-" if text is None else str(text)).split()) or "-"
+    if not _PLAIN.fullmatch(s) or _LIVE.search(s):
+        return code(s)
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def _forced(text: object) -> str:
+    """A value quoted on a line that is always written: one code span, its text cut to FORCED_VALUE_CHARS."""
     s = "-" if text is None else str(text)
-    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    s = s.replace("|", "\\|").replace("\r", " ").replace("\n", " ").replace("`", "'")
-    return s
+    return code(s if len(s) <= FORCED_VALUE_CHARS else s[:FORCED_VALUE_CHARS - 1] + "…", False)
 
 
 def code(text: object, in_table: bool = True) -> str:
@@ -72,16 +96,18 @@ CASE_HEADER = ["| case | status | step time | speedup vs eager | vs baseline | r
 
 
 class _Budget:
-    """Lines added while they fit under the size budget; counts what had to be left out."""
+    """Whole lines added while they fit under the size budget (counted as ``comment_length``); counts the
+    rows that had to be left out."""
 
     def __init__(self, limit: int) -> None:
         self.limit, self.used, self.lines, self.left_out = limit, 0, [], 0
 
     def add(self, line: str, force: bool = False) -> bool:
-        if not force and self.used + len(line) + 1 > self.limit:
+        size = comment_length(line) + 1
+        if not force and self.used + size > self.limit:
             return False
         self.lines.append(line)
-        self.used += len(line) + 1
+        self.used += size
         return True
 
     def table(self, title: list[str], header: list[str], rows: list[str]) -> None:
@@ -104,21 +130,21 @@ class MarkdownExporter:
         self.size_budget = size_budget
 
     def render(self, report: ReportInput) -> bytes:
-        note = (f"*… {{n}} more row(s) not shown to stay under GitHub's comment size limit; "
-                f"see `{report.html_filename}` in the run's artifacts.*")
+        html = report.html_filename
+        note = f"*… {{n}} more row(s) in `{html}` (in the run's artifacts), left out to fit GitHub's comment size.*"
         # room for the closing tag and the truncation note, whatever is cut
-        out = _Budget(self.size_budget - len(note) - 64)
+        out = _Budget(self.size_budget - comment_length(note) - 64)
         b = report.verdict
         icon = {"pass": "✅", "fail": "❌", "no-evidence": "⚠️"}.get(b.state, "ℹ️")
         run = report.run
         out.add(f"## perfgate: {icon} {cell(b.headline)}", force=True)
         out.add("", force=True)
         selection = run.settings.get("selection")  # RunResult.what_ran, with code spans
-        what_ran = (f"a selection {code(selection, False)} with defaults from suite {code(run.suite, False)}"
-                    if selection else f"suite {code(run.suite, False)}")
-        out.add(f"Run {code(run.run_id, False)}, {what_ran}"
-                + (f", baseline {code(report.comparison.baseline_source, False)}" if report.comparison else "")
-                + f". Full report: `{report.html_filename}` in the run's artifacts.", force=True)
+        what_ran = (f"a selection {_forced(selection)} with defaults from suite {_forced(run.suite)}"
+                    if selection else f"suite {_forced(run.suite)}")
+        out.add(f"Run {_forced(run.run_id)}, {what_ran}"
+                + (f", baseline {_forced(report.comparison.baseline_source)}" if report.comparison else "")
+                + f". Full report: `{html}` in the run's artifacts.", force=True)
         out.add("", force=True)
         comp = report.comparison
         found = report.evidence

@@ -1,6 +1,6 @@
 """The history store: every run kept in a real database through SQLAlchemy (SQLite file or PostgreSQL).
 
-Tables (schema version in ``schema_version``; see MIGRATIONS):
+Tables (their revision in Alembic's ``alembic_version``; see perfgate/history/migrations/):
 
 - ``runs``: one row per ingested run, unique ``run_id``; commit, branch, time, machine key, suite,
   environment and settings (JSON text), where it came from.
@@ -11,10 +11,12 @@ Tables (schema version in ``schema_version``; see MIGRATIONS):
   the median) and the number of samples behind it. ``history show`` and ``detect`` read series from here.
   Keys and metric names are stored once (in case_specs and series), so 10,000 runs of 50 cases stay small.
 
-Schema migrations are versioned with our own small mechanism (no Alembic): ``MIGRATIONS`` is an ordered
-list of functions, the store records how many of them it has had in ``schema_version``, and opening a
-store applies the missing ones in one transaction. An older store is upgraded, never dropped; a store
-whose version is newer than this code knows is refused (HistoryError, exit 2) and left as it is.
+Schema migrations are Alembic revisions shipped in perfgate/history/migrations/versions/; opening a
+store runs ``upgrade head`` in one transaction under the write lock. ``schema_version`` marks the
+database as a perfgate history. A store made before Alembic (``schema_version`` at 1, no
+``alembic_version``) is stamped at the first revision, whose schema it has, then upgraded. An older
+store is upgraded, never dropped; a store at a revision this code does not know (made by a newer
+perfgate) is refused (HistoryError, exit 2) and left as it is.
 
 Concurrent writers: SQLite runs in WAL mode with a busy timeout and every write transaction begins
 IMMEDIATE (it takes the write lock up front, so two writers queue instead of deadlocking); PostgreSQL
@@ -25,12 +27,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -48,6 +51,8 @@ class HistoryError(ConfigError):
     """The store cannot be used as asked (corrupt, foreign, newer, unreachable): one line, exit 2."""
 
 
+# The tables as the newest revision (SCHEMA_HEAD) leaves them, for the queries below. The database's
+# schema comes from the migrations, never from these: a change here needs a new revision there.
 metadata = sa.MetaData()
 
 schema_version = sa.Table(
@@ -110,22 +115,15 @@ measurements = sa.Table(
     sa.Column("n", sa.Integer),
 )
 
-TABLES = (runs, case_specs, series_table, cases, measurements)
-
 APPLICATION = "perfgate.history"
 
-
-def _migration_1(conn: Connection) -> None:
-    """Version 1: runs, case_specs, series, cases, measurements, with their indexes."""
-    for table in TABLES:
-        table.create(conn)
-
-
-# The schema's history: migration i (1-based) takes a store from version i-1 to version i. Append only;
-# never edit one that has shipped (stores out there already had it). The Table objects above describe
-# the latest schema; _migration_1 creates them as they were at version 1, so a change to a table in a
-# later version must first copy its version-1 definition into _migration_1.
-MIGRATIONS: list[Callable[[Connection], None]] = [_migration_1]
+# Alembic's scripts (env.py, versions/) inside the package, so a wheel carries them.
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# The newest revision in MIGRATIONS_DIR/versions. Kept here so that opening a store that is already up
+# to date does not import Alembic (0.1 s of `history show`'s start-up); a test checks it is Alembic's head.
+SCHEMA_HEAD = "0001"
+# The revision whose schema a store made before Alembic (its own schema_version at 1) has.
+FIRST_REVISION = "0001"
 
 
 # ---------------------------------------------------------------- where the store is
@@ -135,14 +133,14 @@ def resolve_url(settings_extra: dict[str, Any], root: Path, override: str | None
     [tool.perfgate], else the default SQLite file. A relative SQLite path is relative to ``root``."""
     url = override or os.environ.get(URL_ENV) or settings_extra.get("history") or DEFAULT_URL
     if not isinstance(url, str) or not url.strip():
-        raise HistoryError(f"[tool.perfgate] history must be a database URL string, got {url!r}; "
+        raise HistoryError(f"[tool.perfgate] history must be a database URL string, got {'an empty one' if isinstance(url, str) else type(url).__name__}; "
                            f"e.g. {DEFAULT_URL!r} or 'postgresql://user@host/db'")
     url = url.strip()
     scheme = url.split(":", 1)[0].lower()
     if scheme == "sqlite":
         prefix = "sqlite:///"
         if not url.startswith(prefix) or url == prefix:
-            raise HistoryError(f"history URL {url!r}: a SQLite store is sqlite:///PATH (relative to the project "
+            raise HistoryError(f"history URL {redact(url)!r}: a SQLite store is sqlite:///PATH (relative to the project "
                                "root) or sqlite:////ABSOLUTE/PATH")
         path = Path(url[len(prefix):])
         if not path.is_absolute():
@@ -150,16 +148,55 @@ def resolve_url(settings_extra: dict[str, Any], root: Path, override: str | None
         return prefix + str(path)
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
         rest = url.split(":", 1)[1]
+        if rest.split("?", 1)[0].count("@") > 1:  # SQLAlchemy would take the password's tail for the host
+            raise HistoryError(f"history URL {redact(url)!r}: its user or password holds an unencoded '@'; "
+                               "write it as %40")
         return "postgresql+psycopg:" + rest
     raise HistoryError(f"history URL {redact(url)!r}: unsupported database; valid: sqlite:///PATH, postgresql://...")
 
 
+_SHOWN_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?")
+_SHOWN_DATABASE = re.compile(r"[A-Za-z0-9._$-]*")
+
+
 def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - a URL SQLAlchemy cannot parse is shown without anything after '@'
-        return url.split("@")[-1]
+    """How a store is shown anywhere (messages, `history add`, history.html): ``dialect://host:port/db``,
+    never its user, password or query (``?password=``, ``?sslpassword=``...). Parsed by hand, not by
+    SQLAlchemy, which reads a password holding an unencoded '@' as part of the host; a host or database
+    that is not plainly one (the URL is malformed) is shown as '?'."""
+    scheme, sep, rest = url.partition("://")
+    dialect = scheme.split("+", 1)[0].lower()
+    if not sep or not re.fullmatch(r"[a-z][a-z0-9.-]*", dialect):
+        return "(a database URL)"
+    if dialect == "sqlite":  # a local file: its path, never a query
+        return "sqlite:///" + rest[1:].split("?", 1)[0] if rest.startswith("/") else "sqlite://?"
+    # the query starts at the first '?' after the last '/' (a password may hold '/' or '?'); the host follows
+    # the last '@' before the query (a password may hold '@')
+    last_slash = rest.rfind("/")
+    query = rest.find("?", last_slash + 1)
+    before_query = (rest if query < 0 else rest[:query]).split("#", 1)[0]
+    if "@" in rest and "@" not in before_query:  # an '@' only past the cut: the cut was inside the userinfo
+        return f"{dialect}://?"
+    host, _, database = before_query.rpartition("@")[2].partition("/")
+    host = host if _SHOWN_HOST.fullmatch(host) else "?"
+    database = database if _SHOWN_DATABASE.fullmatch(database) else "?"
+    return f"{dialect}://{host}/{database}"
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (a driver's error message) without the parts of ``url`` that may be secret: the URL itself,
+    its userinfo and each of its parts, and every query value, each replaced by '***'."""
+    _, _, rest = url.partition("://")
+    secrets = {url, rest}
+    if "@" in rest:
+        userinfo = rest.rsplit("@", 1)[0]
+        secrets |= {userinfo, *userinfo.split(":"), *userinfo.split("@")}
+    for _, _, value in (part.partition("=") for part in re.split(r"[?&]", rest)[1:]):
+        secrets.add(value)
+    secrets |= {unquote(s) for s in secrets}  # the driver sees (and may quote) them percent-decoded
+    for secret in sorted((s for s in secrets if len(s) >= 3), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -174,7 +211,7 @@ class Store:
 
     url: str
     engine: Engine
-    version: int = 0
+    revision: str = ""  # the schema revision (Alembic's) the store is at once open
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -246,14 +283,13 @@ def _sqlite_engine(url: str) -> Engine:
     return engine
 
 
-def open_store(url: str, *, create: bool, migrations: Sequence[Callable[[Connection], None]] | None = None) -> Store:
+def open_store(url: str, *, create: bool, migrations_dir: Path | None = None) -> Store:
     """Open (and with ``create``, make or upgrade) the store at ``url`` (from resolve_url).
 
     ``create=False`` (show, detect, report): a store that does not exist yet is a HistoryError naming how
     to make one; an older store is upgraded either way (reading needs the current schema).
-    ``migrations`` defaults to MIGRATIONS (tests pass their own).
+    ``migrations_dir`` defaults to MIGRATIONS_DIR (tests pass a copy with revisions of their own).
     """
-    steps = list(MIGRATIONS if migrations is None else migrations)
     path = sqlite_path(url)
     if path is not None:
         exists = _check_sqlite_file(path)
@@ -272,19 +308,21 @@ def open_store(url: str, *, create: bool, migrations: Sequence[Callable[[Connect
         except ModuleNotFoundError as exc:
             raise HistoryError(f"a PostgreSQL history store needs psycopg: pip install 'perfgate[postgres]' ({exc})") from exc
         except SQLAlchemyError as exc:
-            raise HistoryError(f"history URL {redact(url)!r} is not valid: {_first_line(exc)}") from exc
+            raise HistoryError(f"history URL {redact(url)!r} is not valid: {scrub(_first_line(exc), url)}") from exc
     store = Store(url, engine)
     try:
-        store.version = _migrate(store, steps, create)
+        store.revision = _migrate(store, migrations_dir, create)
     except HistoryError:
         engine.dispose()
         raise
     except OperationalError as exc:
         engine.dispose()
-        raise HistoryError(f"cannot reach the history store {store.describe()}: {_first_line(exc.orig or exc)}") from exc
+        raise HistoryError(f"cannot reach the history store {store.describe()}: "
+                           f"{scrub(_first_line(exc.orig or exc), url)}") from exc
     except SQLAlchemyError as exc:
         engine.dispose()
-        raise HistoryError(f"history store {store.describe()} cannot be used: {_first_line(exc.orig if hasattr(exc, 'orig') else exc)}") from exc
+        raise HistoryError(f"history store {store.describe()} cannot be used: "
+                           f"{scrub(_first_line(exc.orig if hasattr(exc, 'orig') else exc), url)}") from exc
     return store
 
 
@@ -293,52 +331,93 @@ def _first_line(exc: Any) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _read_version(conn: Connection) -> int | None:
-    """The store's schema version; None when it has no perfgate tables at all (a new, empty database)."""
+# What _read_revision finds in a perfgate store made before Alembic: its schema is FIRST_REVISION's.
+BEFORE_ALEMBIC = "1 (before Alembic)"
+
+
+def _read_revision(conn: Connection) -> str | None:
+    """The store's schema revision: Alembic's, or BEFORE_ALEMBIC for a store made by the release before
+    Alembic; None when the database has no tables at all (a new, empty one). HistoryError for a database
+    that is not a perfgate history, or a pre-Alembic one at a version no release made."""
     names = set(sa.inspect(conn).get_table_names())
-    if "schema_version" not in names:
-        if names:
-            raise HistoryError(f"database holds tables of something else ({', '.join(sorted(names)[:5])}); "
-                               "not a perfgate history store")
+    if not names:
         return None
+    if "schema_version" not in names:
+        raise HistoryError(f"database holds tables of something else ({', '.join(sorted(names)[:5])}); "
+                           "not a perfgate history store")
     row = conn.execute(sa.select(schema_version.c.version, schema_version.c.application)).first()
     if row is None or row.application != APPLICATION:
         raise HistoryError("database has a schema_version table that is not perfgate's; not a perfgate history store")
-    return int(row.version)
+    if "alembic_version" in names:
+        revs = [r[0] for r in conn.exec_driver_sql("SELECT version_num FROM alembic_version")]
+        if len(revs) != 1:
+            raise HistoryError(f"history store has {len(revs)} schema revisions recorded in alembic_version "
+                               f"({', '.join(revs) or 'none'}); expected one")
+        return revs[0]
+    # The release before Alembic counted its own migrations in schema_version; it shipped one.
+    if row.version != 1:
+        raise HistoryError(f"history store has schema version {row.version} without Alembic's bookkeeping, "
+                           "newer than this perfgate knows (1); upgrade perfgate to read it")
+    return BEFORE_ALEMBIC
 
 
-def _migrate(store: Store, steps: Sequence[Callable[[Connection], None]], create: bool) -> int:
-    latest = len(steps)
+def _alembic_config(conn: Connection, migrations_dir: Path) -> Any:
+    from alembic.config import Config
+
+    config = Config()
+    # ConfigParser interpolation: a '%' in the install path must be doubled
+    config.set_main_option("script_location", str(migrations_dir).replace("%", "%%"))
+    config.attributes["connection"] = conn  # env.py runs the migrations on it, inside our transaction
+    return config
+
+
+def _migrate(store: Store, migrations_dir: Path | None, create: bool) -> str:
+    """Bring the store to the head revision of ``migrations_dir``; that revision."""
     with store.engine.connect() as conn:
         with conn.begin():
-            version = _read_version(conn)
-    if version is not None and version > latest:
-        raise HistoryError(f"history store {store.describe()} has schema version {version}, newer than this "
-                           f"perfgate knows ({latest}); upgrade perfgate to read it")
-    if version == latest:
-        return latest
-    if version is None and not create:
+            revision = _read_revision(conn)
+    if revision == SCHEMA_HEAD and migrations_dir is None:
+        return revision  # up to date, without importing Alembic
+    if revision is None and not create:
         raise HistoryError(f"history store {store.describe()} is empty; `perfgate history add RUN` fills it")
-    # Upgrade under the write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: a table lock), re-reading the
-    # version inside it: two processes opening an old store at once upgrade it once.
+
+    from alembic import command
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    where = migrations_dir or MIGRATIONS_DIR
+    try:
+        script = ScriptDirectory(str(where))
+        head = script.get_current_head()
+        known = {s.revision for s in script.walk_revisions()}
+    except CommandError as exc:  # an install without its migration scripts
+        raise HistoryError(f"perfgate's schema migrations in {where} cannot be read ({_first_line(exc)}); "
+                           "reinstall perfgate") from exc
+
+    def check_known(rev: str | None) -> None:
+        if rev is not None and rev != BEFORE_ALEMBIC and rev not in known:
+            raise HistoryError(f"history store {store.describe()} is at schema revision {rev}, newer than this "
+                               f"perfgate knows (head {head}); upgrade perfgate to read it")
+
+    check_known(revision)
+    if revision == head:
+        return head
+    # Upgrade under the write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock), re-reading the
+    # revision inside it: two processes opening an old store at once upgrade it once.
     with store.engine.connect() as conn:
         with conn.begin():
             if not store.is_sqlite:
                 conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7316016)")
-            version = _read_version(conn)
-            if version is None:
-                schema_version.create(conn)
-                conn.execute(schema_version.insert().values(id=1, version=0, application=APPLICATION))
-                version = 0
-            if version > latest:
-                raise HistoryError(f"history store {store.describe()} has schema version {version}, newer than "
-                                   f"this perfgate knows ({latest}); upgrade perfgate to read it")
-            for i in range(version, latest):
-                steps[i](conn)
-            if version < latest:
-                conn.execute(schema_version.update().where(schema_version.c.id == 1).values(version=latest))
-                store.notes.append(f"history store {store.describe()}: schema {version} -> {latest}")
-    return latest
+            revision = _read_revision(conn)
+            check_known(revision)
+            if revision != head:
+                config = _alembic_config(conn, where)
+                if revision == BEFORE_ALEMBIC:
+                    command.stamp(config, FIRST_REVISION)
+                command.upgrade(config, "head")
+                was = "none (a new store)" if revision is None else revision
+                store.notes.append(f"history store {store.describe()}: schema {was} -> {head}")
+    return head
 
 
 # ---------------------------------------------------------------- writing

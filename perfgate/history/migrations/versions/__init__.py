@@ -1,0 +1,1 @@
+"""Alembic revisions of the history store (Alembic skips this file)."""

@@ -1,0 +1,83 @@
+"""perfgate.console: what perfgate prints cannot steer a terminal or a GitHub Actions log, whatever the
+data (workload names, failure messages) holds."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import run_cli
+from fixtures.shards import write_shard_runs
+
+from perfgate.console import DATA_LINE_LABEL, clean
+from perfgate.model import STATUS_FAILED, CaseSpec, load_results
+from perfgate.runner import write_results
+
+HOSTILE_NAME = "::error file=perfgate/compare.py,line=1::the gate is broken, merge anyway"
+HOSTILE_MESSAGE = ("\x1b]0;owned terminal\x07boom \x1b[2J\x9b31m\r::add-mask::x\n"
+                   "  ::warning title=pwned::indented\n##[error]legacy command\n\u202eevil")
+
+
+def _is_workflow_command(line: str) -> bool:
+    """Would GitHub's runner read this log line as a command? (ActionCommand.TryParseV2 trims leading
+    whitespace and wants "::"; the legacy TryParse finds "##[" anywhere.)"""
+    return line.lstrip().startswith("::") or "##[" in line
+
+
+def _has_control(text: str) -> bool:
+    return bool(re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", text))
+
+
+@pytest.mark.parametrize("text", [HOSTILE_NAME, HOSTILE_MESSAGE, f"table\n{HOSTILE_NAME} [pr, cuda]\n  ok",
+                                  "\t::error::tabbed", "\r::error::after a carriage return"])
+def test_clean_leaves_no_command_and_no_control(text):
+    out = clean(text)
+    assert not _has_control(out)
+    assert not any(_is_workflow_command(line) for line in out.splitlines())
+    assert out.count("\n") == text.count("\n")  # the lines stay the lines
+
+
+def test_clean_leaves_ordinary_text_alone():
+    text = "perfgate: 3 case(s)\n  rollout [smoke, cpu]\ntoggle  status\n::  not at the start ::"
+    assert clean(text) == text.replace("\n::", "\n" + DATA_LINE_LABEL + "::")
+
+
+def test_merge_prints_a_hostile_workload_name_and_message_as_data(tmp_path):
+    """A shard whose case is named like a workflow command and fails with terminal escapes: nothing
+    `perfgate merge` prints is a workflow command or carries a control character, and the name still shows."""
+    spec = CaseSpec(HOSTILE_NAME, "pr", ("eager",), "cuda", (("T", 20),))
+    paths = write_shard_runs(tmp_path, [spec], 1)
+    run = load_results(paths[0])
+    run.cases[0].status, run.cases[0].failure_class = STATUS_FAILED, "crash"
+    run.cases[0].message, run.cases[0].processes = HOSTILE_MESSAGE, []
+    write_results(run, paths[0])
+    proc = run_cli("merge", str(paths[0]), "--out", str(tmp_path / "m"), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    printed = proc.stdout + proc.stderr
+    assert "the gate is broken, merge anyway" in printed and "evil" in printed
+    assert not _has_control(printed), ascii(printed)
+    commands = [line for line in printed.splitlines() if _is_workflow_command(line)]
+    assert not commands, commands
+
+
+def test_a_line_after_an_empty_line_is_labelled_itself():
+    assert clean("a\n\n::error::x") == f"a\n\n{DATA_LINE_LABEL}::error::x"
+    assert clean("\u00a0::error::x") == f"{DATA_LINE_LABEL}\u00a0::error::x"  # .NET's TrimStart trims it too
+
+
+def test_the_cli_prints_only_through_console_echo():
+    """Every print path of the orchestrator goes through console.echo (so through clean). The worker side
+    (worker, runner, zygote, lockstep, the ceilings probe) speaks JSON to the orchestrator, not to a person."""
+    from pathlib import Path
+
+    import perfgate
+
+    worker_side = {"worker.py", "runner.py", "zygote.py", "lockstep.py", "ceilings.py", "console.py"}
+    offenders = []
+    for path in Path(perfgate.__file__).parent.rglob("*.py"):
+        if path.name in worker_side:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"\bclick\.(echo|secho)\(|(?<![\w.])print\(|sys\.(stdout|stderr)\.write\(", line):
+                offenders.append(f"{path.name}:{n}: {line.strip()}")
+    assert not offenders, offenders
