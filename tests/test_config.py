@@ -199,3 +199,13 @@ def test_a_broken_nearest_pyproject_exits_2_with_one_line(tmp_path, text, needle
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and str(broken) in lines[0] and needle in lines[0], proc.stderr
+
+
+def test_every_setting_has_its_key_in_the_declared_table():
+    """A field added to TimingSettings or Suite without its key in the table would be an 'unknown key'."""
+    import dataclasses
+
+    from perfgate.config import Suite, SuiteTable, TimingTable
+
+    assert set(TimingTable.model_fields) == {f.name for f in dataclasses.fields(TimingSettings)}
+    assert set(SuiteTable.model_fields) == {f.name for f in dataclasses.fields(Suite)} - {"name"}
