@@ -15,19 +15,63 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from perfgate.model import STATUS_FAILED, STATUS_OK, RunResult, SchemaError, read_json_file
+from pydantic import ConfigDict, Field
+
+from perfgate.model import (
+    STATUS_FAILED,
+    STATUS_OK,
+    ResultsDocument,
+    RunResult,
+    SchemaError,
+    read_json_file,
+    readable,
+)
 from perfgate.paths import component, contained
 from perfgate.stats import RUN_TO_RUN_MAX, format_seconds
 from perfgate.storage import atomic_write_text
-from perfgate.validation import Fields
+from perfgate.validation import Document, Measured, Name, Text, check, expected, satisfying
 
 SCHEMA = "perfgate.baseline/2"
 SCHEMA_HISTORY = {
     "perfgate.baseline/1": "results under 'run'; no calibration",
     "perfgate.baseline/2": "results under 'results'; calibration, updated_at, source",
 }
+
+
+# A baseline file as declared (validation.check reads it; docs/schemas/ is generated from it).
+
+Threshold = Annotated[Measured, satisfying(lambda v: 0 < v <= 10),
+                      expected("a finite number in (0, 10]: a relative change")]
+CalibrationValue = Annotated[Measured | str | list[Any] | dict[str, Any] | None,
+                             expected("a number, a string, a list, an object or null")]
+
+
+RunToRun = Annotated[Measured, satisfying(lambda v: 0 <= v <= RUN_TO_RUN_MAX),
+                     expected(f"a finite number in [0, {RUN_TO_RUN_MAX:g}]: a relative spread")]
+
+
+class CalibrationDocument(Document):
+    """One case's entry as `perfgate calibrate --write` stores it: a threshold, and the noise behind it."""
+
+    model_config = ConfigDict(extra="allow")
+    threshold: Threshold | None = None
+    run_to_run: RunToRun | None = None  # the spread of whole runs calibrate measured for the case
+    __pydantic_extra__: dict[str, CalibrationValue]
+
+
+class BaselineDocument(Document):
+    """baselines/<machine-key>/<suite>.json: a results document and what the gate needs besides."""
+
+    schema_version: Literal[SCHEMA] = Field(alias="schema")  # older versions are upgraded before
+    suite: Name | None = None
+    machine_key: Name | None = None
+    updated_at: Text = ""
+    source: Text | None = None  # the run it was made from
+    environment: dict[str, Any] = {}  # a copy of the results' environment, for readers of the file
+    calibration: dict[str, CalibrationDocument] | None = None
+    results: ResultsDocument
 
 
 class Baseline:
@@ -99,29 +143,12 @@ def parse_baseline(data: Any, source: str) -> Baseline:
     results = data.get("results")
     if not isinstance(results, dict) or not isinstance(results.get("cases"), list) or not results["cases"]:
         raise SchemaError(f"{source}: baseline holds no cases; recreate it with `perfgate baseline update`")
-    run = RunResult.from_json(results, source=source)
-    calibration = data.get("calibration") or {}
-    if not isinstance(calibration, dict):
-        raise SchemaError(f"{source}: 'calibration' must be an object of case key -> thresholds")
-    f = Fields(data, source, "")
-    for key, entry in calibration.items():
-        _check_calibration(Fields(entry, source, f"calibration.{key}"))
-    return Baseline(run=run, machine_key=f.get("machine_key", f.name) or run.environment.get("machine_key", ""),
-                    suite=f.get("suite", f.name, run.suite), calibration=calibration,
-                    updated_at=f.get("updated_at", f.string, ""), source=f.get("source", f.string), path=None)
-
-
-def _check_calibration(f: Fields) -> None:
-    """One case's entry as `perfgate calibrate --write` stores it: numbers, with a threshold in (0, 10]."""
-    threshold = f.get("threshold", f.number)
-    if threshold is not None and not 0 < threshold <= 10:
-        f.fail(f.path("threshold"), "a relative change between 0 and 10", threshold)
-    run_to_run = f.get("run_to_run", f.number)
-    if run_to_run is not None and not 0 <= run_to_run <= RUN_TO_RUN_MAX:
-        f.fail(f.path("run_to_run"), f"a relative spread between 0 and {RUN_TO_RUN_MAX:g}", run_to_run)
-    for key, value in f.data.items():
-        if key != "threshold" and not isinstance(value, (str, list, dict)) and value is not None:
-            f.get(key, f.number_or_nan)
+    doc = check(BaselineDocument, {**data, "results": readable(results, source, "results")}, source)
+    run = RunResult.from_document(doc.results, source)
+    calibration = {key: entry.model_dump(exclude_unset=True) for key, entry in (doc.calibration or {}).items()}
+    return Baseline(run=run, machine_key=doc.machine_key or run.environment.get("machine_key", ""),
+                    suite=doc.suite if doc.suite is not None else run.suite, calibration=calibration,
+                    updated_at=doc.updated_at, source=doc.source, path=None)
 
 
 def load_baseline(path: str | Path) -> Baseline:

@@ -11,7 +11,22 @@ import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator
+
+from perfgate.validation import (
+    Count,
+    Integer,
+    Positive,
+    Table,
+    Text,
+    check,
+    expected,
+    one_of,
+    satisfying,
+    set_fields,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -119,80 +134,90 @@ DEFAULT_SUITES = {
                    "Every workload at smoke size on CPU."),
 }
 
-_KNOWN_KEYS = {
-    "workloads_dirs", "baselines_dir", "reports_dir", "threads", "processes", "timeout_s", "seed",
-    "max_memory_mb", "compile_cache", "default_suite", "suites", "timing", "gate", "history", "expect",
-    "worker_env",
-}
+def read_toml(path: Path) -> dict[str, Any]:
+    """The parsed TOML of ``path``; ConfigError naming the file (and, for a syntax error, its line)."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:  # its text ends "(at line N, column M)"
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from exc
 
 
 def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml with a [tool.perfgate] table, from ``start`` upward."""
+    """The nearest pyproject.toml with a [tool.perfgate] table, from ``start`` upward.
+
+    A pyproject.toml on the way that cannot be read (a TOML syntax error, not UTF-8, unreadable) is a
+    ConfigError, not a file to step over: it may hold the table meant to apply, and running with a
+    parent's configuration or the defaults instead would be a silent surprise.
+    """
     for d in [start, *start.parents]:
         candidate = d / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
-                continue
-            if "perfgate" in data.get("tool", {}):
-                return candidate
+        if candidate.is_file() and "perfgate" in read_toml(candidate).get("tool", {}):
+            return candidate
     return None
 
 
-def _expect(value: Any, kind: type | tuple[type, ...], where: str, what: str) -> Any:
-    if not isinstance(value, kind) or (kind in (int, float) and isinstance(value, bool)):
-        raise ConfigError(f"{where}: {what} must be {getattr(kind, '__name__', kind)}, got {value!r}")
-    return value
+TOML_NOUNS = {"model_type": "a table", "dict_type": "a table", "list_type": "an array"}
 
 
-def _str_list(value: Any, where: str, what: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return (value,)
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{where}: {what} must be a list of strings, got {value!r}")
-    return tuple(value)
+def _listify(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value  # `sizes = "smoke"` means ["smoke"]
 
 
-def _positive(value: Any, where: str, what: str, kind: type = int) -> Any:
-    v = _expect(value, (int, float) if kind is float else int, where, what)
-    if v <= 0:
-        raise ConfigError(f"{where}: {what} must be positive, got {v!r}")
-    return kind(v)
+def listed(item: Any) -> Any:
+    """The type of a key holding a list of ``item`` (or one, as a string), read as a tuple."""
+    return Annotated[list[item], BeforeValidator(_listify), AfterValidator(tuple)]
 
 
+Strings = listed(Text)
+Seconds = Annotated[Positive, AfterValidator(float)]
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?")
+EnvName = Annotated[str, satisfying(lambda v: bool(_ENV_NAME.fullmatch(v))),
+                    expected("a variable name (letters, digits, _) or a prefix ending in *")]
+
+# [tool.perfgate] as declared: each key's type, and what an error says would be valid. Defaults live in
+# the dataclasses above; a key left out keeps them (load passes on only the keys a file sets).
 
 
-def _env_names(value: Any, where: str) -> tuple[str, ...]:
-    names = _str_list(value, where, "worker_env")
-    for name in names:
-        if not _ENV_NAME.fullmatch(name):
-            raise ConfigError(f"{where}: worker_env entry {name!r} is not a variable name (letters, digits, _) "
-                              "or a prefix ending in *")
-    return names
+class SuiteTable(Table):
+    workloads: Strings | None = None
+    sizes: Strings | None = None
+    toggles: Strings | None = None
+    device: one_of(DEVICES) | None = None
+    description: Text | None = None
 
 
-def parse_suites(raw: dict[str, Any], where: str) -> dict[str, Suite]:
-    suites = {}
-    for name, body in raw.items():
-        w = f"{where} [tool.perfgate.suites.{name}]"
-        _expect(body, dict, w, "a suite")
-        unknown = set(body) - {"workloads", "sizes", "toggles", "device", "description"}
-        if unknown:
-            raise ConfigError(f"{w}: unknown key(s) {', '.join(sorted(unknown))}; valid: workloads, sizes, toggles, device, description")
-        device = body.get("device", "auto")
-        if device not in DEVICES:
-            raise ConfigError(f"{w}: device {device!r} is not one of {', '.join(DEVICES)}")
-        suites[name] = Suite(
-            name=name,
-            workloads=_str_list(body.get("workloads", ["*"]), w, "workloads"),
-            sizes=_str_list(body.get("sizes", ["smoke"]), w, "sizes"),
-            toggles=_str_list(body.get("toggles", ["eager"]), w, "toggles"),
-            device=device,
-            description=str(body.get("description", "")),
-        )
-    return suites
+class TimingTable(Table):
+    samples: Count | None = None
+    min_sample_s: Seconds | None = None
+    max_warmup: Count | None = None
+    warmup_tolerance: Seconds | None = None
+    max_time_s: Seconds | None = None
+    min_time_s: Seconds | None = None
+    layouts: Count | None = None
+
+
+class PerfgateTable(Table):
+    workloads_dirs: Strings | None = None
+    baselines_dir: Text | None = None
+    reports_dir: Text | None = None
+    threads: Count | None = None
+    processes: Count | None = None
+    timeout_s: Seconds | None = None
+    seed: Integer | None = None
+    max_memory_mb: Count | None = None
+    compile_cache: Text | None = None
+    default_suite: Text | None = None
+    suites: dict[str, SuiteTable] | None = None
+    timing: TimingTable | None = None
+    # owned by later layers, which validate them: compare.parse_gate, perfgate.history, perfgate.expect
+    gate: dict[str, Any] | None = None
+    history: dict[str, Any] | None = None
+    expect: Any = None
+    worker_env: listed(EnvName) | None = None
 
 
 def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
@@ -213,60 +238,38 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
             reports_dir=cwd / "reports",
             suites=dict(DEFAULT_SUITES),
         )
-    try:
-        data = tomllib.loads(source.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: not valid TOML ({exc})") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
-    except OSError as exc:
-        raise ConfigError(f"{source}: cannot read ({exc.strerror or exc})") from exc
+    data = read_toml(source)
     raw = data.get("tool", {}).get("perfgate")
     if raw is None:
         raise ConfigError(f"{source}: has no [tool.perfgate] table")
     where = str(source)
-    unknown = set(raw) - _KNOWN_KEYS
-    if unknown:
-        raise ConfigError(f"{where}: unknown [tool.perfgate] key(s) {', '.join(sorted(unknown))}; valid: {', '.join(sorted(_KNOWN_KEYS))}")
+    table = check(PerfgateTable, raw, where, table="tool.perfgate", error=ConfigError, nouns=TOML_NOUNS)
+    given = set_fields(table)  # only the keys the file sets: defaults stay the dataclasses'
     root = source.parent
-    timing_raw = raw.get("timing", {})
-    _expect(timing_raw, dict, where, "[tool.perfgate.timing]")
-    timing_fields = TimingSettings.__dataclass_fields__
-    bad = set(timing_raw) - set(timing_fields)
-    if bad:
-        raise ConfigError(f"{where}: unknown [tool.perfgate.timing] key(s) {', '.join(sorted(bad))}; valid: {', '.join(timing_fields)}")
-    timing = TimingSettings(
-        **{
-            k: _positive(v, where, f"timing.{k}", float if isinstance(getattr(TimingSettings, k), float) else int)
-            for k, v in timing_raw.items()
-        }
-    )
-    suites = parse_suites(raw.get("suites", {}), where) or dict(DEFAULT_SUITES)
+    timing = TimingSettings(**set_fields(given["timing"])) if "timing" in given else TimingSettings()
+    suites = {name: Suite(name=name, **set_fields(body)) for name, body in given.get("suites", {}).items()}
+    suites = suites or dict(DEFAULT_SUITES)
     from perfgate.expect import ExpectError, parse_rules
 
     try:
         expectations = tuple(parse_rules(raw.get("expect"), source=f"{where} [tool.perfgate.expect]"))
     except ExpectError as exc:
         raise ConfigError(str(exc)) from exc
-    default_suite = raw.get("default_suite", "smoke" if "smoke" in suites else next(iter(suites)))
+    default_suite = given.get("default_suite", "smoke" if "smoke" in suites else next(iter(suites)))
     if default_suite not in suites:
         raise ConfigError(f"{where}: default_suite {default_suite!r} is not a suite; valid: {', '.join(sorted(suites))}")
+    plain = {k: given[k] for k in ("threads", "processes", "timeout_s", "seed", "max_memory_mb", "worker_env") if k in given}
     return Settings(
         root=root,
         source=source,
-        workloads_dirs=tuple(root / d for d in _str_list(raw.get("workloads_dirs", ["workloads"]), where, "workloads_dirs")),
-        baselines_dir=root / _expect(raw.get("baselines_dir", "baselines"), str, where, "baselines_dir"),
-        reports_dir=root / _expect(raw.get("reports_dir", "reports"), str, where, "reports_dir"),
-        threads=_positive(raw.get("threads", 1), where, "threads"),
-        processes=_positive(raw.get("processes", 2), where, "processes"),
-        timeout_s=_positive(raw.get("timeout_s", 600), where, "timeout_s", float),
-        seed=_expect(raw.get("seed", 0), int, where, "seed"),
-        max_memory_mb=_positive(raw["max_memory_mb"], where, "max_memory_mb") if "max_memory_mb" in raw else None,
-        compile_cache=root / _expect(raw["compile_cache"], str, where, "compile_cache") if "compile_cache" in raw else None,
+        workloads_dirs=tuple(root / d for d in given.get("workloads_dirs", ("workloads",))),
+        baselines_dir=root / given.get("baselines_dir", "baselines"),
+        reports_dir=root / given.get("reports_dir", "reports"),
+        compile_cache=root / given["compile_cache"] if "compile_cache" in given else None,
         default_suite=default_suite,
         suites=suites,
         timing=timing,
-        extra={k: raw[k] for k in ("gate", "history") if k in raw},
+        extra={k: given[k] for k in ("gate", "history") if k in given},
         expectations=expectations,
-        worker_env=_env_names(raw.get("worker_env", []), where),
+        **plain,
     )

@@ -15,10 +15,28 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field
 
 from perfgate.stats import Ratio, SampleSummary, process_step_time, ratio_of, summarize
-from perfgate.validation import Fields, SchemaError
+from perfgate.validation import (
+    Count,
+    Document,
+    Index,
+    Measured,
+    Name,
+    NonNegative,
+    Number,
+    SchemaError,
+    Text,
+    check,
+    expected,
+    field_error,
+    int_range,
+    model_validator,
+    one_of,
+)
 from perfgate.validation import read_json_file as read_json_file  # the one reader of JSON files
 
 SCHEMA = "perfgate.results/2"
@@ -108,6 +126,170 @@ VERDICT_KINDS = (
 GATE_FAILING_VERDICTS = ("regression", "newly-failing")
 
 
+# ---------------------------------------------------------------- the files, as declared
+#
+# results.json and comparison.json (and, in perfgate.baselines, a baseline around a results document):
+# each field's type and what an error line says would be valid. Readers validate a decoded document
+# against these (validation.check) and build the dataclasses below from the result; the JSON Schemas in
+# docs/schemas/ are generated from them (python -m perfgate.schemas). Keys a model does not name are
+# ignored, so a file a newer perfgate wrote with more in it still reads.
+
+MAX_SHARDS = 10_000
+_Scalar = str | int | float | bool | None
+EnvironmentValue = Annotated[_Scalar | list[_Scalar], expected("a string, number, true/false, null or a list of those")]
+Tolerance = Annotated[Measured | dict[str, Measured | None], expected("a number, or an object of numbers (or null)")]
+
+
+class VerdictDocument(Document):
+    """One case x metric judged against a baseline, with the numbers that made the decision."""
+
+    case_key: Name
+    metric: Name
+    kind: one_of(VERDICT_KINDS)
+    baseline: Measured | None = None
+    current: Measured | None = None
+    ratio: Measured | None = None
+    ratio_low: Measured | None = None
+    ratio_high: Measured | None = None
+    p_value: Measured | None = None
+    threshold: Measured | None = None
+    rule: Text = ""
+    advice: Text | None = None
+
+
+class ComparisonDocument(Document):
+    """comparison.json: every verdict of one comparison, a run against a stored baseline or a base ref."""
+
+    mode: one_of(("baseline", "against")) = "baseline"
+    baseline_source: Text | None = None
+    environment_diff: dict[str, list[Any]] = {}
+    warnings: list[Text] = []
+    gate_failed: bool | None = None  # written for readers; recomputed from the verdicts
+    verdicts: list[VerdictDocument]
+
+
+class SpecDocument(Document):
+    """What is measured: one workload x size x toggle-set x device."""
+
+    workload: Name
+    size: Name
+    toggles: list[Name]
+    device: Name
+    dtype: Name = "float32"
+    params: dict[str, Any] = {}
+
+
+class GpuClocksDocument(Document):
+    """A CUDA process's SM clock and throttle reasons around its samples (perfgate.gpu_clocks, NVML)."""
+
+    model_config = ConfigDict(extra="allow")
+    sm_clock_mhz_before: NonNegative | None = None
+    sm_clock_mhz_after: NonNegative | None = None
+    max_sm_clock_mhz: NonNegative | None = None
+    power_w: NonNegative | None = None
+    temperature_c: Number | None = None
+    throttle_reasons_before: list[Name] | None = None
+    throttle_reasons_after: list[Name] | None = None
+    nvml_device: Text | None = None
+    error: Text | None = None
+
+
+class ProcessDocument(Document):
+    """The raw timing of one worker process: nanoseconds per sample of ``loops`` units of work."""
+
+    samples_ns: list[NonNegative]
+    loops: Count = 1
+    steps_per_unit: Count = 1
+    first_call_s: NonNegative | None = None
+    warmup_units: Index = 0
+    timer: Text = "perf_counter_ns"
+    process_index: Index = 0
+    heap_offset: Index | None = None
+    layout: dict[str, Any] | None = None  # the memory layout this process drew (perfgate.layout)
+    layout_groups: list[Count] | None = None  # samples per memory layout, when it sampled several
+    bursts: list[Index] | None = None  # compare.py checks their sum against the samples
+    gpu_clocks: GpuClocksDocument | None = None
+
+
+class AccuracyDocument(Document):
+    """Numerical drift against the eager fp32 reference (perfgate.profiling.compare_outputs)."""
+
+    model_config = ConfigDict(extra="allow")
+    max_abs: Measured | None = None  # NaN and inf allowed: the drift of a broken toggle
+    mean_abs: Measured | None = None
+    rel_l2: Measured | None = None
+    verdict: one_of(("ok", "drift")) | None = None
+    message: Text | None = None
+    tolerance: Tolerance | None = None
+
+
+class CaseDocument(Document):
+    """What came of one case: status, raw samples per process, the metrics of the profile pass."""
+
+    spec: SpecDocument
+    key: Text | None = None  # written for readers: the spec's key
+    status: one_of(STATUSES)
+    failure_class: Name | None = None
+    message: Text | None = None
+    processes: list[ProcessDocument] = []
+    metrics: dict[str, Measured] = {}
+    profile: dict[str, Any] = {}
+    accuracy: AccuracyDocument = AccuracyDocument()
+    duration_s: NonNegative = 0.0
+    metadata: dict[str, Any] = {}
+    derived: dict[str, Any] = {}  # statistics written for readers; recomputed, never read back
+
+
+class ShardDocument(Document):
+    """settings.shard as `run --shard` and `merge` write it (perfgate.merge reads every field)."""
+
+    model_config = ConfigDict(extra="allow")
+    index: Count | None = None
+    count: int_range(1, MAX_SHARDS)  # merge walks 1..count: a huge count would hang it
+    merged: list[Count] | None = None
+    plan: list[Name] | None = None
+    missing_cases: list[Name] | None = None
+    cases_total: Index | None = None
+    cost_source: Text | None = None
+
+    @model_validator(mode="after")
+    def _index_within_count(self) -> ShardDocument:
+        if self.index is not None and self.index > self.count:
+            raise field_error("index", f"an integer from 1 to count ({self.count})")
+        return self
+
+
+class SettingsDocument(Document):
+    """How the run was made (threads, processes, timing budget...); free-form but for its shard record."""
+
+    model_config = ConfigDict(extra="allow")
+    shard: ShardDocument | None = None
+
+
+class ExpectationsDocument(Document):
+    """The run's expectation rules (perfgate.expect.Rule.to_json) and, derived when written, their outcomes."""
+
+    model_config = ConfigDict(extra="allow")
+    rules: list[dict[str, Any]] = []
+    outcomes: list[dict[str, Any]] = []
+    unmatched: list[Any] = []
+
+
+class ResultsDocument(Document):
+    """results.json: one run of perfgate, its environment fingerprint and every case with its raw samples."""
+
+    schema_version: Literal[SCHEMA] = Field(alias="schema")  # older versions are upgraded before
+    run_id: Name
+    suite: Name | None = None
+    started_at: Text = ""
+    finished_at: Text | None = None
+    environment: dict[str, EnvironmentValue] = {}
+    settings: SettingsDocument = SettingsDocument()
+    cases: list[CaseDocument] = []
+    ceilings: dict[str, Any] = {}
+    expectations: ExpectationsDocument
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One case x metric judged against a baseline, with the numbers that made the decision."""
@@ -135,12 +317,8 @@ class Verdict:
     @classmethod
     def from_json(cls, data: Any, source: str = "comparison", where: str = "verdict") -> Verdict:
         """A Verdict read back from a comparison.json; SchemaError naming the field when malformed."""
-        f = Fields(data, source, where)
-        numbers = {k: f.get(k, f.number_or_nan) for k in
-                   ("baseline", "current", "ratio", "ratio_low", "ratio_high", "p_value", "threshold")}
-        return cls(case_key=f.get("case_key", f.name, required=True), metric=f.get("metric", f.name, required=True),
-                   kind=f.get("kind", f.one_of(VERDICT_KINDS), required=True), **numbers,
-                   rule=f.get("rule", f.string, ""), advice=f.get("advice", f.string))
+        doc = check(VerdictDocument, data, source, where)
+        return cls(**{name: getattr(doc, name) for name in VerdictDocument.model_fields})
 
 
 def _freeze_params(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -183,16 +361,12 @@ class CaseSpec:
 
     @classmethod
     def from_json(cls, data: Any, source: str = "results", where: str = "spec") -> CaseSpec:
-        f = Fields(data, source, where)
-        params = f.get("params", f.obj, {})
-        return cls(
-            workload=f.get("workload", f.name, required=True),
-            size=f.get("size", f.name, required=True),
-            toggles=tuple(f.get("toggles", f.each(f.name), required=True)),
-            device=f.get("device", f.name, required=True),
-            dtype=f.get("dtype", f.name, "float32"),
-            params=_freeze_params(params),
-        )
+        return cls.from_document(check(SpecDocument, data, source, where))
+
+    @classmethod
+    def from_document(cls, doc: SpecDocument) -> CaseSpec:
+        return cls(workload=doc.workload, size=doc.size, toggles=tuple(doc.toggles), device=doc.device,
+                   dtype=doc.dtype, params=_freeze_params(doc.params))
 
 
 @dataclass
@@ -237,39 +411,14 @@ class ProcessSamples:
 
     @classmethod
     def from_json(cls, data: Any, source: str = "results", where: str = "process") -> ProcessSamples:
-        f = Fields(data, source, where)
-        samples = f.get("samples_ns", f.each(f.non_negative), required=True)
-        bursts = f.get("bursts", f.each(lambda v, w: f.integer(v, w, low=0)))  # compare.py checks their sum
-        return cls(
-            samples_ns=samples,
-            loops=f.get("loops", f.positive_int, 1),
-            steps_per_unit=f.get("steps_per_unit", f.positive_int, 1),
-            first_call_s=f.get("first_call_s", f.non_negative),
-            warmup_units=f.get("warmup_units", lambda v, w: f.integer(v, w, low=0), 0),
-            timer=f.get("timer", f.string, "perf_counter_ns"),
-            process_index=f.get("process_index", lambda v, w: f.integer(v, w, low=0), 0),
-            heap_offset=f.get("heap_offset", lambda v, w: f.integer(v, w, low=0)),
-            layout=f.get("layout", f.obj),
-            layout_groups=f.get("layout_groups", f.each(lambda v, w: f.integer(v, w, low=1))),
-            bursts=bursts,
-            gpu_clocks=_gpu_clocks(f.get("gpu_clocks", f.obj), f),
-        )
+        return cls.from_document(check(ProcessDocument, data, source, where))
 
-
-def _gpu_clocks(data: dict[str, Any] | None, f: Fields) -> dict[str, Any] | None:
-    """A process's GPU clock readings (perfgate.gpu_clocks.ClockRecorder.record) with every field that
-    readers use checked: clocks, temperature and power numbers or null, reasons lists of names."""
-    if data is None:
-        return None
-    g = Fields(data, f.source, f.path("gpu_clocks"))
-    for key in ("sm_clock_mhz_before", "sm_clock_mhz_after", "max_sm_clock_mhz", "power_w"):
-        g.get(key, g.non_negative)
-    g.get("temperature_c", g.number)
-    for key in ("throttle_reasons_before", "throttle_reasons_after"):
-        g.get(key, g.each(g.name))
-    g.get("nvml_device", g.string)
-    g.get("error", g.string)
-    return dict(data)
+    @classmethod
+    def from_document(cls, doc: ProcessDocument) -> ProcessSamples:
+        fields = {name: getattr(doc, name) for name in ProcessDocument.model_fields}
+        if doc.gpu_clocks is not None:
+            fields["gpu_clocks"] = doc.gpu_clocks.model_dump(exclude_unset=True)
+        return cls(**fields)
 
 
 @dataclass
@@ -340,37 +489,22 @@ class CaseResult:
 
     @classmethod
     def from_json(cls, data: Any, source: str = "results", where: str = "case") -> CaseResult:
-        f = Fields(data, source, where)
-        spec = CaseSpec.from_json(f.get("spec", f.obj, required=True), source, f.path("spec"))
-        processes = f.get("processes", f.array, [])
+        return cls.from_document(check(CaseDocument, data, source, where))
+
+    @classmethod
+    def from_document(cls, doc: CaseDocument) -> CaseResult:
         return cls(
-            spec=spec,
-            status=f.get("status", f.one_of(STATUSES), required=True),
-            processes=[ProcessSamples.from_json(p, source, f"{f.path('processes')}[{i}]")
-                       for i, p in enumerate(processes)],
-            failure_class=f.get("failure_class", f.name),
-            message=f.get("message", f.string),
-            metrics=dict(f.get("metrics", f.values(f.number_or_nan), {})),
-            profile=dict(f.get("profile", f.obj, {})),
-            accuracy=_accuracy(f.get("accuracy", f.obj, {}), f),
-            duration_s=float(f.get("duration_s", f.non_negative, 0.0)),
-            metadata=dict(f.get("metadata", f.obj, {})),
+            spec=CaseSpec.from_document(doc.spec),
+            status=doc.status,
+            processes=[ProcessSamples.from_document(p) for p in doc.processes],
+            failure_class=doc.failure_class,
+            message=doc.message,
+            metrics=dict(doc.metrics),
+            profile=dict(doc.profile),
+            accuracy=doc.accuracy.model_dump(exclude_unset=True),
+            duration_s=float(doc.duration_s),
+            metadata=dict(doc.metadata),
         )
-
-
-def _accuracy(data: dict[str, Any], f: Fields) -> dict[str, Any]:
-    """The accuracy detail (perfgate.profiling.compare_outputs) with the fields readers use checked."""
-    acc = Fields(data, f.source, f.path("accuracy"))
-    for key in ("max_abs", "mean_abs", "rel_l2"):
-        acc.get(key, acc.number_or_nan)  # NaN and inf allowed: the drift of a broken toggle
-    acc.get("verdict", acc.one_of(("ok", "drift")))
-    acc.get("message", acc.string)
-    acc.get("tolerance", lambda v, w: v if isinstance(v, dict) else acc.number_or_nan(v, w))
-    if isinstance(data.get("tolerance"), dict):
-        tol = Fields(data["tolerance"], f.source, acc.path("tolerance"))
-        for key in data["tolerance"]:
-            tol.get(key, tol.number_or_nan)
-    return dict(data)
 
 
 @dataclass
@@ -454,18 +588,14 @@ class RunResult:
         return json.dumps(self.to_json(), indent=1, sort_keys=False, default=str) + "\n"
 
     @classmethod
-    def from_json(cls, data: Any, source: str = "results") -> RunResult:
-        if not isinstance(data, dict):
-            raise SchemaError(f"{source}: expected a JSON object, got {type(data).__name__}")
-        schema = data.get("schema")
-        if not isinstance(schema, str) or schema not in SCHEMA_HISTORY:
-            raise SchemaError(
-                f"{source}: unknown schema {schema!r}; this perfgate reads {', '.join(SCHEMA_HISTORY)}"
-            )
-        data = upgrade(data)
-        f = Fields(data, source, "")
-        expectations = Fields(f.get("expectations", f.obj, required=True), source, "expectations")
-        rules = expectations.get("rules", expectations.each(expectations.obj), [])
+    def from_json(cls, data: Any, source: str = "results", where: str = "") -> RunResult:
+        """A RunResult from a decoded results document of any readable version; SchemaError naming
+        ``source`` and the field for anything wrong."""
+        return cls.from_document(check(ResultsDocument, readable(data, source, where), source, where), source)
+
+    @classmethod
+    def from_document(cls, doc: ResultsDocument, source: str = "results") -> RunResult:
+        rules = doc.expectations.rules
         try:
             from perfgate.expect import Rule
 
@@ -473,52 +603,31 @@ class RunResult:
                 Rule.from_json(r)
         except (KeyError, TypeError, ValueError) as exc:
             raise SchemaError(f"{source}: malformed results ({type(exc).__name__}: {exc})") from exc
-        settings = dict(f.get("settings", f.obj, {}))
-        if settings.get("shard") is not None:
-            _check_shard(Fields(settings["shard"], source, "settings.shard"))
-        environment = f.get("environment", f.values(_env_value(f)), {})
-        cases = f.get("cases", f.array, [])
         return cls(
-            run_id=f.get("run_id", f.name, required=True),
-            suite=f.get("suite", f.name),
-            environment=dict(environment),
-            cases=[CaseResult.from_json(c, source, f"cases[{i}]") for i, c in enumerate(cases)],
-            started_at=f.get("started_at", f.string, ""),
-            finished_at=f.get("finished_at", f.string),
-            settings=settings,
+            run_id=doc.run_id,
+            suite=doc.suite,
+            environment=dict(doc.environment),
+            cases=[CaseResult.from_document(c) for c in doc.cases],
+            started_at=doc.started_at,
+            finished_at=doc.finished_at,
+            settings=doc.settings.model_dump(exclude_unset=True),
             expectations=[dict(r) for r in rules],
-            ceilings=dict(f.get("ceilings", f.obj, {})),
+            ceilings=dict(doc.ceilings),
             schema=SCHEMA,
         )
 
 
-def _env_value(f: Fields) -> Any:
-    """Environment values are what the fingerprint holds: strings, numbers, flags, null, short lists."""
-
-    def check(value: Any, where: str) -> Any:
-        if isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value)):
-            f.fail(where, "a string, number, true/false or null", value)
-        return value
-
-    return check
-
-
-MAX_SHARDS = 10_000
-
-
-def _check_shard(f: Fields) -> None:
-    """settings.shard as `run --shard` and `merge` write it (perfgate.merge reads every field)."""
-    index = f.get("index", f.positive_int)
-    count = f.get("count", f.positive_int, required=True)
-    if count > MAX_SHARDS:  # merge walks 1..count: a huge count would hang it
-        f.fail(f.path("count"), f"an integer from 1 to {MAX_SHARDS}", count)
-    if index is not None and index > count:
-        f.fail(f.path("index"), f"an integer from 1 to count ({count})", index)
-    f.get("merged", f.each(f.positive_int))
-    f.get("plan", f.each(f.name))
-    f.get("missing_cases", f.each(f.name))
-    f.get("cases_total", lambda v, w: f.integer(v, w, low=0))
-    f.get("cost_source", f.string)
+def readable(data: Any, source: str, where: str = "") -> Any:
+    """``data`` brought up to the current results schema; SchemaError when it is not a results document
+    of a version this perfgate reads."""
+    if not isinstance(data, dict):
+        raise SchemaError(f"{source}: {where + ': ' if where else ''}expected a JSON object, got {type(data).__name__}")
+    schema = data.get("schema")
+    if not isinstance(schema, str) or schema not in SCHEMA_HISTORY:
+        raise SchemaError(
+            f"{source}: unknown schema {schema!r}; this perfgate reads {', '.join(SCHEMA_HISTORY)}"
+        )
+    return upgrade(data)
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:

@@ -16,9 +16,12 @@ Bound class, first match wins:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
 
 from perfgate.model import STATUS_OK, CaseResult
+from perfgate.validation import Count, Document, NonNegative, Positive, Text
 
 BOUNDS = ("compute-bound", "memory-bound", "overhead-bound")
 
@@ -263,6 +266,30 @@ CEILINGS_FILE = "ceilings.json"
 CEILINGS_SCHEMA = "perfgate.ceilings/1"
 
 
+class CeilingsEntry(Document):
+    """One device's measured ceilings (perfgate.ceilings.measure): peak FLOP/s per dtype, bandwidth per kernel."""
+
+    model_config = ConfigDict(extra="allow")
+    flops: dict[str, Positive] = {}
+    bandwidth: dict[str, Positive] = {}
+    errors: list[Text] = []  # what could not be measured, and why
+    threads: Count | None = None
+    matmul_n: Count | None = None
+    stream_bytes: Count | None = None
+    device_name: Text | None = None
+    torch: Text | None = None
+    seconds: NonNegative | None = None
+    measured_at: Text | None = None
+
+
+class CeilingsDocument(Document):
+    """ceilings.json: this machine's measured ceilings, written by `perfgate calibrate --write`."""
+
+    schema_version: Literal[CEILINGS_SCHEMA] = Field(alias="schema")
+    cpu: CeilingsEntry | None = None
+    cuda: CeilingsEntry | None = None
+
+
 def ceilings_path(baselines_dir: Any, machine_key: str) -> Any:
     """``<baselines_dir>/<machine-key>/ceilings.json``: written by `perfgate calibrate --write`, beside the
     machine's baselines and committed with them."""
@@ -274,18 +301,19 @@ def ceilings_path(baselines_dir: Any, machine_key: str) -> Any:
 def ceilings_for_run(baselines_dir: Any, environment: dict[str, Any]) -> dict[str, Any]:
     """What a run carries in results.json ``ceilings``: this machine's measured ceilings when calibrate
     stored them, and the spec sheet of its GPU when known. A missing or unreadable file: none measured."""
-    from perfgate.validation import SchemaError, read_json_file
+    from perfgate.validation import SchemaError, check, read_json_file
 
     out: dict[str, Any] = {}
     path = ceilings_path(baselines_dir, str(environment.get("machine_key", "unknown-machine")))
     try:
-        data = read_json_file(path, "ceilings") if path.is_file() else None
-    except SchemaError:
-        data = None
-    if isinstance(data, dict) and data.get("schema") == CEILINGS_SCHEMA:
+        stored = check(CeilingsDocument, read_json_file(path, "ceilings"), str(path)) if path.is_file() else None
+    except SchemaError:  # a damaged file measured nothing; `perfgate calibrate --write` rewrites it
+        stored = None
+    if stored is not None:
         for kind in ("cpu", "cuda"):
-            if isinstance(data.get(kind), dict):
-                out[kind] = data[kind]
+            entry = getattr(stored, kind)
+            if entry is not None:
+                out[kind] = entry.model_dump(exclude_unset=True)
         out["source"] = str(path)
     spec = spec_sheet(environment.get("device_name"))
     if spec:

@@ -5,6 +5,12 @@ Every such file is untrusted (docs/ci.md, "Untrusted files"): it is read with a 
 JSON nested no deeper than a results document needs, and each field is checked for its type before any
 code relies on it. Anything wrong is a ``SchemaError`` naming the file and the field (exit 2, one line),
 never a traceback deep in the comparison or an exporter.
+
+The fields are declared once, as pydantic models (``Document`` for files, ``Table`` for the
+``[tool.perfgate]`` table) built from the value types below (``Name``, ``Count``, ``Number``...), each of
+which carries the words its error uses; ``check`` validates data against a model and turns the first
+problem into that one line. The same models give the JSON Schemas published under docs/schemas/
+(perfgate.schemas).
 """
 
 from __future__ import annotations
@@ -15,7 +21,11 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, WithJsonSchema, WrapValidator
+from pydantic import model_validator as model_validator
+from pydantic_core import PydanticCustomError
 
 # A results.json of a large suite is a few MB (raw samples of every process); 64 MiB leaves ample room
 # and keeps a hostile file from filling memory. PERFGATE_MAX_FILE_MB raises it where needed.
@@ -255,3 +265,147 @@ class Fields:
             return value
 
         return run
+
+
+# ---------------------------------------------------------------- the declarative schema's vocabulary
+#
+# Each value type names, in the words of an error line, what would be valid ("an integer >= 1"); the
+# wrapper below replaces pydantic's own message with those words, so every reader says the same thing
+# about the same kind of field. Strict throughout: true is not a number and "3" is not an integer.
+
+
+def expected(words: str) -> WrapValidator:
+    """Validation metadata: any failure of the value it annotates reads "must be <words>"."""
+
+    def wrap(value: Any, handler: Any) -> Any:
+        try:
+            return handler(value)
+        except (ValidationError, ValueError):
+            raise PydanticCustomError("expected", words) from None
+
+    return WrapValidator(wrap)
+
+
+def satisfying(check: Callable[[Any], bool]) -> AfterValidator:
+    """Validation metadata: the value must pass ``check`` (its words come from ``expected``)."""
+
+    def run(value: Any) -> Any:
+        if not check(value):
+            raise ValueError("out of range")
+        return value
+
+    return AfterValidator(run)
+
+
+def _number_schema(**bounds: float) -> WithJsonSchema:
+    return WithJsonSchema({"type": "number", **bounds})
+
+
+_NUMBER = int | float  # an int stays an int (samples_ns), a bool is neither (strict)
+Text = Annotated[str, expected("a string")]
+Name = Annotated[str, WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_NAME}),
+                 satisfying(lambda v: 0 < len(v) <= MAX_NAME and v.isprintable()),
+                 expected(f"a non-empty printable string of at most {MAX_NAME} characters")]
+Integer = Annotated[int, expected("an integer")]
+Index = Annotated[int, satisfying(lambda v: v >= 0), WithJsonSchema({"type": "integer", "minimum": 0}),
+                  expected("an integer >= 0")]
+Count = Annotated[int, satisfying(lambda v: v >= 1), WithJsonSchema({"type": "integer", "minimum": 1}),
+                  expected("an integer >= 1")]
+# a measured value: NaN and infinities allowed (the drift of a broken toggle can be NaN)
+Measured = Annotated[_NUMBER, _number_schema(), expected("a number")]
+Number = Annotated[_NUMBER, satisfying(math.isfinite), _number_schema(), expected("a finite number")]
+NonNegative = Annotated[_NUMBER, satisfying(lambda v: math.isfinite(v) and v >= 0), _number_schema(minimum=0),
+                        expected("a finite number >= 0")]
+Positive = Annotated[_NUMBER, satisfying(lambda v: math.isfinite(v) and v > 0), _number_schema(exclusiveMinimum=0),
+                     expected("a finite number > 0")]
+
+
+def one_of(choices: tuple[str, ...]) -> Any:
+    """The type of a field that is one of ``choices``."""
+    return Annotated[Literal[choices], expected("one of " + ", ".join(choices))]  # type: ignore[valid-type]
+
+
+def int_range(low: int, high: int, words: str | None = None) -> Any:
+    """The type of an integer from ``low`` to ``high``."""
+    return Annotated[int, satisfying(lambda v: low <= v <= high),
+                     WithJsonSchema({"type": "integer", "minimum": low, "maximum": high}),
+                     expected(words or f"an integer from {low} to {high}")]
+
+
+class Document(BaseModel):
+    """A JSON object of a file perfgate reads: typed fields; keys it does not know are ignored (written
+    for readers of the file, such as a case's "derived" statistics, or by a newer perfgate)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+class Table(BaseModel):
+    """A TOML table of ``[tool.perfgate]``: typed fields, and an unknown key is an error listing the valid ones."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                raise PydanticCustomError("unknown_keys", "unknown key(s) {unknown}; valid: {valid}",
+                                          {"unknown": ", ".join(map(str, unknown)), "valid": ", ".join(cls.model_fields)})
+        return data
+
+
+def field_error(field: str, words: str) -> PydanticCustomError:
+    """The error a model validator raises when ``field`` must be ``words`` given the other fields."""
+    return PydanticCustomError("field", "{words}", {"field": field, "words": words})
+
+
+M = TypeVar("M", bound=BaseModel)
+
+# pydantic's own error types, for values no type above annotates: the same words as the types above
+_WORDS = {"dict_type": "an object", "model_type": "an object", "model_attributes_type": "an object",
+          "list_type": "an array", "tuple_type": "an array", "string_type": "a string", "int_type": "an integer",
+          "float_type": "a number", "bool_type": "true or false", "literal_error": "one of {expected}"}
+
+
+def set_fields(model: BaseModel) -> dict[str, Any]:
+    """The fields the validated data set, by name, as validated (nested models stay models)."""
+    return {k: getattr(model, k) for k in model.model_fields_set}
+
+
+def path_text(loc: tuple[Any, ...] | list[Any], where: str = "") -> str:
+    """A field's path as error lines write it: ``cases[0].processes[1].loops``."""
+    out = where
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def check(model: type[M], data: Any, source: str, where: str = "", table: str = "",
+          error: type[ValueError] = SchemaError, nouns: dict[str, str] | None = None) -> M:
+    """``data`` validated as ``model``; else ``error`` with one line naming ``source``, the field, what would
+    be valid and the value found. ``where`` prefixes field paths; ``table`` names a TOML table
+    (``tool.perfgate``) whose unknown keys are reported as ``[tool.perfgate.suites.x]``; ``nouns`` rewords
+    pydantic's error types (TOML says "a table" where JSON says "an object")."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problem = exc.errors(include_url=False)[0]
+    loc, kind, ctx = tuple(problem["loc"]), problem["type"], problem.get("ctx") or {}
+    value = problem.get("input")
+    if kind == "field":  # a model validator's complaint about one field: name it, show its value
+        loc = (*loc, ctx["field"])
+        value = value.get(ctx["field"]) if isinstance(value, dict) else getattr(value, ctx["field"], value)
+    field = path_text(loc, where)
+    if kind == "unknown_keys":
+        inside = f"[{table}{'.' + field if field else ''}]" if table else (field or "the document")
+        raise error(f"{source}: unknown key(s) {ctx['unknown']} in {inside}; valid: {ctx['valid']}")
+    if kind == "missing":
+        raise error(f"{source}: {field} is missing")
+    if kind in ("expected", "field"):
+        words = problem["msg"]
+    elif kind in (vocabulary := {**_WORDS, **(nouns or {})}):
+        words = vocabulary[kind].format(expected=str(ctx.get("expected", "")).replace("'", ""))
+    else:  # a rule no type above words; pydantic's own sentence, which names it
+        words = f"valid ({problem['msg']})"
+    raise error(f"{source}: {field or 'document'} must be {words}, got {describe(value)}")

@@ -156,7 +156,7 @@ def test_bad_config_is_one_line(tmp_path):
     cfg = tmp_path / "pyproject.toml"
     cfg.write_text("[tool.perfgate]\nthreads = 0\n")
     proc = run_cli("run", "--config", str(cfg))
-    assert_one_line_usage_error(proc, str(cfg), "threads must be positive")
+    assert_one_line_usage_error(proc, str(cfg), "threads must be an integer >= 1")
 
 
 def test_config_is_found_upward_from_the_current_directory(tmp_path):

@@ -104,24 +104,33 @@ def test_unknown_suite_lists_valid_ones(tmp_path):
 
 
 BAD = [
-    ("threads = 'two'", "threads must be int"),
-    ("threads = 0", "threads must be positive"),
-    ("processes = -1", "processes must be positive"),
-    ("processes = true", "processes must be int"),
-    ("timeout_s = 0", "timeout_s must be positive"),
-    ("max_memory_mb = 0", "max_memory_mb must be positive"),
-    ("seed = 1.5", "seed must be int"),
-    ("compile_cache = 1", "compile_cache must be str"),
-    ("workloads_dirs = [1]", "workloads_dirs must be a list of strings"),
-    ("reports_dir = 3", "reports_dir must be str"),
-    ("threadz = 1", "unknown [tool.perfgate] key(s) threadz; valid:"),
+    ("threads = 'two'", "threads must be an integer >= 1, got 'two'"),
+    ("threads = 0", "threads must be an integer >= 1, got 0"),
+    ("processes = -1", "processes must be an integer >= 1"),
+    ("processes = true", "processes must be an integer >= 1, got True"),
+    ("timeout_s = 0", "timeout_s must be a finite number > 0"),
+    # issue 28 item 6: a boolean is not a number (true was a 1-second timeout)
+    ("timeout_s = true", "timeout_s must be a finite number > 0, got True"),
+    ("timing = {min_time_s = false}", "timing.min_time_s must be a finite number > 0, got False"),
+    ("seed = true", "seed must be an integer, got True"),
+    ("max_memory_mb = 0", "max_memory_mb must be an integer >= 1"),
+    ("seed = 1.5", "seed must be an integer, got 1.5"),
+    ("compile_cache = 1", "compile_cache must be a string, got 1"),
+    ("workloads_dirs = [1]", "workloads_dirs[0] must be a string, got 1"),
+    ("reports_dir = 3", "reports_dir must be a string"),
+    ("threadz = 1", "unknown key(s) threadz in [tool.perfgate]; valid:"),
     ("default_suite = 'nightly'", "default_suite 'nightly' is not a suite; valid: full, pr, smoke"),
-    ("timing = {samplez = 3}", "unknown [tool.perfgate.timing] key(s) samplez; valid: samples"),
-    ("timing = {samples = 0}", "timing.samples must be positive"),
-    ("suites.x = {device = 'tpu'}", "device 'tpu' is not one of auto, cpu, cuda"),
-    ("suites.x = {toggle = ['eager']}", "unknown key(s) toggle; valid: workloads, sizes, toggles"),
-    ("suites.x = {toggles = 'eager', sizes = [1]}", "sizes must be a list of strings"),
-    ("suites.x = 3", "a suite must be dict"),
+    # issue 28 item 6: a list here was a TypeError deep in load, exit 3
+    ("default_suite = ['smoke']", "default_suite must be a string, got ['smoke']"),
+    ("timing = {samplez = 3}", "unknown key(s) samplez in [tool.perfgate.timing]; valid: samples"),
+    ("timing = {samples = 0}", "timing.samples must be an integer >= 1, got 0"),
+    ("timing = 3", "timing must be a table, got 3"),
+    ("gate = 'strict'", "gate must be a table"),
+    ("suites.x = {device = 'tpu'}", "suites.x.device must be one of auto, cpu, cuda, got 'tpu'"),
+    ("suites.x = {toggle = ['eager']}", "unknown key(s) toggle in [tool.perfgate.suites.x]; valid: workloads, sizes, toggles"),
+    ("suites.x = {toggles = 'eager', sizes = [1]}", "suites.x.sizes[0] must be a string, got 1"),
+    ("suites.x = 3", "suites.x must be a table, got 3"),
+    ("worker_env = ['A=B']", "worker_env[0] must be a variable name (letters, digits, _) or a prefix ending in *"),
 ]
 
 
@@ -157,10 +166,46 @@ def test_bad_toml_and_missing_config_file(tmp_path):
 
 
 def test_worker_env_names_are_read_and_checked(tmp_path):
-    from perfgate.config import ConfigError, load
+    from perfgate.config import load
 
     (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworker_env = ["MY_KNOB", "SIM_*"]\n')
     assert load(cwd=tmp_path).worker_env == ("MY_KNOB", "SIM_*")
-    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworker_env = ["A=B"]\n')
-    with pytest.raises(ConfigError, match="worker_env entry 'A=B' is not a variable name"):
-        load(cwd=tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworker_env = "SIM_*"\n')
+    assert load(cwd=tmp_path).worker_env == ("SIM_*",)
+
+
+def test_a_nearest_pyproject_with_a_toml_error_is_an_error_naming_file_and_line(tmp_path):
+    # issue 28 item 5: the broken file used to be stepped over, and the parent's threads = 4 applied
+    write(tmp_path / "pyproject.toml", "[tool.perfgate]\nthreads = 4\n")
+    broken = write(tmp_path / "sub" / "pyproject.toml", "[project]\nname = 'x'\n\n[tool.perfgate\nthreads = 1\n")
+    with pytest.raises(ConfigError) as exc:
+        load(cwd=tmp_path / "sub")
+    message = str(exc.value)
+    assert message.startswith(f"{broken}: not valid TOML") and "line 4" in message and "\n" not in message
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        find_pyproject(tmp_path / "sub")
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[tool.perfgate]\nthreads = = 1\n", "line 2"),  # item 5: was stepped over for the parent's table
+    ("[tool.perfgate]\ndefault_suite = ['smoke']\n", "default_suite must be a string"),  # item 6: was exit 3
+], ids=["toml-syntax", "default-suite-list"])
+def test_a_broken_nearest_pyproject_exits_2_with_one_line(tmp_path, text, needle):
+    from conftest import run_cli
+
+    write(tmp_path / "pyproject.toml", "[tool.perfgate]\nthreads = 4\n")
+    broken = write(tmp_path / "sub" / "pyproject.toml", text)
+    proc = run_cli("list", cwd=tmp_path / "sub")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(broken) in lines[0] and needle in lines[0], proc.stderr
+
+
+def test_every_setting_has_its_key_in_the_declared_table():
+    """A field added to TimingSettings or Suite without its key in the table would be an 'unknown key'."""
+    import dataclasses
+
+    from perfgate.config import Suite, SuiteTable, TimingTable
+
+    assert set(TimingTable.model_fields) == {f.name for f in dataclasses.fields(TimingSettings)}
+    assert set(SuiteTable.model_fields) == {f.name for f in dataclasses.fields(Suite)} - {"name"}

@@ -193,7 +193,7 @@ def test_the_clock_readings_survive_a_results_json_round_trip(nvml, tmp_path):
 
 @pytest.mark.parametrize(("record", "message"), [
     ("1980 MHz", "cases[0].processes[0].gpu_clocks must be an object"),
-    ({"sm_clock_mhz_before": -5}, "gpu_clocks.sm_clock_mhz_before must be a number >= 0"),
+    ({"sm_clock_mhz_before": -5}, "gpu_clocks.sm_clock_mhz_before must be a finite number >= 0"),
     ({"max_sm_clock_mhz": "max"}, "gpu_clocks.max_sm_clock_mhz must be a finite number"),
     ({"temperature_c": float("inf")}, "gpu_clocks.temperature_c must be a finite number"),
     ({"throttle_reasons_after": "hw_slowdown"}, "gpu_clocks.throttle_reasons_after must be an array"),

@@ -136,6 +136,21 @@ def test_the_data_model_imports_no_torch():
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.parametrize("document, dataclass", [("ProcessDocument", "ProcessSamples"), ("VerdictDocument", "Verdict")])
+def test_a_declared_document_and_its_dataclass_agree_on_fields_and_defaults(document, dataclass):
+    """The readers build the dataclass from every field of its document: the two must not drift apart."""
+    import dataclasses
+
+    from perfgate import model
+
+    doc, cls = getattr(model, document), getattr(model, dataclass)
+    fields = {f.name: f.default for f in dataclasses.fields(cls)}
+    assert set(doc.model_fields) == set(fields)
+    for name, info in doc.model_fields.items():
+        if not info.is_required():
+            assert info.default == fields[name], name
+
+
 def test_a_runs_bookkeeping_imports_no_torch(tmp_path):
     """After the workers: comparing with a baseline, every report, and the TensorBoard scalars, all in the
     orchestrating process, as `perfgate run` does them; none of it may import torch (docs/architecture.md)."""

@@ -112,3 +112,38 @@ def test_sdist_installs_into_a_fresh_venv_and_works_outside_the_checkout(dists, 
     _run([python, "-m", "pip", "uninstall", "-q", "-y", "perfgate"], cwd=tmp_path)  # the wheel's, if installed
     _run([python, "-m", "pip", "install", "-q", str(sdist)], cwd=tmp_path, timeout=900)
     _check_installed(fresh_venv, tmp_path)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """A release number without its trailing zeros: 8.1 and 8.1.0 are the same floor."""
+    parts = [int(p) for p in version.split(".")]
+    while parts and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def _floors() -> dict[str, tuple[int, ...]]:
+    """pyproject.toml's runtime floors, {lowercase name: version}, torch and Python-version-only ones aside."""
+    import re
+
+    from perfgate.config import read_toml
+
+    floors = {}
+    for dep in read_toml(REPO / "pyproject.toml")["project"]["dependencies"]:
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9][0-9.]*)(;.*)?", dep.replace(" ", ""))
+        assert m, f"{dep!r}: every runtime dependency has a floor (name>=version)"
+        if m[1] != "torch" and not m[3]:
+            floors[m[1].lower()] = _release(m[2])
+    return floors
+
+
+def test_the_lowest_versions_constraints_pin_exactly_the_declared_floors():
+    """The lowest-versions CI job installs .ci/lowest-constraints.txt: it must be pyproject's floors, all of them."""
+    pins = {}
+    for line in (REPO / ".ci" / "lowest-constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            pins[name.lower()] = _release(version)
+    assert pins == _floors()
+    assert {"numpy", "scipy", "pydantic"} <= set(pins)  # imported by perfgate, so declared

@@ -771,6 +771,16 @@ def test_action_names_a_usage_error_and_fails_the_step(user_repo, tmp_path, inpu
     assert proc.returncode == 2 and outputs["verdict"] == verdict and outputs["exit-code"] == "2"
 
 
+def test_a_job_tests_every_dependency_at_its_declared_floor(workflows):
+    """Issue 28 item 10: the lowest-versions job installs the floors (.ci/lowest-constraints.txt) and tests."""
+    wf = workflows["perfgate.yml"]
+    job = wf["jobs"]["lowest-versions"]
+    script = "\n".join(s.get("run", "") for s in _steps(job))
+    assert "-c .ci/lowest-constraints.txt" in script and "python -m pytest" in script
+    assert (REPO / ".ci" / "lowest-constraints.txt").is_file()
+    assert "lowest-versions" in _final_job(wf)[1]["needs"]  # its failure fails the required check
+
+
 # ---------------------------------------------------------------- issue 29, item 5: the measuring job's token
 
 SWEEP_STEP = "end every process the pull request's code left"
