@@ -215,7 +215,7 @@ class PerfgateTable(Table):
     timing: TimingTable | None = None
     # owned by later layers, which validate them: compare.parse_gate, perfgate.history, perfgate.expect
     gate: dict[str, Any] | None = None
-    history: dict[str, Any] | None = None
+    history: Annotated[str, expected("a database URL (a string)")] | None = None  # perfgate.history.store reads it
     expect: Any = None
     worker_env: listed(EnvName) | None = None
 

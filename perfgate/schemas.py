@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from perfgate import console
 from perfgate.baselines import BaselineDocument
 from perfgate.model import ComparisonDocument, ResultsDocument
 from perfgate.roofline import CeilingsDocument
@@ -62,12 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         behind = stale(args.out)
         for name in behind:
-            print(f"{args.out / name} is stale; regenerate with `python -m perfgate.schemas`", file=sys.stderr)
+            console.echo(f"{args.out / name} is stale; regenerate with `python -m perfgate.schemas`", err=True)
         return 1 if behind else 0
     args.out.mkdir(parents=True, exist_ok=True)
     for name, text in rendered().items():
         atomic_write_text(args.out / name, text)
-        print(args.out / name)
+        console.echo(str(args.out / name))
     return 0
 
 
