@@ -76,7 +76,7 @@ def load_settings(config: str | None) -> config_mod.Settings:
 def main() -> None:
     """perfgate: run standard PyTorch workloads under each optimization toggle, measure them honestly,
     gate regressions against baselines."""
-    from perfgate.runner import keep_environment_private
+    from perfgate.reaper import keep_environment_private
 
     keep_environment_private()  # workloads run as this user: they must not read this process's environment
 

@@ -217,3 +217,23 @@ def end_orphans() -> int:
             except ChildProcessError:
                 pass
     return killed
+
+
+PR_SET_DUMPABLE = 4  # linux/prctl.h
+
+
+def keep_environment_private() -> bool:
+    """Mark this process not dumpable (``prctl(PR_SET_DUMPABLE, 0)``): another process of the same user, a
+    workload among them, can then read neither its /proc/PID/environ (PERFGATE_HISTORY_URL, cloud keys:
+    what the allow-list keeps from workers) nor its memory, nor attach a debugger to it. Not a boundary
+    against root or CAP_SYS_PTRACE (docs/ci.md, "What the worker allow-list is and is not"). A program this
+    process starts is dumpable again once it execs; a process it forks without exec (the fork server's
+    workers) stays as this one is. False where that is not possible (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except OSError:
+        return False

@@ -205,6 +205,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
             moved = layout_mod.draw(index, layout.seed, "drawn", group)
             layout_mod.apply(moved)
             moved_to.append(moved.to_json())
+            _seed(int(cfg.get("seed", 0)))  # the same weights and state as the first build: only where they live moves
             prepared = toggles_mod.prepare(workload, params, spec.device, registry_toggles, variants)
             return prepared.timed()[0]
 

@@ -264,7 +264,7 @@ def serve(fd: int) -> int:
     orchestrator goes (the socket closes, or SIGTERM from PR_SET_PDEATHSIG), every descendant is ended
     before this process exits."""
     from perfgate import reaper
-    from perfgate.runner import keep_environment_private
+    from perfgate.reaper import keep_environment_private
 
     reaper.become_subreaper()
     # before the first fork: no worker can read this process's memory or attach to it (one that did could
