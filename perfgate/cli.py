@@ -352,7 +352,7 @@ def with_sampling(settings: Any, max_processes: int | None, max_case_s: float | 
     return replace(settings, extra={**settings.extra, "gate": gate})
 
 
-# ---------------------------------------------------------------- compare, baseline, calibrate (issue 4: the gate)
+# ---------------------------------------------------------------- compare, baseline, calibrate: the gate
 
 @main.command("compare")
 @config_option
@@ -509,7 +509,7 @@ def calibrate_ceilings(settings: config_mod.Settings, env: dict[str, Any], machi
         echo(f"stored the ceilings in {path}")
 
 
-# ---------------------------------------------------------------- perfgate merge (issue 7)
+# ---------------------------------------------------------------- perfgate merge
 
 @main.command("merge")
 @config_option
@@ -554,10 +554,8 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
     echo(f"\n{runner.summary_status(run) or 'no cases'}; merged results: {out_dir / 'results.json'}")
     code, no_evidence = EXIT_OK, None
     if gate or baseline_file or rejudge:
-        try:
-            from perfgate import gate as gate_mod
-        except ImportError as exc:
-            raise ConfigError("perfgate merge --gate/--baseline needs perfgate.gate, which this perfgate lacks") from exc
+        from perfgate import gate as gate_mod
+
         settings = load_settings(config)
         if rejudge:
             comparison = judge_against(out_dir, run, settings)
@@ -582,7 +580,7 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
     sys.exit(code)
 
 
-# ---------------------------------------------------------------- perfgate report (issue 5)
+# ---------------------------------------------------------------- perfgate report
 
 def _run_reports_writer(run_dir: Path) -> Callable[[Any], None]:
     """report.html, summary.md and junit.xml for `perfgate run`, rewritten after each case. A report bug
@@ -636,7 +634,7 @@ def report_cmd(config: str | None, results: str, baseline: str | None, against_r
     echo(report.verdict.headline)
 
 
-# ---------------------------------------------------------------- perfgate tensorboard (issue 3)
+# ---------------------------------------------------------------- perfgate tensorboard
 
 
 def write_tensorboard_scalars(run: Any, run_dir: Path) -> None:
@@ -688,7 +686,7 @@ def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: st
         tb.stop()
 
 
-# ---------------------------------------------------------------- perfgate history, bisect (issue 16)
+# ---------------------------------------------------------------- perfgate history, bisect
 
 def _add_run_to_history(settings: config_mod.Settings, run_dir: Path) -> None:
     """`run --history`: the run just made into the store, its trends in history.html beside it; a store

@@ -6,7 +6,6 @@ No torch here (the TensorBoard writer lives apart, in exporters/tensorboard.py).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -78,44 +77,22 @@ def write_run_reports(run: RunResult, run_dir: str | Path, comparison: Compariso
 
 def load_comparison(run: RunResult, baseline: str | None = None, against_results: str | None = None,
                     settings: Any = None) -> Comparison | None:
-    """The Comparison `perfgate report` shows: none, against a stored baseline file, or against another
-    run's results.json. Needs perfgate.compare (the gate); a clear ConfigError where it is missing."""
+    """The Comparison `perfgate report` shows: none, against a stored baseline file (with its calibration), or
+    against another run's results.json, judged with ``settings``' gate (the defaults without) at the
+    confidence `perfgate compare` would use, never a level the file states."""
     if baseline is None and against_results is None:
         return None
     if baseline is not None and against_results is not None:
         raise ConfigError("give --baseline or --against-results, not both")
-    try:
-        from perfgate import compare
-    except ImportError as exc:
-        flag = "--baseline" if baseline else "--against-results"
-        raise ConfigError(f"{flag} needs perfgate.compare, which this perfgate does not have yet; "
-                          "run `perfgate report RESULTS` without it for a report of the run alone") from exc
-    return _compare_with(compare, run, baseline, against_results, settings)
+    from perfgate import baselines, compare
+    from perfgate.sequential import look_confidence
 
-
-def _compare_with(compare, run: RunResult, baseline: str | None, against_results: str | None,  # noqa: ANN001
-                  settings: Any = None) -> Comparison:
-    """Adapter to the gate's entry point, compare.compare_runs(current, baseline_run, gate, *, mode,
-    baseline_source, calibration); kept here so its signature is known in one place only."""
-    fn = getattr(compare, "compare_runs", None)
-    if fn is None:
-        raise ConfigError("perfgate.compare has no compare_runs(current, baseline); cannot compare")
     calibration = None
     if against_results:
         other, source = load_results(against_results), str(against_results)
     else:
-        try:
-            from perfgate import baselines
-        except ImportError:  # no baseline store: a results.json serves as the baseline
-            other, source = load_results(baseline), str(baseline)
-        else:
-            stored = baselines.load_baseline(baseline)
-            other, source, calibration = stored.run, str(baseline), stored.calibration
-    accepted = inspect.signature(fn).parameters
-    gate = compare.gate_settings(settings) if settings is not None and hasattr(compare, "gate_settings") else None
-    kwargs = {k: v for k, v in (("baseline_source", source), ("calibration", calibration)) if k in accepted}
-    if gate is not None and "look_confidence" in accepted:  # as `perfgate compare` judges: never the file's level
-        from perfgate.sequential import look_confidence
-
-        kwargs["look_confidence"] = look_confidence(gate, settings.processes)
-    return fn(run, other, gate, **kwargs) if "gate" in accepted else fn(run, other, **kwargs)
+        stored = baselines.load_baseline(baseline)
+        other, source, calibration = stored.run, str(baseline), stored.calibration
+    gate = compare.gate_settings(settings) if settings is not None else None
+    return compare.compare_runs(run, other, gate, baseline_source=source, calibration=calibration,
+                                look_confidence=look_confidence(gate, settings.processes) if gate else None)
