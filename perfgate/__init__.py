@@ -2,6 +2,28 @@
 
 Importing the package imports no torch: the CLI, data model, comparison and reports run without it.
 Workload authors import ``perfgate.workload`` (Workload, Built, Tolerance).
+
+For notebooks (docs/notebook.md), runs and history as pandas DataFrames: ``perfgate.load(run)``,
+``perfgate.load_samples(run)``, ``perfgate.load_verdicts(run)``, ``perfgate.load_history(url)``. They live in
+``perfgate.notebook``, imported on first use, so ``import perfgate`` imports neither pandas nor torch.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+_NOTEBOOK = ("load", "load_samples", "load_verdicts", "load_history")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NOTEBOOK:
+        from perfgate import notebook
+
+        return getattr(notebook, name)
+    raise AttributeError(f"module 'perfgate' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_NOTEBOOK])
