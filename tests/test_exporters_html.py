@@ -3,11 +3,13 @@ markup from workloads and errors shown as text; screenshots land in test-output/
 
 from __future__ import annotations
 
+import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fixtures.synthetic import roofline_run, scenario, synthetic_run
+from fixtures.synthetic import roofline_run, scenario, synthetic_comparison, synthetic_run
 
 from perfgate.exporters.base import ReportInput
 from perfgate.exporters.html import HtmlExporter
@@ -141,7 +143,10 @@ def test_roofline_chart_bound_classes_and_expectations_in_a_real_browser(browser
     assert page.console == [] and page.external_requests() == []
     assert page.page.inner_text("#verdict").startswith("FAIL: 1 expectation(s) missed")
     expectations = page.page.inner_text("#expectations")
-    assert "speedup_vs_eager >= 2" in expectations and "bound == memory-bound" in expectations
+    assert "speedup_vs_eager >= 2" in expectations and "1 expectation met" in expectations
+    assert "bound == memory-bound" not in expectations  # met: folded under its count
+    page.page.click("#expectations details.met summary")
+    assert "bound == memory-bound" in page.page.inner_text("#expectations")
     svg = page.page.locator("svg.roofline")
     assert svg.count() == 1
     # eager, compile, amp-bf16 placed; channels-last has no FLOPs to place it by, and says so
@@ -228,3 +233,243 @@ def test_each_process_shows_its_gpu_clocks_and_a_throttled_one_is_marked():
     assert f"1 of {len(procs)} process(es) throttled (hw_thermal_slowdown)</span>" in html
     assert "(throttled)</text>" in html
     assert EVIL not in html and "&lt;script&gt;window.__pwned=1" in html
+
+
+# ---------------------------------------------------------------- the overview, widths, roofline labels
+
+# Every table's own width, and the box that scrolls it, against what it is given; `visible` skips the
+# folded ones (a closed <details> lays nothing out).
+TABLE_WIDTHS = """() => [...document.querySelectorAll('table')].filter(t => t.checkVisibility()).map(t => {
+    const box = t.closest('.scroll') || t.parentElement;
+    return {cls: t.className, section: (t.closest('section') || {}).id || '', table: [t.scrollWidth, t.clientWidth],
+            box: [box.scrollWidth, box.clientWidth], right: t.getBoundingClientRect().right}; })"""
+
+OVERVIEW_CELLS = """() => [...document.querySelectorAll('#overview table.overview tbody tr')].map(tr =>
+    [...tr.querySelectorAll('td')].map(td => {
+        const a = td.querySelector('a'), tag = td.querySelector('.tag');
+        const target = a ? document.getElementById(a.getAttribute('href').slice(1)) : null;
+        return {word: tag ? tag.textContent : '', cls: td.className, text: td.innerText,
+                href: a ? a.getAttribute('href') : null, target: target ? target.tagName : null,
+                targetToggle: target && target.querySelector('td.toggle') ? target.querySelector('td.toggle').textContent : null};
+    }))"""
+
+
+def test_overview_fits_one_screen_and_no_table_scrolls_sideways(browser, tmp_path):
+    """The full pr suite (6 workloads with long names x 10 toggles, compared with a baseline) at 1300 x 900:
+    the overview matrix sits on the first screen, each cell a verdict word and a ratio with its CI linking to
+    the case's row; no table is wider than its place; at phone width only tables scroll, never the page."""
+    from fixtures.synthetic import LONG_WORKLOADS, PR_TOGGLES, pr_scenario
+
+    from perfgate.exporters.base import VERDICT_DISPLAY
+
+    run, comp = pr_scenario()
+    report = ReportInput(run, comp, run_dir=Path("reports") / run.run_id)
+    path = write_report(tmp_path, report)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+
+    laptop = Page(browser, path, viewport={"width": 1300, "height": 900})
+    page = laptop.page
+    assert laptop.console == [] and laptop.external_requests() == []
+    assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    widths = page.evaluate(TABLE_WIDTHS)
+    assert {w["cls"] for w in widths} >= {"overview", "matrix", "payoff"}
+    for w in widths:
+        assert w["table"][0] <= w["table"][1] and w["box"][0] <= w["box"][1] and w["right"] <= 1300, w
+
+    # the overview: first after the verdict, workloads x toggles, inside the first screen
+    assert page.eval_on_selector_all("main > section", "els => els.map(e => e.id)")[0] == "overview"
+    headers = page.eval_on_selector_all("#overview thead th", "els => els.map(e => e.getAttribute('title'))")
+    assert headers[1:] == list(PR_TOGGLES)
+    rows = page.eval_on_selector_all("#overview tbody th", "els => els.map(e => e.textContent)")
+    assert [r.split(" [")[0] for r in rows] == LONG_WORKLOADS
+    box = page.evaluate("(() => { const r = document.querySelector('#overview table').getBoundingClientRect();"
+                        " return [r.top, r.bottom, r.height]; })()")
+    assert box[2] <= 900 and box[1] <= 900, box  # the whole matrix on the first screen, no scrolling
+    cells = page.evaluate(OVERVIEW_CELLS)
+    assert [len(r) for r in cells] == [10] * 6
+    words = {word for _, word in VERDICT_DISPLAY.values()}
+    by_key = {r.key: r for r in report.rows}
+    for workload, line in zip(LONG_WORKLOADS, cells, strict=True):
+        for toggle, cell in zip(PR_TOGGLES, line, strict=True):
+            row = by_key[f"{workload}/smoke/{toggle}/cuda"]
+            assert cell["word"] in words and cell["word"] in cell["text"], cell
+            assert cell["target"] == "TR" and cell["targetToggle"] == toggle, cell  # the case's own row
+            assert cell["href"] == f"#{row.anchor}"
+            worst = row.worst_verdict
+            assert cell["word"] == VERDICT_DISPLAY[worst.kind][1] and f"tone-{VERDICT_DISPLAY[worst.kind][0]}" in cell["cls"]
+            step = row.step_verdict
+            if step is not None and step.ratio is not None:  # the ratio with its CI, as the gate judged it
+                assert f"{step.ratio:.2f}x\n[{step.ratio_low:.2f}, {step.ratio_high:.2f}]" in cell["text"], cell
+    flagged = {(w, t): c["word"] for w, line in zip(LONG_WORKLOADS, cells, strict=True)
+               for t, c in zip(PR_TOGGLES, line, strict=True) if c["word"] not in ("unchanged", "skipped")}
+    assert flagged[(LONG_WORKLOADS[0], "channels-last")] == "regression"
+    assert flagged[(LONG_WORKLOADS[5], "compile")] == "newly-failing"
+    assert flagged[(LONG_WORKLOADS[1], "compile-max-autotune")] == "win"
+    page.screenshot(path=str(SHOTS / "overview-1300.png"), full_page=False)
+
+    phone = Page(browser, path, viewport={"width": 390, "height": 844})
+    assert phone.page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    for w in phone.page.evaluate(TABLE_WIDTHS):
+        assert w["right"] <= 390 or w["box"][1] <= 390 - 16, w  # wider tables scroll inside their own box
+    phone.page.screenshot(path=str(SHOTS / "overview-390.png"), full_page=False)
+
+
+def test_overview_without_a_comparison_shows_status_and_speedup():
+    """No baseline: each cell says the case's status and its speedup against eager with the CI."""
+    from perfgate.exporters.base import build_overview
+
+    run = synthetic_run(["operator_rollout"], fail={"operator_rollout/smoke/compile/cpu"})
+    report = ReportInput(run)
+    ov = build_overview(report)
+    assert not ov.compared and ov.toggles == ["eager", "compile", "amp-bf16", "channels-last", "torchscript",
+                                              "cuda-graphs"]
+    (line,) = ov.rows
+    cells = line.cells
+    assert (cells["eager"].look.word, cells["eager"].value, cells["eager"].interval) == ("ok", "1x", "reference")
+    sp = next(r.speedup for r in report.rows if r.spec.toggle_name == "channels-last")
+    assert (cells["channels-last"].look.word, cells["channels-last"].value,
+            cells["channels-last"].interval) == ("ok", f"{sp.value:.2f}x", f"[{sp.low:.2f}, {sp.high:.2f}]")
+    assert (cells["compile"].look.word, cells["compile"].look.tone, cells["compile"].value) == ("failed", "bad", "-")
+    assert "dynamic control flow" in cells["compile"].title
+    assert (cells["cuda-graphs"].look.word, cells["cuda-graphs"].look.tone) == ("skipped", "warn")
+    html = HtmlExporter().render(report).decode()
+    assert "Each cell: the case's status and its speedup against eager" in html
+
+
+def test_a_baseline_case_missing_from_the_run_shows_in_the_overview():
+    run, comp = scenario(["operator_rollout"])
+    run.cases = [c for c in run.cases if c.spec.toggle_name != "amp-bf16"]
+    comp = synthetic_comparison(run, comp.baseline)
+    cell = ReportInput(run, comp).overview.rows[0].cells["amp-bf16"]
+    assert (cell.look.word, cell.href) == ("missing", "#missing")
+    assert 'id="missing"' in HtmlExporter().render(ReportInput(run, comp)).decode()
+
+
+def test_verdict_tone_and_word_come_from_one_mapping(monkeypatch):
+    """Every verdict kind and case status has a tone and a word; a new kind is one entry in VERDICT_DISPLAY,
+    and without one it still shows, as its own name in neutral grey."""
+    from perfgate import model
+    from perfgate.exporters import base
+    from perfgate.model import STATUSES, VERDICT_KINDS
+
+    assert set(VERDICT_KINDS) | set(STATUSES) <= set(base.VERDICT_DISPLAY)
+    assert {tone for tone, _ in base.VERDICT_DISPLAY.values()} <= {"bad", "good", "warn", "neutral"}
+    assert base.verdict_display("brand-new").tone == "neutral" and base.verdict_display("brand-new").word == "brand-new"
+
+    run, comp = scenario(["operator_rollout"])
+    key = "operator_rollout/smoke/compile/cpu"
+    comp.verdicts = [replace(v, kind="acknowledged") if v.case_key == key else v for v in comp.verdicts]
+    monkeypatch.setattr(model, "VERDICT_KINDS", (*VERDICT_KINDS, "acknowledged"))  # the model's side of a new kind
+    monkeypatch.setitem(base.VERDICT_DISPLAY, "acknowledged", ("good", "acknowledged"))
+    html = HtmlExporter().render(ReportInput(run, comp)).decode()
+    cell = html[html.index('<td class="cell', html.index('id="overview"')):]
+    cells = [c for c in cell.split("</td>") if "acknowledged" in c]
+    assert cells and 'class="cell tone-good"' in cells[0] and 'tone-good">acknowledged</span>' in cells[0]
+    assert '<span class="tag acknowledged tone-good">acknowledged</span>' in html[html.index('class="matrix"'):]
+
+
+def test_element_ids_are_safe_and_tell_apart_names_that_slug_alike():
+    from perfgate.exporters.base import element_id
+
+    ids = {element_id("case", k) for k in ("a.b/s/eager/cpu", "a-b/s/eager/cpu", "a b/s/eager/cpu", EVIL, "", "é")}
+    assert len(ids) == 6
+    assert all(re.fullmatch(r"case-[A-Za-z0-9-]+", i) and "--" not in i for i in ids), ids
+    assert element_id("case", "w/smoke/compile/cpu").startswith("case-w-smoke-compile-cpu-")
+
+
+LABEL_BOXES = """() => [...document.querySelectorAll('svg.roofline text.label')].map(t => {
+    const r = t.getBoundingClientRect(); return [t.textContent, r.left, r.top, r.right, r.bottom]; })"""
+
+
+def test_roofline_labels_of_piled_up_points_do_not_overlap(browser, tmp_path):
+    """Ten toggles whose points pile up (a GPU run's): every point gets its name (or a number listed under
+    the chart), and no two labels, the roofs' names included, overlap as the browser lays them out."""
+    from fixtures.synthetic import PR_TOGGLES, crowded_roofline_run
+
+    path = write_report(tmp_path, ReportInput(crowded_roofline_run(), None, run_dir=tmp_path))
+    page = Page(browser, path, viewport={"width": 1300, "height": 900})
+    assert page.console == []
+    boxes = page.page.evaluate(LABEL_BOXES)
+    svg = page.page.evaluate("(() => { const r = document.querySelector('svg.roofline').getBoundingClientRect();"
+                             " return [r.left, r.top, r.right, r.bottom]; })()")
+    overlapping = [(a[0], b[0]) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+                   if a[1] < b[3] and b[1] < a[3] and a[2] < b[4] and b[2] < a[4]]
+    assert overlapping == []
+    assert all(svg[0] <= b[1] and b[3] <= svg[2] and svg[1] <= b[2] and b[4] <= svg[3] for b in boxes), boxes
+    point_labels = page.page.eval_on_selector_all("svg.roofline text.point-label", "els => els.map(e => e.textContent)")
+    legend = page.page.inner_text("section.workload")
+    for i, toggle in enumerate(PR_TOGGLES):  # named on the chart, or numbered and named under it
+        assert toggle in point_labels or (str(i + 1) in point_labels and toggle in legend)
+    assert len(point_labels) == len(PR_TOGGLES)
+    assert page.page.locator("svg.roofline text.roof-label").count() == 8  # 4 dtypes x measured, spec sheet
+    page.page.locator("svg.roofline").screenshot(path=str(SHOTS / "roofline-crowded.png"))
+
+
+def test_roofline_labels_stay_apart_when_names_cannot_fit():
+    """Where no spot is free for a name the point is numbered and listed under the chart: the placement never
+    gives two labels intersecting boxes."""
+    from perfgate.exporters.html import place_point_labels, text_width
+
+    points = [(100.0 + (i % 3), 100.0 + (i % 2)) for i in range(30)]
+    texts = [f"amp-fp16+channels-last-{i}" for i in range(30)]
+    spots = place_point_labels(points, texts, (60.0, 40.0, 300.0, 160.0), [])
+    boxes = [s[2] for s in spots if s]
+    assert any(s is None for s in spots) and len(boxes) >= 3
+    assert all(not (a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3])
+               for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert text_width("m" * 10) > text_width("i" * 10) and text_width("compile") >= 7 * 6.5
+
+
+def test_a_run_without_ceilings_says_how_to_measure_them_instead_of_an_empty_chart(browser, tmp_path):
+    from click.testing import CliRunner
+    from fixtures.synthetic import crowded_roofline_run
+
+    from perfgate.cli import main
+    from perfgate.exporters.html import CEILINGS_COMMAND
+
+    path = write_report(tmp_path, ReportInput(crowded_roofline_run(ceilings=False), None, run_dir=tmp_path))
+    page = Page(browser, path)
+    assert page.page.locator("svg.roofline").count() == 0
+    (line,) = page.page.eval_on_selector_all(".roofline-missing", "els => els.map(e => e.innerText)")
+    assert line == (f"No roofline chart: this run carries no ceilings for cuda. {CEILINGS_COMMAND} on this machine "
+                    "measures them and stores them beside its baselines; the runs after it draw the chart.")
+    # the command the line names exists, with those options
+    help_text = CliRunner().invoke(main, ["calibrate", "--help"]).output
+    assert CEILINGS_COMMAND.startswith("perfgate calibrate ") and "--ceilings-only" in help_text
+    assert "--write" in help_text and "ceilings.json" in (REPO / "docs" / "roofline.md").read_text()
+
+
+def test_expectations_missed_and_unknown_first_met_folded_under_their_count(browser, tmp_path):
+    from perfgate.expect import parse_rules
+
+    run = synthetic_run(["operator_rollout"], toggles=("eager", "compile", "amp-bf16", "channels-last"))
+    run.expectations = [r.to_json() for r in parse_rules({
+        "operator_rollout/*/*/cpu": ["status == ok", "kernel_concentration_80 <= 3"],
+        "operator_rollout/*/compile/cpu": ["speedup_vs_eager >= 2",
+                                           {"rule": "speedup_vs_eager >= 3", "severity": "warn"}],
+    })]
+    path = write_report(tmp_path, ReportInput(run, None, run_dir=tmp_path))
+    page = Page(browser, path).page
+    visible = page.eval_on_selector_all("#expectations table.expectations tr",
+                                        "els => els.filter(e => e.checkVisibility()).map(e => e.innerText.split('\\t'))")
+    outcomes = [(r[0], r[1], r[2], r[3]) for r in visible[1:]]
+    assert outcomes[:2] == [("missed", "operator_rollout/smoke/compile/cpu", "speedup_vs_eager >= 2", "fail"),
+                            ("missed", "operator_rollout/smoke/compile/cpu", "speedup_vs_eager >= 3", "warn")]
+    assert [o[0] for o in outcomes[2:]] == ["unknown"] * 4  # no kernel concentration measured
+    assert page.inner_text("#expectations details.met summary") == "4 expectations met"
+    assert page.evaluate("document.querySelector('#expectations details.met').open") is False
+    met = page.eval_on_selector_all("#expectations details.met tr", "els => els.map(e => e.textContent)")
+    assert len(met) == 5 and all("status == ok" in m for m in met[1:])
+
+
+def test_an_overview_cell_names_the_metric_that_decided_when_not_the_step_time():
+    run, comp = scenario(["operator_rollout"])
+    key = "operator_rollout/smoke/channels-last/cpu"  # slower and more ops: both regress
+    comp.verdicts = [replace(v, kind="unchanged") if v.case_key == key and v.metric == "step_time" else v
+                     for v in comp.verdicts]
+    report = ReportInput(run, comp)
+    cell = report.overview.rows[0].cells["channels-last"]
+    step = next(r.step_verdict for r in report.rows if r.key == key)
+    assert (cell.look.word, cell.note, cell.value) == ("regression", "aten_ops_per_step", f"{step.ratio:.2f}x")
+    assert "aten_ops_per_step regression, step_time unchanged" in cell.title
+    assert '<span class="note">by aten_ops_per_step</span>' in HtmlExporter().render(report).decode()

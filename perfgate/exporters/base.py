@@ -7,7 +7,9 @@ each format (html, markdown, junit, csv, json) only adds its own syntax.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -38,7 +40,49 @@ VERDICT_SEVERITY = {
     "new": 6, "unchanged": 7, "skipped": 8,
 }
 
+# How a verdict kind shows in the reports: the tone of its colour (bad, good, warn, neutral) and the word
+# printed with it, so no colour is ever the only signal. The case statuses are here too: they stand in for
+# a verdict where nothing was compared. A new verdict kind is one line; a kind missing from the table
+# still shows, as its own name in neutral grey.
+VERDICT_DISPLAY: dict[str, tuple[str, str]] = {
+    "newly-failing": ("bad", "newly-failing"),
+    "regression": ("bad", "regression"),
+    "inconclusive": ("warn", "inconclusive"),
+    "missing": ("warn", "missing"),
+    "win": ("good", "win"),
+    "fixed": ("good", "fixed"),
+    "new": ("neutral", "new"),
+    "unchanged": ("neutral", "unchanged"),
+    "skipped": ("warn", "skipped"),
+    "failed": ("bad", "failed"),
+    "ok": ("neutral", "ok"),
+}
+
 MEMORY_METRICS = ("peak_cuda_allocated_bytes", "peak_rss_bytes")
+
+
+@dataclass(frozen=True)
+class VerdictLook:
+    """A verdict kind (or case status) as shown: ``tone`` names the colour class, ``word`` the text."""
+
+    kind: str
+    tone: str
+    word: str
+
+
+def verdict_display(kind: str) -> VerdictLook:
+    """The tone and word of a verdict kind or case status (VERDICT_DISPLAY; neutral and its own name if new)."""
+    tone, word = VERDICT_DISPLAY.get(kind, ("neutral", kind))
+    return VerdictLook(kind, tone, word)
+
+
+def element_id(prefix: str, text: str) -> str:
+    """An HTML id for ``text`` (a case key, a workload from a results file: untrusted) that is valid and
+    safe anywhere, in a URL fragment or a CSS selector: ASCII letters, digits and '-' only, a readable
+    slug of the text then 8 hex digits of its SHA-1, so that 'a.b' and 'a-b' still get different ids."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:48].strip("-")
+    digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{prefix}-{slug}-{digest}" if slug else f"{prefix}-{digest}"
 
 
 class Exporter(Protocol):
@@ -207,6 +251,11 @@ class CaseRow:
         return self.case.key
 
     @property
+    def anchor(self) -> str:
+        """The id of the case's row in its workload's toggle matrix (the overview links there)."""
+        return element_id("case", self.key)
+
+    @property
     def spec(self):  # noqa: ANN201 - CaseSpec, re-exported for templates
         return self.case.spec
 
@@ -216,6 +265,11 @@ class CaseRow:
             if v.metric == "step_time":
                 return v
         return None
+
+    @property
+    def worst_verdict(self) -> Verdict | None:
+        """The case's most serious verdict (VERDICT_SEVERITY: regression before win...), None without one."""
+        return min(self.verdicts, key=lambda v: VERDICT_SEVERITY.get(v.kind, 99)) if self.verdicts else None
 
     @property
     def marker(self) -> str:
@@ -468,7 +522,105 @@ class Group:
 
     @property
     def anchor(self) -> str:
-        return "w-" + "".join(ch if ch.isalnum() else "-" for ch in f"{self.workload}-{self.size}-{self.device}")
+        return element_id("w", f"{self.workload}/{self.size}/{self.device}")
+
+
+@dataclass
+class OverviewCell:
+    """One case in the overview: the verdict (or, with nothing compared, the status) and one number."""
+
+    look: VerdictLook
+    value: str  # "1.12x": the step time against the baseline's, or the speedup against eager; "-" for none
+    interval: str  # "[1.05, 1.20]": the value's 95% CI; "" for none
+    note: str  # the metric that decided the verdict where it is not the step time; "" otherwise
+    href: str  # where the case's numbers are: its row in the toggle matrix, or the missing cases' list
+    title: str  # the whole story in one tooltip
+
+
+@dataclass
+class OverviewRow:
+    workload: str
+    size: str
+    device: str
+    href: str  # the workload's section ("" where no case of it ran)
+    cells: dict[str, OverviewCell] = field(default_factory=dict)
+
+
+@dataclass
+class Overview:
+    """Workloads x toggles, every case of the run (and every baseline case missing from it) in one table."""
+
+    compared: bool
+    toggles: list[str]
+    rows: list[OverviewRow]
+
+
+def _ratio_parts(value: float | None, low: float | None, high: float | None) -> tuple[str, str]:
+    if value is None:
+        return "-", ""
+    interval = f"[{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+    return f"{value:.2f}x", interval
+
+
+def overview_cell(row: CaseRow, compared: bool) -> OverviewCell:
+    """A case's overview cell. Compared: its worst verdict (regression before win...) and the step time
+    this run / the baseline's with CI. Not compared: its status and its speedup against eager with CI."""
+    c, href = row.case, f"#{row.anchor}"
+    facts = [c.key]
+    worst = row.worst_verdict if compared else None
+    note = ""
+    if worst is not None:
+        look = verdict_display(worst.kind)
+        step = row.step_verdict
+        value, interval = _ratio_parts(step.ratio, step.ratio_low, step.ratio_high) if step else ("-", "")
+        if worst.metric not in ("step_time", "status"):
+            note = worst.metric
+        judged = ", ".join(f"{v.metric} {v.kind}" for v in sorted(row.verdicts, key=lambda v: (
+            VERDICT_SEVERITY.get(v.kind, 99), v.metric)))
+        facts.append(f"{look.word} ({judged})")
+        if step is not None:
+            facts.append(f"step time vs baseline {format_ratio(step.ratio, step.ratio_low, step.ratio_high)}")
+        facts.append(f"speedup vs eager {row.speedup_text}")
+    else:
+        look = verdict_display(c.status)
+        if row.spec.toggles == ("eager",) and row.speedup is not None:
+            value, interval = "1x", "reference"
+        else:
+            sp = row.speedup
+            value, interval = _ratio_parts(sp.value, sp.low, sp.high) if sp else ("-", "")
+        facts.append(f"speedup vs eager {row.speedup_text}")
+    if value == "-" and c.status != STATUS_OK and look.word != c.status:
+        value = c.status
+    if c.status != STATUS_OK:
+        facts.append(row.status_text)
+    return OverviewCell(look, value, interval, note, href, "; ".join(facts))
+
+
+def build_overview(report: ReportInput) -> Overview:
+    """The overview of a report: one row per workload, size and device, one column per toggle set in the
+    order the run first met them."""
+    compared = report.comparison is not None
+    toggles: list[str] = []
+    rows: dict[tuple[str, str, str], OverviewRow] = {}
+    for g in report.groups:
+        line = rows.setdefault((g.workload, g.size, g.device), OverviewRow(g.workload, g.size, g.device, f"#{g.anchor}"))
+        for r in g.rows:
+            name = r.spec.toggle_name
+            if name not in toggles:
+                toggles.append(name)
+            line.cells[name] = overview_cell(r, compared)
+    baseline = report.comparison.baseline if report.comparison else None
+    for v in report.missing_verdicts:
+        spec = baseline.case(v.case_key).spec if baseline and baseline.case(v.case_key) else None
+        if spec is None:  # no spec to place it by: the list of missing cases names it
+            continue
+        line = rows.setdefault((spec.workload, spec.size, spec.device),
+                               OverviewRow(spec.workload, spec.size, spec.device, ""))
+        if spec.toggle_name not in toggles:
+            toggles.append(spec.toggle_name)
+        line.cells[spec.toggle_name] = OverviewCell(verdict_display(v.kind), "-", "", "", "#missing",
+                                                    f"{v.case_key}: {v.kind}; {v.rule}")
+    return Overview(compared, toggles, list(rows.values()))
 
 
 @dataclass
@@ -556,6 +708,10 @@ class ReportInput:
         for r in self.rows:
             by.setdefault((r.spec.workload, r.spec.size, r.spec.device), []).append(r)
         return [Group(w, s, d, rows) for (w, s, d), rows in by.items()]
+
+    @cached_property
+    def overview(self) -> Overview:
+        return build_overview(self)
 
     @property
     def status_counts(self) -> dict[str, int]:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 import jinja2
+from markupsafe import Markup, escape
 
 from perfgate import roofline
 from perfgate.exporters.base import (
@@ -26,6 +28,7 @@ from perfgate.exporters.base import (
     format_rate,
     format_value,
     process_clocks_text,
+    verdict_display,
 )
 from perfgate.stats import PROCESS_QUANTILE, format_seconds, quantile_name
 from perfgate.stats import quantile as stats_quantile
@@ -123,7 +126,8 @@ def distribution_chart(row: CaseRow, quantile: float = PROCESS_QUANTILE) -> Char
 @dataclass
 class RooflineChart:
     """A log-log roofline: achieved FLOP/s against arithmetic intensity, one point per toggle, the
-    ceilings as lines (measured solid, spec sheet dashed)."""
+    ceilings as lines (measured solid, spec sheet dashed). ``missing`` instead says, in one line, why
+    there is no chart to draw (no ceilings, or no point to place)."""
 
     width: int
     height: int
@@ -136,7 +140,88 @@ class RooflineChart:
     xticks: list[tuple[float, str]] = field(default_factory=list)
     yticks: list[tuple[float, str]] = field(default_factory=list)
     unplaced: list[str] = field(default_factory=list)
-    note: str = ""
+    numbered: list[tuple[str, str]] = field(default_factory=list)  # (number on the chart, toggle) where a name did not fit
+    missing: str = ""
+    needs_ceilings: bool = False  # missing because the run has no ceilings for the device
+
+
+# The command that measures a machine's ceilings (docs/roofline.md): the line a run without them shows.
+CEILINGS_COMMAND = "perfgate calibrate --ceilings-only --write"
+
+# Text geometry of the charts' 11 px labels, for placing them apart before any browser sees them: widths
+# per character a little above DejaVu Sans's (the widest common sans-serif; Chromium measured 3.1 px for
+# 'i', 7.0 for digits and most lower case, 8.7 for the widest capitals, 10.7 for 'm'), so boxes placed
+# apart here stay apart in any font; a line is 13 px high, 10.5 of it above the baseline.
+_NARROW = set("ijlrtfI.,:;'|!()[]{}-/ ")
+_WIDE = set("mwMW%+@")
+LABEL_ASCENT, LABEL_HEIGHT = 10.5, 14.0
+
+
+def text_width(text: str) -> float:
+    """A generous estimate of ``text``'s width in px at the charts' 11 px sans-serif."""
+    width = 0.0
+    for ch in text:
+        if ch in _NARROW:
+            width += 4.6
+        elif ch in _WIDE:
+            width += 11.0
+        elif ch.isascii():
+            width += 8.9 if ch.isupper() else 7.2
+        else:
+            width += 11.0  # CJK and other wide scripts
+    return width + 1.0
+
+
+Box = tuple[float, float, float, float]  # x0, y0, x1, y1
+
+
+def _overlaps(a: Box, b: Box, gap: float = 1.0) -> bool:
+    return a[0] < b[2] + gap and b[0] < a[2] + gap and a[1] < b[3] + gap and b[1] < a[3] + gap
+
+
+def _inside(box: Box, area: Box) -> bool:
+    return area[0] <= box[0] and box[2] <= area[2] and area[1] <= box[1] and box[3] <= area[3]
+
+
+def _nearest_on_box(x: float, y: float, box: Box) -> tuple[float, float]:
+    return min(max(x, box[0]), box[2]), min(max(y, box[1]), box[3])
+
+
+def place_point_labels(points: list[tuple[float, float]], texts: list[str], area: Box, taken: list[Box],
+                       radius: float = 5.0) -> list[tuple[float, float, Box] | None]:
+    """Where each point's label goes so that no two labels, and no label and another point, overlap: for each
+    point in turn, the first free spot of a ring of candidates (upper right first, then right, left, above,
+    below...) at growing distance; ``None`` where no spot inside ``area`` is free. Returns the text's start
+    x, its baseline y and its box; ``taken`` (boxes already on the chart) grows with every label placed."""
+    dots = [(x - radius - 1, y - radius - 1, x + radius + 1, y + radius + 1) for x, y in points]
+    out: list[tuple[float, float, Box] | None] = []
+    for i, ((x, y), text) in enumerate(zip(points, texts, strict=True)):
+        w, h = text_width(text), LABEL_HEIGHT
+        others = [d for j, d in enumerate(dots) if j != i]
+        spot = None
+        for d in (2.0, 6.0, 12.0, 20.0, 30.0, 42.0, 56.0, 72.0, 90.0, 110.0):
+            r = radius + d
+            for bx, by in ((x + r * 0.7, y - r * 0.7 - h), (x + r, y - h / 2), (x - r - w, y - h / 2),
+                           (x - r * 0.7 - w, y - r * 0.7 - h), (x + r * 0.7, y + r * 0.7),
+                           (x - r * 0.7 - w, y + r * 0.7), (x - w / 2, y - r - h), (x - w / 2, y + r)):
+                box = (bx, by, bx + w, by + h)
+                if _inside(box, area) and not any(_overlaps(box, t) for t in taken + others):
+                    spot = (round(bx, 1), round(by + LABEL_ASCENT, 1), box)
+                    break
+            if spot:
+                break
+        if spot:
+            taken.append(spot[2])
+        out.append(spot)
+    return out
+
+
+def _rate_tick(x: float) -> str:
+    """A FLOP/s axis tick short enough for the chart's left margin, up to exa ('10 PFLOP/s', not '1e+04 TFLOP/s')."""
+    for prefix, size in (("E", 1e18), ("P", 1e15)):
+        if x >= size:
+            return f"{x / size:.3g} {prefix}FLOP/s"
+    return format_rate(x)
 
 
 def _decades(lo: float, hi: float) -> tuple[int, int]:
@@ -144,7 +229,8 @@ def _decades(lo: float, hi: float) -> tuple[int, int]:
 
 
 def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | None:
-    """The roofline of one workload's toggles; None when no case has a byte count to place it by."""
+    """The roofline of one workload's toggles; None when no case has a bound class at all, a chart with only
+    ``missing`` set where there are no ceilings to draw or no point to place."""
     rows = [r for r in group.rows if r.bound is not None]
     if not rows:
         return None
@@ -162,13 +248,17 @@ def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | No
             roofs.append((f"measured {dtype}", roof.peak_flops, roof.peak_bandwidth, "roof measured"))
         if roof.spec_flops and roof.spec_bandwidth:
             roofs.append((f"spec sheet {dtype}", roof.spec_flops, roof.spec_bandwidth, "roof spec"))
+    chart = RooflineChart(CHART_WIDTH, 300, 84.0, CHART_WIDTH - 150.0, 12.0, 260.0, unplaced=unplaced)
+    if not roofs:
+        chart.missing, chart.needs_ceilings = f"this run carries no ceilings for {group.device}", True
+        return chart
+    if not placed:
+        chart.missing = "no case of this workload counted FLOPs to place it by"
+        return chart
     xs = [ai for _, ai, _ in placed] + [f / b for _, f, b, _ in roofs]
     ys = [fl for _, _, fl in placed] + [f for _, f, _, _ in roofs]
-    if not xs:
-        xs, ys = [0.1, 10.0], [1e9, 1e10]
     x0, x1 = _decades(min(xs) / 3, max(xs) * 3)
     y0, y1 = _decades(min(ys) / 3, max(ys) * 2)
-    chart = RooflineChart(CHART_WIDTH, 300, 84.0, CHART_WIDTH - 150.0, 12.0, 260.0, unplaced=unplaced)
     sx = _scale(x0, x1, chart.left, chart.right)
     sy = _scale(y0, y1, chart.bottom, chart.top)
 
@@ -181,8 +271,9 @@ def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | No
     for e in range(x0, x1 + 1):
         chart.xticks.append((px(10.0 ** e), f"{10.0 ** e:g}"))
     for e in range(y0, y1 + 1):
-        chart.yticks.append((py(10.0 ** e), format_rate(10.0 ** e)))
+        chart.yticks.append((py(10.0 ** e), _rate_tick(10.0 ** e)))
     lo_x, hi_x = 10.0 ** x0, 10.0 ** x1
+    taken: list[Box] = []
     for label, flops, bandwidth, css in roofs:
         ridge = flops / bandwidth
         pts = [(lo_x, lo_x * bandwidth)]
@@ -190,14 +281,40 @@ def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | No
             pts.append((ridge, flops))
         pts.append((hi_x, min(flops, hi_x * bandwidth)))
         pts = [(x, max(y, 10.0 ** y0)) for x, y in pts]
+        # each roof's name in the right margin at its flat part's height, moved down or up to a free line
+        x, w = chart.right + 4, text_width(label)
+        base = py(flops) - 4
+        for k in range(40):
+            y = base + LABEL_HEIGHT * ((k + 1) // 2) * (1 if k % 2 else -1)
+            box = (x, y - LABEL_ASCENT, x + w, y - LABEL_ASCENT + LABEL_HEIGHT)
+            if box[1] >= 0 and box[3] <= chart.bottom and not any(_overlaps(box, t) for t in taken):
+                break
+        taken.append(box)
+        moved = abs(y - base) > 1  # another roof's name had its place: a thin line back to its own roof
         chart.lines.append({"css": css, "label": f"{label}: {format_rate(flops)}, {format_rate(bandwidth, 'B/s')}",
-                            "points": " ".join(f"{px(x)},{py(y)}" for x, y in pts),
-                            "label_y": py(flops) - 4})
-    for r, ai, fl in placed:
-        chart.points.append({"x": px(ai), "y": py(fl), "label": r.spec.toggle_name, "css": r.bound.bound,
-                             "title": f"{r.spec.toggle_name}: {ai:.3g} FLOP/B, {format_rate(fl)}, {r.bound.bound}"})
-    if not roofs:
-        chart.note = "no ceilings for this device: `perfgate calibrate --write` measures them"
+                            "short": label, "points": " ".join(f"{px(x)},{py(y)}" for x, y in pts),
+                            "label_x": x, "label_y": round(y, 1),
+                            "leader": (chart.right, py(flops), x - 1, round(y - 4, 1)) if moved else None})
+    xy = [(px(ai), py(fl)) for _, ai, fl in placed]
+    area: Box = (chart.left + 2, 0.0, float(chart.width - 2), chart.bottom - 1)
+    spots = place_point_labels(xy, [r.spec.toggle_name for r, _, _ in placed], area, taken)
+    numbers = [str(i + 1) if s is None else "" for i, s in enumerate(spots)]
+    missed = [i for i, s in enumerate(spots) if s is None]
+    for i, spot in zip(missed, place_point_labels([xy[i] for i in missed], [numbers[i] for i in missed], area,
+                                                  taken), strict=True):
+        spots[i] = spot
+    for i, ((r, ai, fl), (x, y), spot) in enumerate(zip(placed, xy, spots, strict=True)):
+        point = {"x": x, "y": y, "label": r.spec.toggle_name, "css": r.bound.bound, "tag": "", "leader": None,
+                 "title": f"{r.spec.toggle_name}: {ai:.3g} FLOP/B, {format_rate(fl)}, {r.bound.bound}"}
+        if numbers[i]:
+            chart.numbered.append((numbers[i], r.spec.toggle_name))
+        if spot is not None:
+            tx, ty, box = spot
+            point.update(tag=numbers[i] or r.spec.toggle_name, tx=tx, ty=ty)
+            ex, ey = _nearest_on_box(x, y, box)
+            if math.hypot(ex - x, ey - y) > 12:  # far from its point: a thin line says whose label it is
+                point["leader"] = (x, y, round(ex, 1), round(ey, 1))
+        chart.points.append(point)
     return chart
 
 
@@ -215,6 +332,32 @@ def _trend_anchor(case_key: str) -> str:
     return anchor(case_key, "step_time")
 
 
+def _breakable(text: str) -> Markup:
+    """``text`` escaped, with a line-break opportunity after each '_', '/', '+' and '.': a long workload or
+    toggle name wraps at its word boundaries in a narrow column instead of scrolling it sideways."""
+    parts, start = [], 0
+    for i, ch in enumerate(text):
+        if ch in "_/+.":
+            parts.append(text[start:i + 1])
+            start = i + 1
+    parts.append(text[start:])
+    return Markup("<wbr>").join(escape(p) for p in parts)
+
+
+def _keep_units(text: str) -> str:
+    """``text`` with a no-break space between a number and its unit ('1.53 ms', '286 MiB'), so a narrow
+    column wraps between quantities, never inside one."""
+    return re.sub(r"(\d) (?=[A-Za-z%\u00b5])", "\\1\u00a0", text).replace("\u00b1 ", "\u00b1\u00a0")
+
+
+def _outcomes_not_met(outcomes: list[Any]) -> list[Any]:
+    """The rules a reviewer must read, in that order: missed ``fail`` rules (they fail the gate), missed
+    ``warn`` rules, then the unknown ones; the met ones are folded away under their count."""
+    order = {("missed", True): 0, ("missed", False): 1, ("unknown", False): 2, ("unknown", True): 2}
+    left = [o for o in outcomes if o.outcome != "met"]
+    return sorted(left, key=lambda o: order.get((o.outcome, o.fails_gate), 3))
+
+
 @lru_cache(maxsize=1)
 def _template() -> jinja2.Template:
     env = jinja2.Environment(
@@ -226,8 +369,11 @@ def _template() -> jinja2.Template:
     )
     env.filters["bytes"] = format_bytes
     env.filters["seconds"] = format_seconds
+    env.filters["breakable"] = _breakable
+    env.filters["keep_units"] = _keep_units
     env.globals["format_value"] = format_value
     env.globals["count"] = format_count
+    env.globals["verdict_display"] = verdict_display
     return env.get_template("report.html.j2")
 
 
@@ -247,7 +393,11 @@ class HtmlExporter:
             groups=groups,
             charts={g.anchor: speedup_chart(g) for g in groups},
             rooflines={g.anchor: roofline_chart(g, report.run.ceilings) for g in groups},
+            ceilings_command=CEILINGS_COMMAND,
             expectations=report.expectations,
+            outcomes_not_met=_outcomes_not_met(report.expectations.outcomes),
+            outcomes_met=[o for o in report.expectations.outcomes if o.outcome == "met"],
+            overview=report.overview,
             regressions=regressions,
             distributions={r.key: distribution_chart(r, report.process_quantile) for r in regressions
                            if r.is_time_regression},
