@@ -961,7 +961,7 @@ def test_the_sandbox_keeps_the_pull_requests_code_from_the_runner_and_the_token(
     layout = runner_layout
     token_holder = subprocess.Popen(["sleep", "300"], env={"ACTIONS_RUNTIME_TOKEN": "outside-token-value"})
     daemon_marker = f"{os.getpid() % 1000}.{token_holder.pid}1357"
-    writes = [layout["env"]["GITHUB_ENV"], layout["env"]["GITHUB_PATH"], layout["temp"] / "planted",
+    writes = [layout["base"] / "planted", layout["env"]["GITHUB_ENV"], layout["env"]["GITHUB_PATH"], layout["temp"] / "planted",
               layout["home"] / ".bashrc", layout["runner"] / ".env", layout["work"] / "planted",
               layout["checkout"].parent / "planted", layout["work"] / "_tool" / "planted",
               layout["checkout"] / ".git" / "config", layout["checkout"] / ".git" / "hooks" / "post-checkout"]
@@ -1003,7 +1003,7 @@ exit 0
         assert proc.returncode == 0, proc.stdout + proc.stderr
         findings = (layout["checkout"] / "reports" / "shard-1" / "findings.txt").read_text().splitlines()
         wrong = [f for f in findings if f.startswith(("wrote /", "read ", "token ", "unmounted", "remounted"))]
-        assert wrong == [], findings
+        assert wrong == [], "\n".join(findings)
         assert {"wrote results", "daemon started", "worktree added", "NoNewPrivs:1", "CapEff:0000000000000000",
                 "CapBnd:0000000000000000", "interfaces lo "} <= set(findings), findings
         processes = int(next(f for f in findings if f.startswith("processes ")).split()[1])
@@ -1083,3 +1083,23 @@ def test_the_shard_folder_is_uploaded_only_when_it_holds_plain_files(gpu_wf, tmp
     else:
         assert outputs == {} and proc.returncode == 1, proc.stdout + proc.stderr
         assert "it is not uploaded" in proc.stdout
+
+
+def test_the_sandbox_hides_the_runners_own_folder_found_from_its_processes(gpu_wf, runner_layout, tmp_path):
+    """A runner installed outside its user's home (/opt/actions-runner, say): its folder, with the
+    runner's credentials, is found from the step's ancestor `Runner.Worker` and hidden all the same."""
+    layout = runner_layout
+    other_home = layout["base"] / "other-home"
+    other_home.mkdir()
+    worker = layout["runner"] / "bin" / "Runner.Worker"
+    worker.parent.mkdir()
+    shutil.copy(shutil.which("bash"), worker)
+    definition, _ = _sandbox_script(gpu_wf)
+    script = tmp_path / "step.sh"
+    script.write_text(definition + 'mkdir -p "$RUNNER_TEMP/venv" .git/worktrees\n'
+                      f"sandbox no-network 'cat {layout['runner']}/.credentials > seen || true'\n")
+    env = {**layout["env"], "HOME": str(other_home), "PATH": os.environ["PATH"]}
+    proc = subprocess.run([str(worker), "--noprofile", "--norc", "-c", f'bash -eo pipefail "{script}"; exit $?'],
+                          env=env, cwd=layout["checkout"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (layout["checkout"] / "seen").read_text() == ""
