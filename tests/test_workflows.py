@@ -877,6 +877,19 @@ def test_pull_request_code_runs_only_inside_the_sandbox(gpu_wf):
     assert _step(job, SANDBOX_STEP)["id"] == "measure"
 
 
+def test_the_workflow_init_writes_has_the_same_sandbox(gpu_wf):
+    """`perfgate init --gpu-runner` writes the same sandbox, byte for byte, around its own commands: the
+    pinned perfgate's install (with the network) and the `gpu` suite (without); its upload waits for the
+    same check."""
+    definition, calls = _sandbox_script(gpu_wf)
+    template = (REPO / "perfgate" / "templates" / "init" / "workflow-gpu.yml").read_text().replace("\n          ", "\n")
+    assert definition in template
+    assert "sandbox network '" in template and "-m perfgate run --suite gpu" in template
+    after = calls.split("measured=0", 1)[1].split("--out \"reports/shard-$SHARD\"' || measured=$?", 1)[1]
+    assert after in template
+    assert "if: always() && steps.measure.outputs.upload == 'yes'" in template
+
+
 def _sandbox_unavailable() -> str | None:
     if not sys.platform.startswith("linux"):
         return "the sandbox needs Linux namespaces"
