@@ -14,6 +14,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -837,3 +839,280 @@ done
         pytest.skip(f"no PID namespace here: {proc.stderr.strip()[-200:]}")
     assert "sweep exit 0" in proc.stdout, proc.stdout + proc.stderr
     assert "daemon gone" in proc.stdout and "undumpable gone" in proc.stdout, proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- the sandbox the pull request's code runs in
+
+SANDBOX_STEP = "in a sandbox"
+SANDBOX_CALLS = "# -- the pull request's code, in the sandbox"
+# What the runner gives a step and the pull request's code must never see.
+RUNNER_SECRETS = ("ACTIONS_RUNTIME_TOKEN", "ACTIONS_RUNTIME_URL", "ACTIONS_RESULTS_URL", "ACTIONS_CACHE_URL",
+                  "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_URL", "GITHUB_TOKEN", "GH_TOKEN",
+                  "GITHUB_ENV", "GITHUB_PATH", "GITHUB_OUTPUT", "GITHUB_STATE", "GITHUB_STEP_SUMMARY")
+
+
+def _sandbox_script(gpu_wf) -> tuple[str, str]:
+    """The sandbox step's script: the sandbox's definition, and what runs in it."""
+    definition, calls = _step(gpu_wf["jobs"]["gpu"], SANDBOX_STEP)["run"].split(SANDBOX_CALLS, 1)
+    return definition, SANDBOX_CALLS + calls
+
+
+def test_pull_request_code_runs_only_inside_the_sandbox(gpu_wf):
+    """The install (which runs the pull request's build) and `perfgate run` (which imports its workloads)
+    are the commands given to `sandbox`; nothing else of the job runs them. The install has the network,
+    the measurement does not. The upload reads the shard's folder only once the step has checked it."""
+    job = gpu_wf["jobs"]["gpu"]
+    runs = [s for s in _steps(job) if "venv/bin/python" in s.get("run", "") or "pip install" in s.get("run", "")]
+    assert [s["name"] for s in runs] == ["pr suite, shard ${{ matrix.shard }}, in a sandbox"]
+    definition, calls = _sandbox_script(gpu_wf)
+    commands = dict(re.findall(r"^sandbox (network|no-network) '([^']*)'", calls, flags=re.M))
+    assert set(commands) == {"network", "no-network"}
+    assert "pip install -e ." in commands["network"] and "perfgate run" not in commands["network"]
+    assert "-m perfgate run --suite pr" in commands["no-network"] and "pip" not in commands["no-network"]
+    outside = re.sub(r"^sandbox (network|no-network) '[^']*'", "", calls, flags=re.M)
+    assert "python" not in outside and "pip" not in outside and "perfgate run" not in outside
+    assert '--net' in definition and "--map-root-user" in definition and "--kill-child" in definition
+    upload = next(s for s in _steps(job) if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["if"] == "always() && steps.measure.outputs.upload == 'yes'"
+    assert _step(job, SANDBOX_STEP)["id"] == "measure"
+
+
+def test_the_workflow_init_writes_has_the_same_sandbox(gpu_wf):
+    """`perfgate init --gpu-runner` writes the same sandbox, byte for byte, around its own commands: the
+    pinned perfgate's install (with the network) and the `gpu` suite (without); its upload waits for the
+    same check."""
+    definition, calls = _sandbox_script(gpu_wf)
+    template = (REPO / "perfgate" / "templates" / "init" / "workflow-gpu.yml").read_text().replace("\n          ", "\n")
+    assert definition in template
+    assert "sandbox network '" in template and "-m perfgate run --suite gpu" in template
+    after = calls.split("measured=0", 1)[1].split("--out \"reports/shard-$SHARD\"' || measured=$?", 1)[1]
+    assert after in template
+    assert "if: always() && steps.measure.outputs.upload == 'yes'" in template
+
+
+def _sandbox_unavailable() -> str | None:
+    if not sys.platform.startswith("linux"):
+        return "the sandbox needs Linux namespaces"
+    for tool in ("unshare", "setpriv", "mount", "mountpoint"):
+        if not shutil.which(tool):
+            return f"{tool} (util-linux) is not installed"
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--mount-proc",
+                            "--net", "true"], capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        return f"no unprivileged user namespaces here: {probe.stderr.strip()[-200:]}"
+    return None
+
+
+@pytest.fixture
+def runner_layout(tmp_path):
+    """A runner's folders as GitHub lays them out (home, runner folder, work folder, RUNNER_TEMP with the
+    files later steps read, a git checkout), and the environment a step gets, tokens included. They live
+    under the home folder of whoever runs the tests rather than under /tmp, which the sandbox replaces
+    with a private one anyway: so the sandbox's own covers are what hides them."""
+    reason = _sandbox_unavailable()
+    if reason:
+        pytest.skip(reason)
+    home = Path.home()
+    writable = home.is_dir() and os.access(home, os.W_OK) and not str(home.resolve()).startswith("/tmp")
+    base = Path(tempfile.mkdtemp(prefix=".perfgate-sandbox-test-", dir=home if writable else tmp_path))
+    runner_home = base / "home"
+    runner_dir = runner_home / "actions-runner"
+    work = runner_dir / "_work"
+    temp = work / "_temp"
+    commands = temp / "_runner_file_commands"
+    checkout = work / "perfgate" / "perfgate"
+    for folder in (commands, checkout, work / "_tool", runner_home / ".ssh"):
+        folder.mkdir(parents=True)
+    (runner_dir / ".credentials").write_text("runner-credentials\n")
+    (runner_home / ".ssh" / "id_ed25519").write_text("ssh-key\n")
+    files = {"GITHUB_ENV": "set_env_1", "GITHUB_PATH": "add_path_1", "GITHUB_OUTPUT": "set_output_1",
+             "GITHUB_STATE": "save_state_1", "GITHUB_STEP_SUMMARY": "step_summary_1"}
+    env = {name: str(commands / file) for name, file in files.items()}
+    for path in env.values():
+        Path(path).write_text("")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "head"], cwd=checkout, check=True)
+    env.update({"HOME": str(runner_home), "RUNNER_TEMP": str(temp), "RUNNER_WORKSPACE": str(checkout.parent),
+                "RUNNER_TOOL_CACHE": str(work / "_tool"), "SHARD": "1", "PERFGATE_SHARDS": "2",
+                "ACTIONS_RUNTIME_TOKEN": "runtime-token-value", "ACTIONS_RUNTIME_URL": "https://results.invalid/",
+                "ACTIONS_RESULTS_URL": "https://results.invalid/", "ACTIONS_CACHE_URL": "https://cache.invalid/",
+                "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "oidc-token-value",
+                "ACTIONS_ID_TOKEN_REQUEST_URL": "https://oidc.invalid/", "GITHUB_TOKEN": "github-token-value",
+                "GH_TOKEN": "gh-token-value"})
+    yield {"base": base, "home": runner_home, "runner": runner_dir, "work": work, "temp": temp,
+           "checkout": checkout, "env": env}
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _snapshot(root: Path, skip: tuple[Path, ...]) -> dict[str, bytes]:
+    """Every file and folder under root (but the skipped ones) with its content."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if Path(dirpath, d) not in skip]
+        found[dirpath] = b""
+        for name in filenames:
+            path = Path(dirpath, name)
+            found[str(path)] = path.read_bytes() if not path.is_symlink() else b"link"
+    return found
+
+
+def _in_sandbox(gpu_wf, layout: dict, tmp_path: Path, commands: str, env: dict[str, str] | None = None):
+    """The workflow's sandbox definition, then `commands` instead of the install and `perfgate run`, run
+    as the step runs in the checkout."""
+    definition, _ = _sandbox_script(gpu_wf)
+    script = definition + 'mkdir -p "$RUNNER_TEMP/venv" .git/worktrees\n' + commands
+    return _run_step({"run": script}, {**layout["env"], **(env or {})}, tmp_path, cwd=layout["checkout"])
+
+
+def test_the_sandbox_keeps_the_pull_requests_code_from_the_runner_and_the_token(gpu_wf, runner_layout, tmp_path):
+    """A stand-in for `perfgate run` that tries what pull-request code could do to get the job's token:
+    write the runner's files that later steps read, read the runner's credentials, find a process outside
+    (one holding a token in its environment), read the token from its own environment, leave a daemon
+    running, undo the mounts. It can write its results and nothing else, and no process of it outlives
+    the sandbox."""
+    layout = runner_layout
+    token_holder = subprocess.Popen(["sleep", "300"], env={"ACTIONS_RUNTIME_TOKEN": "outside-token-value"})
+    daemon_marker = f"{os.getpid() % 1000}.{token_holder.pid}1357"
+    writes = [layout["base"] / "planted", layout["env"]["GITHUB_ENV"], layout["env"]["GITHUB_PATH"], layout["temp"] / "planted",
+              layout["home"] / ".bashrc", layout["runner"] / ".env", layout["work"] / "planted",
+              layout["checkout"].parent / "planted", layout["work"] / "_tool" / "planted",
+              layout["checkout"] / ".git" / "config", layout["checkout"] / ".git" / "hooks" / "post-checkout"]
+    reads = [layout["runner"] / ".credentials", layout["home"] / ".ssh" / "id_ed25519",
+             f"/proc/{token_holder.pid}/environ"]
+    attacker = layout["checkout"] / "attacker.sh"
+    attacker.write_text(f"""set +e
+out=reports/shard-1
+mkdir -p "$out"
+say() {{ echo "$*" >> "$out/findings.txt"; }}
+for target in {' '.join(f"'{w}'" for w in writes)}; do
+  echo 'BASH_ENV=/tmp/evil' 2>/dev/null >> "$target" && say "wrote $target"
+done
+for target in {' '.join(f"'{r}'" for r in reads)}; do
+  cat "$target" 2>/dev/null | tr '\\0' '\\n' | grep -q . && say "read $target"
+done
+for environ in /proc/[0-9]*/environ; do
+  tr '\\0' '\\n' < "$environ" 2>/dev/null | grep -q token-value && say "token in $environ"
+done
+say "processes $(ls -d /proc/[0-9]* | wc -l)"
+say "env $(env | cut -d= -f1 | sort | tr '\\n' ' ')"
+grep -E '^(NoNewPrivs|CapEff|CapBnd):' /proc/self/status | tr -d '\\t' | while read -r line; do say "$line"; done
+say "interfaces $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' ')"
+umount -l '{layout["home"]}' 2>/dev/null && say "unmounted the home cover"
+mount -o remount,rw / 2>/dev/null && say "remounted / writable"
+unshare --user --mount sh -c "umount -l '{layout["home"]}' && cat '{layout["runner"]}/.credentials'" 2>/dev/null \\
+  | grep -q credentials && say "read the credentials after unmounting in a namespace of its own"
+git worktree add -q --detach /tmp/base HEAD 2>/dev/null && say "worktree added"
+setsid sleep {daemon_marker} < /dev/null > /dev/null 2>&1 &
+sleep 0.2
+kill -0 $! && say "daemon started"
+echo '{{"cases": []}}' > "$out/results.json" && say "wrote results"
+exit 0
+""")
+    skip = (layout["checkout"], layout["temp"] / "venv")
+    before = _snapshot(layout["base"], skip)
+    try:
+        proc, _ = _in_sandbox(gpu_wf, layout, tmp_path, "sandbox no-network 'bash attacker.sh'\n")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        findings = (layout["checkout"] / "reports" / "shard-1" / "findings.txt").read_text().splitlines()
+        wrong = [f for f in findings if f.startswith(("wrote /", "read ", "token ", "unmounted", "remounted"))]
+        assert wrong == [], "\n".join(findings)
+        assert {"wrote results", "daemon started", "worktree added", "NoNewPrivs:1", "CapEff:0000000000000000",
+                "CapBnd:0000000000000000", "interfaces lo "} <= set(findings), findings
+        processes = int(next(f for f in findings if f.startswith("processes ")).split()[1])
+        assert processes < 10, findings  # the sandbox's own, not the machine's
+        names = set(next(f for f in findings if f.startswith("env ")).split()[1:])
+        assert names.isdisjoint(RUNNER_SECRETS), names
+        assert "HOME" in names and "PATH" in names
+        # nothing outside the checkout changed: the runner's files, its home, the work folder
+        assert _snapshot(layout["base"], skip) == before
+        assert "BASH_ENV" not in (layout["checkout"] / ".git" / "config").read_text()
+        assert json.loads((layout["checkout"] / "reports" / "shard-1" / "results.json").read_text()) == {"cases": []}
+        assert token_holder.poll() is None  # the process outside was never reached
+        # the daemon ended with the sandbox: no process anywhere runs it
+        for _ in range(50):
+            alive = [p for p in Path("/proc").glob("[0-9]*") if _cmdline(p).endswith(f"sleep {daemon_marker}")]
+            if not alive:
+                break
+            time.sleep(0.1)
+        assert alive == []
+    finally:
+        token_holder.kill()
+        token_holder.wait()
+
+
+def _cmdline(proc_dir: Path) -> str:
+    try:
+        return (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def test_the_install_sandbox_has_the_network_namespace_of_the_runner(gpu_wf, runner_layout, tmp_path):
+    """`network` keeps the runner's network (the install downloads packages); everything else is the same."""
+    proc, _ = _in_sandbox(gpu_wf, runner_layout, tmp_path,
+                          "sandbox network 'readlink /proc/self/ns/net > ns; grep -c . /proc/net/dev > count'\n")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (runner_layout["checkout"] / "ns").read_text() == os.readlink("/proc/self/ns/net") + "\n"
+
+
+@pytest.mark.parametrize("broken", ["unshare", "mount"])
+def test_the_sandbox_fails_closed_with_one_line(gpu_wf, runner_layout, tmp_path, broken):
+    """A runner where the namespaces cannot be made (no unprivileged user namespaces, AppArmor's
+    restriction) or a mount fails: the step fails with one line and the command never runs."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    fake = fake_bin / broken
+    fake.write_text(f"#!/bin/sh\necho '{broken}: Operation not permitted' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    path = f"{fake_bin}{os.pathsep}{os.environ['PATH']}"
+    proc, _ = _in_sandbox(gpu_wf, runner_layout, tmp_path, "sandbox no-network 'touch ran'\n", env={"PATH": path})
+    assert proc.returncode == 125, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("::error::")]
+    assert len(errors) == 1 and errors[0].startswith("::error::perfgate sandbox: "), proc.stderr
+    assert "the pull request's code did not run" in errors[0]
+    assert not (runner_layout["checkout"] / "ran").exists()
+
+
+@pytest.mark.parametrize("plant, uploads", [
+    ("echo '{}' > reports/shard-1/results.json", True),
+    ("ln -s \"$HOME/.credentials\" reports/shard-1/traces", False),
+    ("mkdir -p elsewhere/shard-1 && rmdir reports/shard-1 reports && ln -s elsewhere reports", False),
+    ("mkfifo reports/shard-1/pipe", False),
+    ("rmdir reports/shard-1", False),
+])
+def test_the_shard_folder_is_uploaded_only_when_it_holds_plain_files(gpu_wf, tmp_path, plant, uploads):
+    """The upload runs outside the sandbox and follows symbolic links: the step checks the folder first, and
+    says `upload=yes` only for plain files and folders. perfgate's own exit status is the step's."""
+    _, calls = _sandbox_script(gpu_wf)
+    fake = f"sandbox() {{ [[ $1 == network ]] && return 0; mkdir -p reports/shard-1; {plant}; return 3; }}\n"
+    checkout = tmp_path / "checkout"
+    (checkout / ".git").mkdir(parents=True)
+    proc, outputs = _run_step({"run": fake + calls}, {"RUNNER_TEMP": str(tmp_path / "temp"), "SHARD": "1",
+                                                      "PERFGATE_SHARDS": "2", "BASE_SHA": "c" * 40}, tmp_path,
+                              cwd=checkout)
+    if uploads:
+        assert outputs == {"upload": "yes"} and proc.returncode == 3, proc.stdout + proc.stderr
+    else:
+        assert outputs == {} and proc.returncode == 1, proc.stdout + proc.stderr
+        assert "it is not uploaded" in proc.stdout
+
+
+def test_the_sandbox_hides_the_runners_own_folder_found_from_its_processes(gpu_wf, runner_layout, tmp_path):
+    """A runner installed outside its user's home (/opt/actions-runner, say): its folder, with the
+    runner's credentials, is found from the step's ancestor `Runner.Worker` and hidden all the same."""
+    layout = runner_layout
+    other_home = layout["base"] / "other-home"
+    other_home.mkdir()
+    worker = layout["runner"] / "bin" / "Runner.Worker"
+    worker.parent.mkdir()
+    shutil.copy(shutil.which("bash"), worker)
+    definition, _ = _sandbox_script(gpu_wf)
+    script = tmp_path / "step.sh"
+    script.write_text(definition + 'mkdir -p "$RUNNER_TEMP/venv" .git/worktrees\n'
+                      f"sandbox no-network 'cat {layout['runner']}/.credentials > seen || true'\n")
+    env = {**layout["env"], "HOME": str(other_home), "PATH": os.environ["PATH"]}
+    proc = subprocess.run([str(worker), "--noprofile", "--norc", "-c", f'bash -eo pipefail "{script}"; exit $?'],
+                          env=env, cwd=layout["checkout"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (layout["checkout"] / "seen").read_text() == ""
