@@ -873,8 +873,10 @@ def test_pull_request_code_runs_only_inside_the_sandbox(gpu_wf):
     assert "python" not in outside and "pip" not in outside and "perfgate run" not in outside
     assert '--net' in definition and "--map-root-user" in definition and "--kill-child" in definition
     upload = next(s for s in _steps(job) if s.get("uses", "").startswith("actions/upload-artifact"))
-    assert upload["if"] == "always() && steps.measure.outputs.upload == 'yes'"
+    # and only once the sweep ended every process the pull request's code left (its failure: no upload)
+    assert upload["if"] == "always() && steps.measure.outputs.upload == 'yes' && steps.sweep.outcome == 'success'"
     assert _step(job, SANDBOX_STEP)["id"] == "measure"
+    assert _step(job, "end every process the pull request's code left")["id"] == "sweep"
 
 
 def test_the_workflow_init_writes_has_the_same_sandbox(gpu_wf):
@@ -887,7 +889,7 @@ def test_the_workflow_init_writes_has_the_same_sandbox(gpu_wf):
     assert "sandbox network '" in template and "-m perfgate run --suite gpu" in template
     after = calls.split("measured=0", 1)[1].split("--out \"reports/shard-$SHARD\"' || measured=$?", 1)[1]
     assert after in template
-    assert "if: always() && steps.measure.outputs.upload == 'yes'" in template
+    assert "if: always() && steps.measure.outputs.upload == 'yes' && steps.sweep.outcome == 'success'" in template
 
 
 def _sandbox_unavailable() -> str | None:
