@@ -4,11 +4,14 @@ Each case runs ``rounds`` times with the configured number of worker processes (
 From every process's samples it reports the noise *within* a process (robust CV of its samples) and
 *between* processes (robust spread of the per-process step times the gate compares, across all rounds), the A/A verdicts the
 gate gives between consecutive rounds (a false alarm shows here), and the smallest step-time change the
-gate can detect with the configured sample budget. No torch.
+gate can detect with the configured sample budget. ``calibrate`` runs the whole command: the machine's
+ceilings (perfgate.ceilings, in a worker), the rounds (perfgate.runner), the figures printed, and with
+``--write`` the ceilings and the calibrated thresholds stored. No torch.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -17,9 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfgate import layout
-from perfgate.compare import GateSettings, case_time_change, judge_time
-from perfgate.model import STATUS_OK, CaseResult
+from perfgate import baselines, environment, layout, runner
+from perfgate import gate as gate_mod
+from perfgate.compare import GateSettings, case_time_change, gate_settings, judge_time
+from perfgate.config import ConfigError, Settings
+from perfgate.console import echo
+from perfgate.model import STATUS_OK, CaseResult, CaseSpec
+from perfgate.plan import Catalog, plan_cases
+from perfgate.sequential import with_sampling
 from perfgate.stats import quantile
 
 Z_POWER = 0.8416  # one-sided z of 80% power
@@ -193,3 +201,89 @@ def report_lines(noise: CaseNoise) -> list[str]:
             + f"use `perfgate run --against REF`, or accept a threshold of "
             f"{noise.calibrated_threshold() * 100:.1f}% (--write stores it)")
     return lines
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    """`perfgate calibrate`'s choices as the command line parsed them (perfgate.cli declares them)."""
+
+    suite: str | None = None
+    workloads: tuple[str, ...] = ()
+    toggles: tuple[str, ...] = ()
+    rounds: int = 3
+    processes: int | None = None
+    samples: int | None = None
+    write: bool = False
+    baseline_file: str | None = None
+    ceilings: bool = True
+    ceilings_only: bool = False
+
+
+def calibrate(settings: Settings, options: CalibrateOptions) -> None:
+    """`perfgate calibrate`: the machine's ceilings, then ``options.rounds`` A/A rounds of each case with
+    their noise figures printed; with ``write``, the ceilings and each case's calibrated threshold stored."""
+    settings = with_sampling(settings, processes=options.processes, samples=options.samples)
+    gs = gate_settings(settings)
+    suite = settings.suite(options.suite or settings.default_suite)
+    probe = runner.run_probe(settings.workloads_dirs, settings.threads)
+    catalog = Catalog.from_probe(probe)
+    cases = plan_cases(suite, catalog, options.workloads, options.toggles, None, None)
+    if not cases:
+        raise ConfigError(f"suite {suite.name!r} selects no cases")
+    env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
+    machine_key = environment.machine_key(env, cases[0].device)
+    path = Path(options.baseline_file) if options.baseline_file else baselines.baseline_path(
+        settings.baselines_dir, machine_key, suite.name)
+    if options.ceilings or options.ceilings_only:  # the machine's roofline (perfgate/ceilings.py, perfgate/roofline.py)
+        calibrate_ceilings(settings, env, machine_key, options.write)
+        if options.ceilings_only:
+            return
+    base = baselines.load_baseline(path) if options.write else None  # fail early, before minutes of measuring
+    results = measure_noise(settings, gs, cases, catalog, options.rounds)
+    if base is not None:
+        for key, noise in results.items():
+            base.calibration[key] = noise.to_json()
+        baselines.write_baseline(base, path)
+        echo(f"stored {len(results)} calibrated threshold(s) in {path}")
+
+
+def measure_noise(settings: Settings, gs: GateSettings, cases: list[CaseSpec], catalog: Catalog,
+                  rounds: int) -> dict[str, CaseNoise]:
+    """``rounds`` A/A rounds of each case (under reports_dir/.calibrate), each case's figures printed as it
+    ends; the noise of every case that ran, by key."""
+    work = Path(settings.reports_dir) / ".calibrate"
+    per_side = gs.max_processes if gs.adaptive else settings.processes
+    echo(f"perfgate calibrate: {len(cases)} case(s) x {rounds} A/A rounds, "
+         + (f"processes added until each round's step time is within +/-{gs.plain_precision() * 100:g}% "
+            f"(at most {gs.max_processes})" if gs.adaptive else f"{settings.processes} process(es) each"))
+    sampler_for = gate_mod.sampler_factory(settings, "plain")
+    results = {}
+    for spec in cases:
+        file = catalog.workloads[spec.workload]["file"]
+        rounds_done = run_rounds(rounds, work, functools.partial(
+            runner.run_case, spec, file, settings, sampler=sampler_for(spec)))
+        threshold, _ = gs.threshold_for(rounds_done[0], spec.key)
+        noise = analyse(spec.key, rounds_done, gs, threshold, per_side)
+        if noise is None:
+            echo(f"{spec.key}: {rounds_done[0].status}, nothing to calibrate")
+            continue
+        results[spec.key] = noise
+        for line in report_lines(noise):
+            echo(line)
+    return results
+
+
+def calibrate_ceilings(settings: Settings, env: dict[str, Any], machine_key: str, write: bool) -> None:
+    """Measure this machine's ceilings in a worker; print them; with ``write``, store ceilings.json.
+    A measurement that fails is an infrastructure error (exit 3)."""
+    from perfgate import ceilings, roofline
+
+    try:
+        measured = ceilings.measure_in_worker(settings.threads)
+    except RuntimeError as exc:
+        raise runner.InfrastructureError(str(exc)) from exc
+    for line in roofline.ceilings_lines(measured, env.get("device_name")):
+        echo(line)
+    if write:
+        path = roofline.write_ceilings(roofline.ceilings_path(settings.baselines_dir, machine_key), measured)
+        echo(f"stored the ceilings in {path}")

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,10 +15,9 @@ from typing import Any
 import click
 
 from perfgate import config as config_mod
-from perfgate import layout
 from perfgate.config import ConfigError
 from perfgate.console import echo
-from perfgate.model import STATUS_OK, SchemaError
+from perfgate.model import SchemaError
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
@@ -166,190 +163,12 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
 @click.option("--history", "history", is_flag=True,
               help="Add this run to the history store ([tool.perfgate] history, $PERFGATE_HISTORY_URL).")
 @handle_errors
-def run_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], toggles: tuple[str, ...],
-            size: str | None, device: str | None, out: str | None, processes: int | None, threads: int | None,
-            timeout_s: float | None, samples: int | None, max_memory_mb: int | None,
-            workloads_dirs: tuple[str, ...], compile_cache: str | None = None, shard: str | None = None, shard_costs: str | None = None,
-            gate: bool = False, baseline_file: str | None = None, against_ref: str | None = None,
-            strict_env: bool = False, max_processes: int | None = None, max_case_s: float | None = None,
-            history: bool = False) -> None:
+def run_cmd(config: str | None, **options: Any) -> None:
     """Run a suite (or a selection) and write results.json with a table of step times per toggle."""
-    from dataclasses import replace
+    from perfgate import session
 
-    from perfgate import console, environment, runner
-    from perfgate.github import publish_summary
-    from perfgate.model import RunResult
-    from perfgate.plan import Catalog, parse_shard, plan_cases
-    from perfgate.storage import check_writable_dir
-
-    shard_obj = parse_shard(shard) if shard else None  # a bad --shard fails before the slow probe
-    if against_ref:  # options of a stored baseline, which --against does not read: refused, not dropped
-        for given, name in ((baseline_file, "--baseline"), (strict_env, "--strict-env")):
-            if given:
-                raise ConfigError(f"{name} does not apply with --against {against_ref}: the base is measured from "
-                                  f"REF in this job, on this machine, not read from a stored baseline; drop {name} "
-                                  "(or --against to gate on the stored baseline)")
-    settings = load_settings(config)
-    for d in workloads_dirs:
-        if not Path(d).is_dir():
-            raise ConfigError(f"--workloads-dir {d} is not a directory")
-    settings = settings.with_overrides(
-        processes=processes, threads=threads, timeout_s=timeout_s, max_memory_mb=max_memory_mb,
-        workloads_dirs=(*settings.workloads_dirs, *(Path(d).resolve() for d in workloads_dirs)) if workloads_dirs else None,
-        timing=replace(settings.timing, samples=samples) if samples else None,
-        compile_cache=Path(compile_cache).resolve() if compile_cache else None,
-    )
-    settings = with_sampling(settings, max_processes, max_case_s, fixed=processes is not None)
-    suite_obj = settings.suite(suite or settings.default_suite)
-    run_id = runner.new_run_id(suite_obj.name)
-    run_dir = Path(out).resolve() if out else runner.unique_run_dir(settings.reports_dir, run_id)
-    created = not run_dir.exists()
-    problem = check_writable_dir(run_dir)  # before the probe and any case: fail fast
-    if problem is None and settings.compile_cache:
-        problem = check_writable_dir(settings.compile_cache)
-        problem = problem and problem.replace("output directory", "compile cache", 1)
-    if problem:
-        raise ConfigError(problem)
-
-    try:
-        probe = runner.run_probe(settings.workloads_dirs, settings.threads)
-        catalog = Catalog.from_probe(probe)
-        if catalog.errors:
-            raise ConfigError(catalog.errors[0]["error"])
-        cases = plan_cases(suite_obj, catalog, workloads, toggles, size, device)
-        if not cases:
-            raise ConfigError(f"suite {suite_obj.name!r} selects no cases")
-    except BaseException:
-        if created:  # leave no empty run folder behind a usage error
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    files = {name: info["file"] for name, info in catalog.workloads.items()}
-    env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
-    env["machine_key"] = environment.machine_key(env, cases[0].device)
-    env["address_layout"] = runner.address_layout()  # fixed: no address-space randomization in workers
-    env["layout_policy"] = layout.policy()  # drawn: each worker draws its own layout (docs/gate.md)
-    if env["layout_policy"] == "drawn":
-        env["layout_seed"] = layout.run_seed()
-    from perfgate import expect, roofline
-
-    run_settings = settings.to_json()
-    if suite is None and (workloads or toggles or size):  # not the suite: say so (RunResult.what_ran)
-        run_settings["selection"] = "; ".join(
-            f"{label} {', '.join(chosen)}" for label, chosen in
-            (("workloads", workloads), ("size", (size,) if size else ()), ("toggles", toggles)) if chosen)
-    run = RunResult(run_id=run_dir.name, suite=suite_obj.name, environment=env,
-                    started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settings=run_settings,
-                    expectations=expect.rules_json(settings, catalog.workloads, cases),
-                    ceilings=roofline.ceilings_for_run(settings.baselines_dir, env))
-    from perfgate import gate as gate_mod
-
-    # --gate with expectations and no baseline stored yet: the expectations alone are the gate
-    no_baseline = gate_mod.expectations_alone(settings, run, gate=gate and not against_ref and not baseline_file)
-    try:  # the stored baseline before any case runs: a missing or broken one fails fast
-        stored = gate_mod.load_stored(settings, run, Path(baseline_file) if baseline_file else None) \
-            if (gate or baseline_file) and not against_ref and not no_baseline else None
-    except BaseException:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    if shard_obj:
-        from perfgate.merge import select_shard
-
-        cases, run.settings["shard"] = select_shard(cases, shard_obj, shard_costs, settings, suite_obj.name,
-                                                    env["machine_key"])
-        echo(f"perfgate: shard {shard_obj.text}: {len(cases)} of {run.settings['shard']['cases_total']} "
-                   f"case(s), balanced by {run.settings['shard']['cost_source']}")
-        if not cases:
-            runner.write_results(replace(run, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z")),
-                                 run_dir / "results.json")
-            echo(f"perfgate: nothing to run in shard {shard_obj.text}; results: {run_dir / 'results.json'}")
-            return
-    echo(f"perfgate: {len(cases)} case(s) of {run.what_ran} on {cases[0].device}, "
-               f"{sampling_plan(settings)}, {settings.threads} thread(s) -> {run_dir}")
-
-    def progress(event: str, k: int, n: int, spec: Any, result: Any, elapsed: float) -> None:
-        if event == "start":
-            echo(console.progress_line(k, n, spec, elapsed, k - 1))
-        else:
-            echo(f"      {result.status:<8} {console.outcome_text(result)}  ({result.duration_s:.1f} s)")
-
-    if settings.reports_dir in run_dir.parents:
-        runner.mark_latest(settings.reports_dir, run_dir)
-    write_reports = _run_reports_writer(run_dir)
-    write_reports(run)
-    if against_ref:  # the gate's same-job A/B mode: perfgate/gate.py
-        no_evidence = None
-        try:
-            code = gate_mod.execute_against(against_ref, cases, files, settings, run, run_dir, progress, echo,
-                                            gate=gate)
-        except gate_mod.NoEvidence as exc:  # exit 3 once the summary and the history have the run
-            code, no_evidence = EXIT_INFRA, exc
-        if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
-            publish_summary(run_dir)
-        if history:
-            _add_run_to_history(settings, run_dir)
-        if no_evidence:
-            fail(str(no_evidence), EXIT_INFRA)
-        sys.exit(code)
-    lockstep = None
-    if no_baseline:
-        echo(f"perfgate: no baseline at {no_baseline}: --gate judges the expectations alone")
-    if stored:  # settle what the stored comparison does not in lockstep against the baseline's commit
-        lockstep, why_not = gate_mod.lockstep_commit(settings, stored[1])
-        echo(f"perfgate: step-time changes the stored comparison does not settle at its first look are "
-                   f"settled in lockstep against the baseline's commit {lockstep[:12]}" if lockstep else
-                   f"perfgate: step times are judged against the stored baseline alone ({why_not})")
-    sampler_for = gate_mod.sampler_factory(settings, "stored" if stored else "plain", stored[1] if stored else None,
-                                           screen=bool(lockstep))
-    run = runner.execute(cases, files, settings, run, run_dir, progress, after_case=write_reports,
-                         sampler_for=sampler_for)
-    run = replace(run, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    runner.write_results(run, run_dir / "results.json")
-    write_tensorboard_scalars(run, run_dir)
-    write_reports(run)
-    echo(f"reports: {run_dir / 'report.html'} (also summary.md, junit.xml)")
-    echo(console.run_tables(run))
-    if run.expectations:  # every rule on the cases it matched (perfgate/expect.py); --gate fails on a miss
-        echo("\n" + expect.console_text(expect.evaluate(run)))
-    echo(f"\n{runner.summary_status(run)}; results: {run_dir / 'results.json'}")
-    if history:  # before the gate's verdict: a regression is history too
-        _add_run_to_history(settings, run_dir)
-    if not any(c.status == STATUS_OK for c in run.cases):
-        fail("no case could run (see the failures and skip reasons above)", EXIT_INFRA)
-    if stored:  # compare with the stored baseline: perfgate/gate.py
-        code = gate_mod.gate_run(run, run_dir, settings, stored,
-                                 strict_env=strict_env, gate=gate, cases=cases, workload_files=files, echo=echo,
-                                 lockstep=lockstep)
-        if gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
-            publish_summary(run_dir)
-        sys.exit(code)
-    if no_baseline:
-        code = gate_mod.conclude_expectations_alone(run, no_baseline, echo)
-        publish_summary(run_dir)
-        sys.exit(code)
-
-
-def sampling_plan(settings: Any) -> str:
-    """How many worker processes each case gets, in words, for the run's first line."""
-    from perfgate.compare import gate_settings
-
-    gs = gate_settings(settings)
-    if not gs.adaptive:
-        return f"{settings.processes} process(es) each"
-    return f"{settings.processes} to {gs.max_processes} process(es) each as needed (at most {gs.max_case_s:g} s)"
-
-
-def with_sampling(settings: Any, max_processes: int | None, max_case_s: float | None, fixed: bool) -> Any:
-    """Settings with the command line's sampling budget in ``[tool.perfgate.gate]`` (validated there)."""
-    from dataclasses import replace
-
-    overrides = {k: v for k, v in (("max_processes", max_processes), ("max_case_s", max_case_s)) if v is not None}
-    if fixed:
-        overrides["adaptive"] = False
-    if not overrides:
-        return settings
-    gate = {**(settings.extra.get("gate") or {}), **overrides}
-    return replace(settings, extra={**settings.extra, "gate": gate})
+    chosen = session.RunOptions(**options)  # a bad --shard, or an option --against refuses, fails first
+    sys.exit(session.run(load_settings(config), chosen))
 
 
 # ---------------------------------------------------------------- compare, baseline, calibrate: the gate
@@ -438,75 +257,11 @@ def baseline_show_cmd(config: str | None, path: str | None) -> None:
               help="Also measure peak FLOP/s and memory bandwidth (the roofline); --write stores them.")
 @click.option("--ceilings-only", is_flag=True, help="Measure only the ceilings (seconds), no A/A rounds.")
 @handle_errors
-def calibrate_cmd(config: str | None, suite: str | None, workloads: tuple[str, ...], toggles: tuple[str, ...],
-                  rounds: int, processes: int | None, samples: int | None, write: bool,
-                  baseline_file: str | None, ceilings: bool = True, ceilings_only: bool = False) -> None:
+def calibrate_cmd(config: str | None, **options: Any) -> None:
     """Repeated A/A runs of each case: noise within and between processes, smallest detectable change."""
-    from dataclasses import replace
+    from perfgate import calibrate
 
-    from perfgate import baselines, calibrate, environment, runner
-    from perfgate import gate as gate_mod
-    from perfgate.compare import gate_settings
-    from perfgate.plan import Catalog, plan_cases
-
-    settings = load_settings(config)
-    settings = settings.with_overrides(processes=processes,
-                                       timing=replace(settings.timing, samples=samples) if samples else None)
-    settings = with_sampling(settings, None, None, fixed=processes is not None)
-    gs = gate_settings(settings)
-    suite_obj = settings.suite(suite or settings.default_suite)
-    probe = runner.run_probe(settings.workloads_dirs, settings.threads)
-    catalog = Catalog.from_probe(probe)
-    cases = plan_cases(suite_obj, catalog, workloads, toggles, None, None)
-    if not cases:
-        raise ConfigError(f"suite {suite_obj.name!r} selects no cases")
-    env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
-    path = Path(baseline_file) if baseline_file else baselines.baseline_path(
-        settings.baselines_dir, environment.machine_key(env, cases[0].device), suite_obj.name)
-    if ceilings or ceilings_only:  # the machine's roofline (perfgate/ceilings.py, perfgate/roofline.py)
-        calibrate_ceilings(settings, env, environment.machine_key(env, cases[0].device), write)
-        if ceilings_only:
-            return
-    base = baselines.load_baseline(path) if write else None  # fail early, before minutes of measuring
-    work = Path(settings.reports_dir) / ".calibrate"
-    per_side = gs.max_processes if gs.adaptive else settings.processes
-    echo(f"perfgate calibrate: {len(cases)} case(s) x {rounds} A/A rounds, "
-               + (f"processes added until each round's step time is within +/-{gs.plain_precision() * 100:g}% "
-                  f"(at most {gs.max_processes})" if gs.adaptive else f"{settings.processes} process(es) each"))
-    sampler_for = gate_mod.sampler_factory(settings, "plain")
-    results = {}
-    for spec in cases:
-        file = catalog.workloads[spec.workload]["file"]
-        rounds_done = calibrate.run_rounds(rounds, work, functools.partial(
-            runner.run_case, spec, file, settings, sampler=sampler_for(spec)))
-        threshold, _ = gs.threshold_for(rounds_done[0], spec.key)
-        noise = calibrate.analyse(spec.key, rounds_done, gs, threshold, per_side)
-        if noise is None:
-            echo(f"{spec.key}: {rounds_done[0].status}, nothing to calibrate")
-            continue
-        results[spec.key] = noise
-        for line in calibrate.report_lines(noise):
-            echo(line)
-    if write and base is not None:
-        for key, noise in results.items():
-            base.calibration[key] = noise.to_json()
-        baselines.write_baseline(base, path)
-        echo(f"stored {len(results)} calibrated threshold(s) in {path}")
-
-
-def calibrate_ceilings(settings: config_mod.Settings, env: dict[str, Any], machine_key: str, write: bool) -> None:
-    """Measure this machine's ceilings in a worker; print them; with ``write``, store ceilings.json."""
-    from perfgate import ceilings, roofline
-
-    try:
-        measured = ceilings.measure_in_worker(settings.threads)
-    except RuntimeError as exc:
-        fail(str(exc), EXIT_INFRA)
-    for line in roofline.ceilings_lines(measured, env.get("device_name")):
-        echo(line)
-    if write:
-        path = roofline.write_ceilings(roofline.ceilings_path(settings.baselines_dir, machine_key), measured)
-        echo(f"stored the ceilings in {path}")
+    calibrate.calibrate(load_settings(config), calibrate.CalibrateOptions(**options))
 
 
 # ---------------------------------------------------------------- perfgate merge
@@ -534,71 +289,17 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
     `run --against` when they have them, else a comparison with the stored baseline. With --rejudge the
     shards' verdicts are not read: this perfgate judges their raw --against samples again. Under --gate,
     summary.md is appended to $GITHUB_STEP_SUMMARY when set."""
-    from perfgate import console, runner
-    from perfgate.exporters import write_run_reports
-    from perfgate.github import publish_summary
-    from perfgate.merge import judge_against, load_comparison_file, merge_runs, merged_comparison
-    from perfgate.storage import check_writable_dir
+    from perfgate import merge
 
     if rejudge and baseline_file:
         raise ConfigError("perfgate merge: --rejudge judges the shards' --against runs; it takes no --baseline")
-    problem = check_writable_dir(out)
-    if problem:
-        raise ConfigError(problem)
-    out_dir = Path(out)
-    run, warnings = merge_runs(results, out_dir)
-    runner.write_results(run, out_dir / "results.json")
-    for w in warnings:
-        echo(f"perfgate: warning: {w}", err=True)
-    echo(console.run_tables(run))
-    echo(f"\n{runner.summary_status(run) or 'no cases'}; merged results: {out_dir / 'results.json'}")
-    code, no_evidence = EXIT_OK, None
-    if gate or baseline_file or rejudge:
-        from perfgate import gate as gate_mod
-
-        settings = load_settings(config)
-        if rejudge:
-            comparison = judge_against(out_dir, run, settings)
-        else:
-            comparison = None if baseline_file else merged_comparison(results)
-        try:
-            if comparison is not None:
-                gate_mod.write_comparison(comparison, out_dir)
-                code = gate_mod.conclude(comparison, gate, echo, run)
-            else:
-                path = Path(baseline_file) if baseline_file else gate_mod.default_baseline_path(settings, run)
-                code = gate_mod.compare_files(str(out_dir), str(path), settings, strict_env=strict_env, gate=gate,
-                                              echo=echo)
-        except gate_mod.NoEvidence as exc:  # exit 3 once the merged reports are written
-            code, no_evidence = EXIT_INFRA, exc
-    write_run_reports(run, out_dir, load_comparison_file(out_dir))
-    echo(f"reports: {out_dir / 'report.html'} (also summary.md, junit.xml)")
-    if gate:
-        publish_summary(out_dir)
-    if no_evidence:
-        fail(str(no_evidence), EXIT_INFRA)
-    sys.exit(code)
+    run = merge.merge_into(results, Path(out))
+    settings = load_settings(config) if (gate or baseline_file or rejudge) else None
+    sys.exit(merge.judge_merged(run, results, Path(out), settings, gate=gate, baseline_file=baseline_file,
+                                strict_env=strict_env, rejudge=rejudge))
 
 
 # ---------------------------------------------------------------- perfgate report
-
-def _run_reports_writer(run_dir: Path) -> Callable[[Any], None]:
-    """report.html, summary.md and junit.xml for `perfgate run`, rewritten after each case. A report bug
-    must not cost a long run its results (results.json is already safe): it warns once and goes on."""
-    from perfgate.exporters import write_run_reports
-
-    warned: list[str] = []
-
-    def write(run: Any) -> None:
-        try:
-            write_run_reports(run, run_dir)
-        except Exception as exc:  # noqa: BLE001 - any exporter failure; results.json stands
-            if not warned:
-                warned.append(str(exc))
-                echo(f"perfgate: warning: could not write the reports: {type(exc).__name__}: {exc}", err=True)
-
-    return write
-
 
 @main.command("report")
 @config_option
@@ -635,16 +336,6 @@ def report_cmd(config: str | None, results: str, baseline: str | None, against_r
 
 
 # ---------------------------------------------------------------- perfgate tensorboard
-
-
-def write_tensorboard_scalars(run: Any, run_dir: Path) -> None:
-    """Scalars and hparams next to the traces; a failure here costs the charts, never the results."""
-    try:
-        from perfgate.exporters.tensorboard import write_tensorboard
-
-        write_tensorboard(run, run_dir / "tb")
-    except Exception as exc:  # noqa: BLE001 - TensorBoard's writer is optional to the run's outcome
-        echo(f"perfgate: warning: TensorBoard scalars not written: {exc}", err=True)
 
 
 @main.command("tensorboard")
@@ -687,15 +378,6 @@ def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: st
 
 
 # ---------------------------------------------------------------- perfgate history, bisect
-
-def _add_run_to_history(settings: config_mod.Settings, run_dir: Path) -> None:
-    """`run --history`: the run just made into the store, its trends in history.html beside it; a store
-    problem exits 2 (the results stand)."""
-    from perfgate.history import commands
-
-    for line in commands.add_from_run(settings, run_dir):
-        echo(line)
-
 
 history_url_option = click.option("--history-url", "history_url", default=None, metavar="URL",
                                   help="Store URL (default: $PERFGATE_HISTORY_URL, [tool.perfgate] history, "

@@ -3,7 +3,8 @@ run for `perfgate merge`. No torch: merging runs on a CI machine with no GPU.
 
 Shard results join only when they are parts of the same measurement: same schema version, suite,
 environment (hardware, torch, CUDA, Python, perfgate, commit) and measuring settings, and no case twice.
-Anything else is refused with one line naming the first file that disagrees and how.
+Anything else is refused with one line naming the first file that disagrees and how. The merged run is
+judged as one (its shards' own verdicts, judged again, or a stored baseline) through perfgate.gate.
 """
 
 from __future__ import annotations
@@ -15,11 +16,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from perfgate import console, runner
+from perfgate import gate as gate_mod
 from perfgate.baselines import baseline_path
 from perfgate.config import ConfigError, Settings
+from perfgate.exporters import write_run_reports
+from perfgate.github import publish_summary
 from perfgate.model import CaseResult, CaseSpec, Comparison, RunResult, SchemaError, Verdict, load_results
 from perfgate.plan import Shard, costs_from_results, expected_costs, load_costs, partition_cases
 from perfgate.runner import write_results
+from perfgate.storage import check_writable_dir
 from perfgate.validation import Fields, read_json_file
 
 # Environment keys that make two shards one measurement. Host names, paths and PIDs may differ between
@@ -364,3 +370,49 @@ def judge_against(out_dir: str | Path, run: RunResult, settings: Settings) -> Co
 
 def _cases_by_key(path: Path) -> dict[str, CaseResult]:
     return {c.key: c for c in load_results(path).cases} if path.is_file() else {}
+
+
+def merge_into(results: Sequence[str], out_dir: Path) -> RunResult:
+    """`perfgate merge` up to the judging: the shards joined into ``out_dir`` (checked writable first), its
+    results.json written, the warnings and the run's tables printed."""
+    problem = check_writable_dir(out_dir)
+    if problem:
+        raise ConfigError(problem)
+    run, warnings = merge_runs(results, out_dir)
+    write_results(run, out_dir / "results.json")
+    for w in warnings:
+        console.echo(f"perfgate: warning: {w}", err=True)
+    console.echo(console.run_tables(run))
+    console.echo(f"\n{runner.summary_status(run) or 'no cases'}; merged results: {out_dir / 'results.json'}")
+    return run
+
+
+def judge_merged(run: RunResult, results: Sequence[str], out_dir: Path, settings: Settings | None, *, gate: bool,
+                 baseline_file: str | None, strict_env: bool, rejudge: bool) -> int:
+    """`perfgate merge` from the judging on; ``settings`` None when nothing is to be judged. With --rejudge,
+    the shards' raw --against samples judged again; else the shards' own verdicts, or with a baseline (or
+    shards that compared nothing) the stored comparison. Then the merged reports, and under --gate the job
+    summary. Returns the exit code; gate.NoEvidence (exit 3) only once the reports are written."""
+    code, no_evidence = gate_mod.EXIT_OK, None
+    if settings is not None:
+        if rejudge:
+            comparison = judge_against(out_dir, run, settings)
+        else:
+            comparison = None if baseline_file else merged_comparison(results)
+        try:
+            if comparison is not None:
+                gate_mod.write_comparison(comparison, out_dir)
+                code = gate_mod.conclude(comparison, gate, console.echo, run)
+            else:
+                path = Path(baseline_file) if baseline_file else gate_mod.default_baseline_path(settings, run)
+                code = gate_mod.compare_files(str(out_dir), str(path), settings, strict_env=strict_env, gate=gate,
+                                              echo=console.echo)
+        except gate_mod.NoEvidence as exc:  # exit 3 once the merged reports are written
+            no_evidence = exc
+    write_run_reports(run, out_dir, load_comparison_file(out_dir))
+    console.echo(f"reports: {out_dir / 'report.html'} (also summary.md, junit.xml)")
+    if gate:
+        publish_summary(out_dir)
+    if no_evidence:
+        raise no_evidence
+    return code

@@ -29,10 +29,11 @@ import functools
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from perfgate.compare import GateSettings, case_time_change, judge_time, set_aside_slowed
+from perfgate.compare import GateSettings, case_time_change, gate_settings, judge_time, set_aside_slowed
+from perfgate.config import Settings
 from perfgate.model import STATUS_OK, CaseResult
 
 GROWTH = 1.5  # each look has about this many times the processes of the one before
@@ -324,3 +325,28 @@ def look_confidence(gate: GateSettings, processes: int, *, screen: bool = False)
 
 
 SamplerFactory = Callable[[Any], "Sampler | None"]  # CaseSpec -> a Sampler for it (None: fixed processes)
+
+
+def with_sampling(settings: Settings, *, processes: int | None = None, samples: int | None = None,
+                  max_processes: int | None = None, max_case_s: float | None = None) -> Settings:
+    """Settings with the command line's sampling: exactly ``processes`` worker processes per case (adaptive
+    sampling off), ``samples`` per process, and the adaptive budget in ``[tool.perfgate.gate]`` (validated
+    there)."""
+    settings = settings.with_overrides(processes=processes,
+                                       timing=replace(settings.timing, samples=samples) if samples else None)
+    overrides: dict[str, Any] = {k: v for k, v in (("max_processes", max_processes), ("max_case_s", max_case_s))
+                                 if v is not None}
+    if processes is not None:
+        overrides["adaptive"] = False
+    if not overrides:
+        return settings
+    gate = {**(settings.extra.get("gate") or {}), **overrides}
+    return replace(settings, extra={**settings.extra, "gate": gate})
+
+
+def sampling_plan(settings: Settings) -> str:
+    """How many worker processes each case gets, in words, for the run's first line."""
+    gs = gate_settings(settings)
+    if not gs.adaptive:
+        return f"{settings.processes} process(es) each"
+    return f"{settings.processes} to {gs.max_processes} process(es) each as needed (at most {gs.max_case_s:g} s)"

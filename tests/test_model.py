@@ -158,7 +158,7 @@ def test_a_runs_bookkeeping_imports_no_torch(tmp_path):
     code = f"""
 import shutil, sys
 from pathlib import Path
-from perfgate import cli
+from perfgate import cli, session
 from perfgate.model import load_results
 run_dir = Path({str(tmp_path)!r})
 shutil.copyfile({str(reports / "current.json")!r}, run_dir / "results.json")
@@ -167,7 +167,7 @@ for args in (["compare", str(run_dir), {str(reports / "baseline.json")!r}], ["re
         cli.main(args, standalone_mode=False)
     except SystemExit:
         pass
-cli.write_tensorboard_scalars(load_results(run_dir / "results.json"), run_dir)
+session.write_tensorboard_scalars(load_results(run_dir / "results.json"), run_dir)
 print(any((run_dir / "tb").rglob("events.out.tfevents.*")), "torch" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,

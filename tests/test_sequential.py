@@ -252,3 +252,21 @@ def test_the_judge_recomputes_each_looks_level_from_its_own_settings(stop, max_s
     head.metadata["sampling"]["confidence"] = 0.99999999  # what a pull request's shard could write
     assert look_confidence(gate, 2, screen=screen)(head) == judged
     assert look_confidence(GateSettings(adaptive=False), 2)(head) == pytest.approx(0.95)
+
+
+def test_the_command_lines_sampling_goes_into_the_gate_table(tmp_path):
+    from perfgate.compare import gate_settings
+    from perfgate.config import load
+    from perfgate.sequential import sampling_plan, with_sampling
+
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\nprocesses = 3\n")
+    settings = load(str(tmp_path / "pyproject.toml"))
+    assert with_sampling(settings) == settings
+    fixed = with_sampling(settings, processes=5, samples=7)
+    assert (fixed.processes, fixed.timing.samples, gate_settings(fixed).adaptive) == (5, 7, False)
+    budget = with_sampling(settings, max_processes=9, max_case_s=30)
+    gs = gate_settings(budget)
+    assert (budget.processes, gs.adaptive, gs.max_processes, gs.max_case_s) == (3, True, 9, 30)
+    assert settings.extra.get("gate") in (None, {})  # the settings given are left as they were
+    assert sampling_plan(fixed) == "5 process(es) each"
+    assert sampling_plan(budget) == "3 to 9 process(es) each as needed (at most 30 s)"

@@ -1,0 +1,111 @@
+"""The command line stays thin: every command parses, calls the module that owns the work, prints, and
+returns an exit code (docs/architecture.md). The orchestration it calls (perfgate.session for `run`,
+perfgate.calibrate, perfgate.merge, perfgate.gate) imports no torch."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from conftest import REPO
+
+from perfgate import cli
+from perfgate.config import ConfigError
+
+MAX_COMMAND_LINES = 40
+
+
+def command_functions(source: str) -> dict[str, int]:
+    """Each click command (or group) callback in ``source``, by name, with its length in lines: from its
+    ``def`` to its last line (signature, docstring and body; decorators not counted)."""
+    found = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for deco in node.decorator_list:
+            call = deco.func if isinstance(deco, ast.Call) else deco
+            if isinstance(call, ast.Attribute) and call.attr in ("command", "group"):
+                found[node.name] = node.end_lineno - node.lineno + 1
+    return found
+
+
+def test_no_command_function_is_longer_than_40_lines():
+    lengths = command_functions((REPO / "perfgate" / "cli.py").read_text(encoding="utf-8"))
+    too_long = {name: n for name, n in lengths.items() if n > MAX_COMMAND_LINES}
+    assert not too_long, f"command functions over {MAX_COMMAND_LINES} lines (move the work out of cli.py): {too_long}"
+
+
+def test_the_length_check_sees_every_command_click_registers():
+    """A command the ast walk missed would escape the length check."""
+
+    def callbacks(group: click.Group) -> set[str]:
+        names = set()
+        for command in group.commands.values():
+            fn = command.callback
+            names.add(getattr(fn, "__wrapped__", fn).__name__)
+            if isinstance(command, click.Group):
+                names |= callbacks(command)
+        return names
+
+    found = command_functions((REPO / "perfgate" / "cli.py").read_text(encoding="utf-8"))
+    assert callbacks(cli.main) <= set(found)
+    assert {"run_cmd", "calibrate_cmd", "merge_cmd", "history_show_cmd"} <= set(found)
+
+
+def test_the_length_check_catches_a_long_command():
+    body = "\n".join(f"    x{i} = {i}" for i in range(45))
+    source = f"@main.command('long')\n@handle_errors\ndef long_cmd() -> None:\n{body}\n\n\ndef helper():\n{body}\n"
+    assert command_functions(source) == {"long_cmd": 46}
+
+
+def test_the_orchestration_modules_import_no_torch():
+    code = ("import sys, perfgate.cli, perfgate.session, perfgate.calibrate, perfgate.merge, perfgate.gate, "
+            "perfgate.against; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                         timeout=120)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("option", [{"baseline_file": "b.json"}, {"strict_env": True}])
+def test_run_options_refuse_a_stored_baselines_option_with_against(option):
+    from perfgate.session import RunOptions
+
+    name = "--baseline" if "baseline_file" in option else "--strict-env"
+    with pytest.raises(ConfigError, match=f"^{name} does not apply with --against main"):
+        RunOptions(against_ref="main", **option)
+    assert RunOptions(**option).stored_gate == ("baseline_file" in option)
+
+
+def test_run_options_refuse_a_bad_shard_before_anything_else():
+    from perfgate.session import RunOptions
+
+    with pytest.raises(ConfigError, match=r"--shard '2of4' is not I/N"):
+        RunOptions(shard="2of4", against_ref="main", baseline_file="b.json")
+    assert RunOptions(shard="2/4").shard_part().text == "2/4"
+
+
+def test_run_options_name_a_selection_that_is_not_the_suite():
+    from perfgate.session import RunOptions
+
+    assert RunOptions().selection() is None
+    assert RunOptions(suite="smoke", workloads=("tiny",)).selection() is None
+    assert RunOptions(workloads=("a", "b*"), size="pr", toggles=("eager",)).selection() == \
+        "workloads a, b*; size pr; toggles eager"
+
+
+def test_a_run_that_fails_before_its_first_case_leaves_no_folder_it_created(tmp_path):
+    from perfgate.session import removed_on_error
+
+    made, kept = tmp_path / "made", tmp_path / "kept"
+    for folder, created in ((made, True), (kept, False)):
+        folder.mkdir()
+        with pytest.raises(ConfigError), removed_on_error(folder, created):
+            raise ConfigError("no cases")
+    assert not made.exists() and kept.is_dir()
+    with removed_on_error(made, True):
+        Path(made).mkdir()
+    assert made.is_dir()
