@@ -34,8 +34,8 @@ DEFAULT_THRESHOLD = 0.05
 
 # How serious a verdict kind is for the row's marker: the worst verdict of a case decides its colour.
 VERDICT_SEVERITY = {
-    "newly-failing": 0, "regression": 1, "inconclusive": 2, "missing": 3, "win": 4, "fixed": 5,
-    "new": 6, "unchanged": 7, "skipped": 8,
+    "newly-failing": 0, "regression": 1, "acknowledged": 2, "inconclusive": 3, "missing": 4, "win": 5, "fixed": 6,
+    "new": 7, "unchanged": 8, "skipped": 9,
 }
 
 MEMORY_METRICS = ("peak_cuda_allocated_bytes", "peak_rss_bytes")
@@ -615,7 +615,7 @@ def banner(report: ReportInput) -> Banner:
                                      f"nothing was compared{exp}", {})
     c = comp.counts()
     parts = f"{c['regression']} regression(s), {c['newly-failing']} newly failing, {c['win']} win(s), " \
-            f"{c['inconclusive']} inconclusive"
+            f"{c['inconclusive']} inconclusive" + (f", {c['acknowledged']} acknowledged" if c["acknowledged"] else "")
     if comp.gate_failed or ev.gate_failed:
         return Banner("fail", f"FAIL: {parts} ({runs}){exp}", c)
     found = report.evidence

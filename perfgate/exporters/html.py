@@ -17,6 +17,7 @@ from typing import Any
 import jinja2
 
 from perfgate import roofline
+from perfgate.acknowledge import match_text
 from perfgate.exporters.base import (
     CaseRow,
     Group,
@@ -24,6 +25,7 @@ from perfgate.exporters.base import (
     format_bytes,
     format_count,
     format_rate,
+    format_ratio,
     format_value,
     process_clocks_text,
 )
@@ -228,6 +230,8 @@ def _template() -> jinja2.Template:
     env.filters["seconds"] = format_seconds
     env.globals["format_value"] = format_value
     env.globals["count"] = format_count
+    env.globals["ratio_text"] = format_ratio
+    env.globals["match_text"] = match_text
     return env.get_template("report.html.j2")
 
 
