@@ -300,8 +300,8 @@ def summary_lines(comparison: Comparison) -> list[str]:
 
 
 def record_line(a: Acknowledgement) -> str:
-    """'acknowledge[0] rollout/*/compile/cpu step_time (until 2026-12-31): "reason"; covers: KEY 1.080x'."""
-    head = f"{a.entry} {a.case} {a.metric} ({a.terms}): {a.reason!r}"
+    """'acknowledge[0] rollout/*/compile/cpu step_time (until 2026-12-31): "why"; covers: KEY step_time 1.080x'."""
+    head = f'{a.entry} {a.case} {a.metric} ({a.terms}): "{a.reason}"'
     parts = []
     for outcome, words in (("acknowledged", "covers"), ("past-bound", "PAST ITS BOUND, a regression again"),
                            ("expired", "no longer covers, a regression again")):

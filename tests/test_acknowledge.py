@@ -299,7 +299,7 @@ def test_compare_gate_passes_while_acknowledged_and_fails_after_expiry(tmp_path)
     out = before.stdout
     assert "Acknowledged regressions (2), not failing the gate:" in out
     assert "Acknowledgements in force (judged on 2026-06-30): 1" in out
-    assert "acknowledge[0] rollout/smoke/*/cpu * (until 2026-06-30): 'known: inductor 2.13'; covers: " in out
+    assert 'acknowledge[0] rollout/smoke/*/cpu * (until 2026-06-30): "known: inductor 2.13"; covers: ' in out
     assert "Note: 1 acknowledgement(s) matched no regression" in out and "acknowledge[1] detector/*/*/*" in out
     assert "Gate passed: no regression and no newly failing case (2 acknowledged regression(s) in force)." in out
     written = json.loads((tmp_path / "cur" / "comparison.json").read_text())
@@ -352,3 +352,13 @@ def test_a_bad_perfgate_today_is_exit_2(tmp_path):
     cur, base = _project(tmp_path, ACK_BOTH)
     proc = run_cli("compare", cur, base, "--gate", cwd=tmp_path, env=cli_env(PERFGATE_TODAY="tomorrow"))
     assert proc.returncode == 2 and "PERFGATE_TODAY must be a date YYYY-MM-DD, got 'tomorrow'" in proc.stderr
+
+
+def test_report_against_results_applies_the_acknowledgements(tmp_path):
+    cur, base = _project(tmp_path, ACK_BOTH)
+    proc = run_cli("report", cur, "--against-results", base, cwd=tmp_path, env=cli_env(PERFGATE_TODAY="2026-06-01"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1].startswith("PASS: 0 regression(s)")
+    md = (tmp_path / "cur" / "summary.md").read_text()
+    assert "2 acknowledged" in md.splitlines()[0] and "| **in force** | `acknowledge[0]` |" in md
+    assert 'id="acknowledgements"' in (tmp_path / "cur" / "report.html").read_text()
