@@ -29,8 +29,10 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import date
 from typing import Any
 
+from perfgate import acknowledge
 from perfgate.config import ConfigError, Settings
 from perfgate.model import (
     METRIC_KINDS,
@@ -815,6 +817,21 @@ def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | N
                       environment_diff=diff, warnings=warnings)
 
 
+def acknowledged(comparison: Comparison, settings: Settings | None, today: date | None = None) -> Comparison:
+    """``comparison`` with ``settings``' ``[[tool.perfgate.acknowledge]]`` applied (perfgate.acknowledge.apply):
+    a regression an entry in force covers becomes ``acknowledged``. Applied last, to the verdicts that decide
+    the gate (after the re-measure and lockstep settling). ``today``: the day expiry is judged on, by
+    default acknowledge.today() ($PERFGATE_TODAY or the local date)."""
+    if settings is None or not settings.acknowledgements:
+        return comparison
+    if today is None:
+        try:
+            today = acknowledge.today()
+        except acknowledge.TodayError as exc:
+            raise ConfigError(str(exc)) from None
+    return acknowledge.apply(comparison, settings.acknowledgements, today)
+
+
 Remeasure = Callable[[str], "tuple[CaseResult, CaseResult | None] | None"]
 
 
@@ -900,6 +917,6 @@ def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSet
 
 def sort_key(v: Verdict) -> tuple[int, str, str]:
     """Order for people: what fails the gate first, then wins, then the rest."""
-    order = {"newly-failing": 0, "regression": 1, "win": 2, "fixed": 3, "inconclusive": 4, "new": 5,
-             "missing": 6, "skipped": 7, "unchanged": 8}
-    return order.get(v.kind, 9), v.case_key, v.metric
+    order = {"newly-failing": 0, "regression": 1, "acknowledged": 2, "win": 3, "fixed": 4, "inconclusive": 5,
+             "new": 6, "missing": 7, "skipped": 8, "unchanged": 9}
+    return order.get(v.kind, 10), v.case_key, v.metric

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator
 
+from perfgate.acknowledge import AcknowledgeTables, Entry, TodayError, entries, today
 from perfgate.validation import (
     Count,
     Integer,
@@ -105,6 +106,8 @@ class Settings:
     expectations: tuple[Any, ...] = ()
     # environment variables workers get beyond perfgate's allow-list: names, or prefixes ending in "*"
     worker_env: tuple[str, ...] = ()
+    # [[tool.perfgate.acknowledge]]: known regressions the gate lets pass (perfgate.acknowledge), validated at load
+    acknowledgements: tuple[Entry, ...] = ()
 
     def suite(self, name: str) -> Suite:
         if name not in self.suites:
@@ -218,6 +221,7 @@ class PerfgateTable(Table):
     history: Annotated[str, expected("a database URL (a string)")] | None = None  # perfgate.history.store reads it
     expect: Any = None
     worker_env: listed(EnvName) | None = None
+    acknowledge: AcknowledgeTables | None = None  # perfgate.acknowledge.AcknowledgeTable, one per entry
 
 
 def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
@@ -255,6 +259,12 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
         expectations = tuple(parse_rules(raw.get("expect"), source=f"{where} [tool.perfgate.expect]"))
     except ExpectError as exc:
         raise ConfigError(str(exc)) from exc
+    acknowledgements = entries(given.get("acknowledge"))
+    if acknowledgements:
+        try:  # a bad $PERFGATE_TODAY is said now, not after the run it would judge
+            today()
+        except TodayError as exc:
+            raise ConfigError(str(exc)) from None
     default_suite = given.get("default_suite", "smoke" if "smoke" in suites else next(iter(suites)))
     if default_suite not in suites:
         raise ConfigError(f"{where}: default_suite {default_suite!r} is not a suite; valid: {', '.join(sorted(suites))}")
@@ -271,5 +281,6 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
         timing=timing,
         extra={k: given[k] for k in ("gate", "history") if k in given},
         expectations=expectations,
+        acknowledgements=acknowledgements,
         **plain,
     )

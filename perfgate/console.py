@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from perfgate import acknowledge
 from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, Evidence, RunResult, Verdict
 from perfgate.stats import format_seconds
 
@@ -170,6 +171,14 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
     inconclusive = [v for v in rest if v.kind == "inconclusive"]
     for v in inconclusive[:10]:
         out.append(f"  inconclusive {v.case_key} {v.metric}: {verdict_change(v)}; {v.advice or v.rule}")
+    acknowledged = [v for v in rest if v.kind == "acknowledged"]
+    if acknowledged:
+        out.append(f"\nAcknowledged regressions ({len(acknowledged)}), not failing the gate:")
+        out.append(_table(_verdict_rows(acknowledged), VERDICT_HEADER))
+    lines = acknowledge.summary_lines(comparison)
+    if lines:
+        out.append("")
+        out.extend(lines)
     if evidence is not None:
         out.append("\n" + evidence.text[0].upper() + evidence.text[1:])
     if gate and comparison.gate_failed:
@@ -177,5 +186,6 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
     elif gate and evidence is not None and evidence.carried == 0:
         out.append("\nNO EVIDENCE: no case ran to be judged; the gate cannot pass.")
     elif gate:
-        out.append("\nGate passed: no regression and no newly failing case.")
+        out.append("\nGate passed: no regression and no newly failing case"
+                   + (f" ({len(acknowledged)} acknowledged regression(s) in force)." if acknowledged else "."))
     return "\n".join(out)

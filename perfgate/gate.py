@@ -15,6 +15,7 @@ from perfgate import baselines, console, runner, sequential
 from perfgate.compare import (
     LOCKSTEP_SETTLES,
     GateSettings,
+    acknowledged,
     compare_runs,
     confirm_regressions,
     gate_settings,
@@ -188,6 +189,7 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Pa
         comparison, again = confirm_regressions(comparison, run, gs, remeasure, calibration=base.calibration,
                                                 look_confidence=sequential.look_confidence(gs, settings.processes))
         record_remeasures(run, run_dir, again)
+    comparison = acknowledged(comparison, settings)
     write_comparison(comparison, run_dir, run, echo)
     return conclude(comparison, gate, echo, run)
 
@@ -309,6 +311,7 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
         record_remeasures(run, run_dir, again)
         # both sides of each re-measure, so that `perfgate merge --rejudge` can confirm it again
         record_remeasures(base_run, base_dir, base_again)
+    comparison = acknowledged(comparison, settings)
     write_comparison(comparison, run_dir, run, echo)
     return conclude(comparison, gate, echo, run)
 
@@ -332,6 +335,7 @@ def compare_files(current: str, baseline: str, settings: Settings, *, strict_env
     # gives the looks that end at their process counts, never at a level the file states
     comparison = compare_runs(cur, base_run, gs, baseline_source=str(base_path), calibration=calibration,
                               strict_env=strict_env, look_confidence=sequential.look_confidence(gs, settings.processes))
+    comparison = acknowledged(comparison, settings)
     cur_dir = Path(current) if Path(current).is_dir() else Path(current).parent
     write_comparison(comparison, cur_dir)
     return conclude(comparison, gate, echo, cur)

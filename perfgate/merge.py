@@ -16,13 +16,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from perfgate import console, runner
+from perfgate import acknowledge, console, runner
 from perfgate import gate as gate_mod
 from perfgate.baselines import baseline_path
 from perfgate.config import ConfigError, Settings
 from perfgate.exporters import write_run_reports
 from perfgate.github import publish_summary
-from perfgate.model import CaseResult, CaseSpec, Comparison, RunResult, SchemaError, Verdict, load_results
+from perfgate.model import (
+    Acknowledgement,
+    CaseResult,
+    CaseSpec,
+    Comparison,
+    RunResult,
+    SchemaError,
+    Verdict,
+    load_results,
+)
 from perfgate.plan import Shard, costs_from_results, expected_costs, load_costs, partition_cases
 from perfgate.runner import write_results
 from perfgate.storage import check_writable_dir
@@ -290,6 +299,9 @@ def comparison_from_json(data: Any, source: str) -> Comparison:
         baseline_source=f.get("baseline_source", f.string),
         environment_diff=dict(env_diff),
         warnings=list(f.get("warnings", f.each(f.string), [])),
+        acknowledgements=[Acknowledgement.from_json(a, source, f"acknowledgements[{i}]")
+                          for i, a in enumerate(f.get("acknowledgements", f.array, []))],
+        acknowledged_on=f.get("acknowledged_on", f.string),
     )
 
 
@@ -320,7 +332,8 @@ def merged_comparison(paths: Sequence[str | Path]) -> Comparison | None:
     warnings = list(dict.fromkeys(w for p in parts for w in p.warnings))
     return Comparison(verdicts=[v for p in parts for v in p.verdicts], mode=first.mode,
                       baseline_source=first.baseline_source, environment_diff=first.environment_diff,
-                      warnings=warnings)
+                      warnings=warnings, acknowledgements=acknowledge.merged([p.acknowledgements for p in parts]),
+                      acknowledged_on=first.acknowledged_on)
 
 
 def load_comparison_file(run_dir: str | Path) -> Comparison | None:
@@ -339,7 +352,7 @@ def judge_against(out_dir: str | Path, run: RunResult, settings: Settings) -> Co
 
     In CI the merging perfgate is the pull request's base, so a pull request that edits the gate's
     rules cannot pass its own gate. Raises ConfigError when the shards carry no base/ run."""
-    from perfgate.compare import STEP_TIME, compare_runs, confirm_regressions, gate_settings
+    from perfgate.compare import STEP_TIME, acknowledged, compare_runs, confirm_regressions, gate_settings
     from perfgate.sequential import look_confidence
 
     out = Path(out_dir)
@@ -365,7 +378,7 @@ def judge_against(out_dir: str | Path, run: RunResult, settings: Settings) -> Co
             return head_again[key], base_again[key]
 
         comparison, _ = confirm_regressions(comparison, run, gs, remeasure, look_confidence=look)
-    return comparison
+    return acknowledged(comparison, settings)
 
 
 def _cases_by_key(path: Path) -> dict[str, CaseResult]:

@@ -119,11 +119,19 @@ def higher_is_better(metric: str) -> bool:
     return m is not None and m.higher_is_better
 
 
-# The verdict kinds of a comparison, per case and metric.
+# The verdict kinds of a comparison, per case and metric. "acknowledged": a regression that an entry of
+# [[tool.perfgate.acknowledge]] in force covers (perfgate.acknowledge); it does not fail the gate.
 VERDICT_KINDS = (
-    "regression", "win", "unchanged", "inconclusive", "new", "missing", "newly-failing", "fixed", "skipped",
+    "regression", "acknowledged", "win", "unchanged", "inconclusive", "new", "missing", "newly-failing", "fixed",
+    "skipped",
 )
 GATE_FAILING_VERDICTS = ("regression", "newly-failing")
+
+# What an acknowledgement did with a regression it matched (perfgate.acknowledge): covered it, or left it a
+# regression because the entry expired or the ratio is past the entry's bound.
+ACK_OUTCOMES = ("acknowledged", "expired", "past-bound")
+# An entry's state in a comparison: in force and matched a regression, expired, or in force and matched none.
+ACK_STATES = ("in-force", "expired", "unmatched")
 
 
 # ---------------------------------------------------------------- the files, as declared
@@ -157,6 +165,28 @@ class VerdictDocument(Document):
     advice: Text | None = None
 
 
+class AckMatchDocument(Document):
+    """A regression an acknowledgement matched, and what it did with it."""
+
+    case_key: Name
+    metric: Name
+    outcome: one_of(ACK_OUTCOMES)
+    ratio: Measured | None = None
+
+
+class AcknowledgementDocument(Document):
+    """One [[tool.perfgate.acknowledge]] entry as a comparison applied it (perfgate.acknowledge)."""
+
+    entry: Name  # where it stands in the configuration: "acknowledge[0]"
+    case: Name
+    metric: Name
+    reason: Text
+    expires: Text | None = None  # ISO date, the last day it is in force
+    bound: Text | None = None  # "ratio <= 1.12"
+    state: one_of(ACK_STATES)
+    matches: list[AckMatchDocument] = []
+
+
 class ComparisonDocument(Document):
     """comparison.json: every verdict of one comparison, a run against a stored baseline or a base ref."""
 
@@ -166,6 +196,8 @@ class ComparisonDocument(Document):
     warnings: list[Text] = []
     gate_failed: bool | None = None  # written for readers; recomputed from the verdicts
     verdicts: list[VerdictDocument]
+    acknowledgements: list[AcknowledgementDocument] = []
+    acknowledged_on: Text | None = None  # the date the acknowledgements' expiry was judged on (ISO)
 
 
 class SpecDocument(Document):
@@ -645,6 +677,50 @@ def load_results(path: str | Path) -> RunResult:
     return RunResult.from_json(read_json_file(p, "results"), source=str(p))
 
 
+@dataclass(frozen=True)
+class AckMatch:
+    """A regression an acknowledgement matched: ``outcome`` is one of ACK_OUTCOMES."""
+
+    case_key: str
+    metric: str
+    outcome: str
+    ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class Acknowledgement:
+    """One [[tool.perfgate.acknowledge]] entry as a comparison applied it: the entry's terms, its ``state``
+    (ACK_STATES) and the regressions it matched. perfgate.acknowledge makes these."""
+
+    entry: str  # "acknowledge[0]": its place in the configuration, as error lines name it
+    case: str
+    metric: str
+    reason: str
+    state: str
+    expires: str | None = None
+    bound: str | None = None
+    matches: tuple[AckMatch, ...] = ()
+
+    @property
+    def terms(self) -> str:
+        """'until 2026-12-31, while ratio <= 1.12': what keeps it in force."""
+        parts = ([f"until {self.expires}"] if self.expires else []) + ([f"while {self.bound}"] if self.bound else [])
+        return ", ".join(parts)
+
+    def matched(self, outcome: str) -> list[AckMatch]:
+        return [m for m in self.matches if m.outcome == outcome]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "matches": [asdict(m) for m in self.matches]}
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "comparison", where: str = "acknowledgements") -> Acknowledgement:
+        doc = check(AcknowledgementDocument, data, source, where)
+        return cls(entry=doc.entry, case=doc.case, metric=doc.metric, reason=doc.reason, state=doc.state,
+                   expires=doc.expires, bound=doc.bound,
+                   matches=tuple(AckMatch(m.case_key, m.metric, m.outcome, m.ratio) for m in doc.matches))
+
+
 @dataclass
 class Comparison:
     """Every verdict of one comparison: a run against a stored baseline or against a base ref's run.
@@ -659,6 +735,10 @@ class Comparison:
     # environment keys that differ: {key: [baseline value, current value]}
     environment_diff: dict[str, list[Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # every [[tool.perfgate.acknowledge]] entry as applied (perfgate.acknowledge.apply), and the date its
+    # expiry was judged on (ISO); empty and None when none was applied
+    acknowledgements: list[Acknowledgement] = field(default_factory=list)
+    acknowledged_on: str | None = None
 
     @property
     def gate_failed(self) -> bool:
@@ -681,6 +761,8 @@ class Comparison:
             "warnings": self.warnings,
             "gate_failed": self.gate_failed,
             "verdicts": [v.to_json() for v in self.verdicts],
+            "acknowledgements": [a.to_json() for a in self.acknowledgements],
+            "acknowledged_on": self.acknowledged_on,
         }
 
 

@@ -6,9 +6,12 @@ import math
 import random
 import statistics
 from dataclasses import replace
+from datetime import date
 
 import pytest
 
+from perfgate import acknowledge
+from perfgate.acknowledge import Entry
 from perfgate.compare import (
     GateSettings,
     TimeChange,
@@ -273,14 +276,17 @@ def test_status_verdicts_and_every_kind_is_produced():
         case("eager", g(), metrics={"aten_ops_per_step": 10, "peak_rss_bytes": 100e6}),
         case("compile", g()), case("amp-bf16", status="failed"), case("tf32", g()), case("gone", g()),
         case("slow", g()), case("fast", g(1.3e-3)), case("noisy", groups(rnd, 2, 1e-3, 0.2, 0.01)),
+        case("known", g()),
     )
     cur = run(
         case("eager", g(), metrics={"aten_ops_per_step": 12, "peak_rss_bytes": 100.5e6, "graph_breaks": 0}),
         case("compile", status="failed"), case("amp-bf16", g()), case("tf32", status="skipped"),
         case("brand-new", g()), case("slow", g(1.5e-3)), case("fast", g()),
-        case("noisy", groups(rnd, 2, 1.08e-3, 0.2, 0.01)),
+        case("noisy", groups(rnd, 2, 1.08e-3, 0.2, 0.01)), case("known", g(1.5e-3)),
     )
-    cmp = compare_runs(cur, base, GateSettings(bootstrap_resamples=1000))
+    # "known" regresses as "slow" does, and an acknowledgement in force covers it
+    known = Entry("acknowledge[0]", "w/smoke/known/cpu", "step_time", "known", date(2026, 1, 1))
+    cmp = acknowledge.apply(compare_runs(cur, base, GateSettings(bootstrap_resamples=1000)), [known], date(2026, 1, 1))
     kinds = {(v.case_key.split("/")[2], v.metric): v.kind for v in cmp.verdicts}
     assert kinds[("compile", "status")] == "newly-failing"
     assert kinds[("amp-bf16", "status")] == "fixed"
@@ -290,6 +296,7 @@ def test_status_verdicts_and_every_kind_is_produced():
     assert kinds[("slow", "step_time")] == "regression"
     assert kinds[("fast", "step_time")] == "win"
     assert kinds[("noisy", "step_time")] == "inconclusive"
+    assert kinds[("known", "step_time")] == "acknowledged"
     assert kinds[("eager", "aten_ops_per_step")] == "regression"  # deterministic: exact
     assert kinds[("eager", "peak_rss_bytes")] == "unchanged"  # 0.5 MB under the 1 MiB floor
     assert kinds[("eager", "graph_breaks")] == "new"

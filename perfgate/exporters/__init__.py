@@ -79,7 +79,8 @@ def load_comparison(run: RunResult, baseline: str | None = None, against_results
                     settings: Any = None) -> Comparison | None:
     """The Comparison `perfgate report` shows: none, against a stored baseline file (with its calibration), or
     against another run's results.json, judged with ``settings``' gate (the defaults without) at the
-    confidence `perfgate compare` would use, never a level the file states."""
+    confidence `perfgate compare` would use, never a level the file states, with ``settings``'
+    acknowledgements applied."""
     if baseline is None and against_results is None:
         return None
     if baseline is not None and against_results is not None:
@@ -94,5 +95,6 @@ def load_comparison(run: RunResult, baseline: str | None = None, against_results
         stored = baselines.load_baseline(baseline)
         other, source, calibration = stored.run, str(baseline), stored.calibration
     gate = compare.gate_settings(settings) if settings is not None else None
-    return compare.compare_runs(run, other, gate, baseline_source=source, calibration=calibration,
-                                look_confidence=look_confidence(gate, settings.processes) if gate else None)
+    comparison = compare.compare_runs(run, other, gate, baseline_source=source, calibration=calibration,
+                                      look_confidence=look_confidence(gate, settings.processes) if gate else None)
+    return compare.acknowledged(comparison, settings)

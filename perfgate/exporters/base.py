@@ -36,17 +36,18 @@ DEFAULT_THRESHOLD = 0.05
 
 # How serious a verdict kind is for the row's marker: the worst verdict of a case decides its colour.
 VERDICT_SEVERITY = {
-    "newly-failing": 0, "regression": 1, "inconclusive": 2, "missing": 3, "win": 4, "fixed": 5,
-    "new": 6, "unchanged": 7, "skipped": 8,
+    "newly-failing": 0, "regression": 1, "acknowledged": 2, "inconclusive": 3, "missing": 4, "win": 5, "fixed": 6,
+    "new": 7, "unchanged": 8, "skipped": 9,
 }
 
-# How a verdict kind shows in the reports: the tone of its colour (bad, good, warn, neutral) and the word
+# How a verdict kind shows in the reports: the tone of its colour (bad, good, warn, info, neutral) and the word
 # printed with it, so no colour is ever the only signal. The case statuses are here too: they stand in for
 # a verdict where nothing was compared. A new verdict kind is one line; a kind missing from the table
 # still shows, as its own name in neutral grey.
 VERDICT_DISPLAY: dict[str, tuple[str, str]] = {
     "newly-failing": ("bad", "newly-failing"),
     "regression": ("bad", "regression"),
+    "acknowledged": ("info", "acknowledged"),
     "inconclusive": ("warn", "inconclusive"),
     "missing": ("warn", "missing"),
     "win": ("good", "win"),
@@ -771,7 +772,7 @@ def banner(report: ReportInput) -> Banner:
                                      f"nothing was compared{exp}", {})
     c = comp.counts()
     parts = f"{c['regression']} regression(s), {c['newly-failing']} newly failing, {c['win']} win(s), " \
-            f"{c['inconclusive']} inconclusive"
+            f"{c['inconclusive']} inconclusive" + (f", {c['acknowledged']} acknowledged" if c["acknowledged"] else "")
     if comp.gate_failed or ev.gate_failed:
         return Banner("fail", f"FAIL: {parts} ({runs}){exp}", c)
     found = report.evidence

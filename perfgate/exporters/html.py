@@ -19,6 +19,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from perfgate import roofline
+from perfgate.acknowledge import match_text
 from perfgate.exporters.base import (
     CaseRow,
     Group,
@@ -26,6 +27,7 @@ from perfgate.exporters.base import (
     format_bytes,
     format_count,
     format_rate,
+    format_ratio,
     format_value,
     process_clocks_text,
     verdict_display,
@@ -374,6 +376,8 @@ def _template() -> jinja2.Template:
     env.globals["format_value"] = format_value
     env.globals["count"] = format_count
     env.globals["verdict_display"] = verdict_display
+    env.globals["ratio_text"] = format_ratio
+    env.globals["match_text"] = match_text
     return env.get_template("report.html.j2")
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 
+from perfgate.acknowledge import match_text
 from perfgate.exporters.base import CaseRow, ReportInput, format_ratio, format_value
-from perfgate.model import Verdict
+from perfgate.model import Acknowledgement, Comparison, Verdict
 
 # GitHub rejects issue and pull-request comments longer than 65536 characters, and the comment step of
 # the GPU workflow (.github/workflows/perfgate-gpu.yml and perfgate init's template) cuts summary.md at
@@ -91,6 +92,41 @@ def _outcome_label(o: object) -> str:
     return f"{outcome} (warn)" if outcome == "missed" and severity == "warn" else outcome
 
 
+ACK_HEADER = ["| state | entry | case pattern | metric | terms | reason | matched now |", "|---|---|---|---|---|---|---|"]
+_MATCH_WORDS = {"acknowledged": "acknowledged", "past-bound": "past its bound: a regression",
+                "expired": "a regression again"}
+
+
+def _ack_row(a: Acknowledgement) -> str:
+    matched = "; ".join(f"{match_text(m)} ({_MATCH_WORDS[m.outcome]})" for m in a.matches) or "-"
+    state = {"in-force": "in force", "expired": f"expired {a.expires}"}.get(a.state, a.state)
+    return (f"| **{cell(state)}** | {code(a.entry)} | {code(a.case)} | {code(a.metric)} | {cell(a.terms)} "
+            f"| {code(a.reason)} | {code(matched)} |")
+
+
+def _acknowledgements(out: _Budget, comp: Comparison) -> None:
+    """The acknowledged verdicts, every acknowledgement in force or expired, and a note of those that
+    matched no regression."""
+    acks = comp.acknowledgements
+    if not acks:
+        return
+    shown = [a for a in acks if a.state != "unmatched"]
+    acked = [(None, v) for v in comp.verdicts if v.kind == "acknowledged"]
+    out.table(["### Acknowledged regressions", "",
+               f"Regressions that `[[tool.perfgate.acknowledge]]` entries in force cover do not fail the gate; "
+               f"expiry judged on {comp.acknowledged_on or '-'}.", ""],
+              _verdict_table([]), _verdict_table(acked)[2:] + [""] if acked else [])
+    if not acked:
+        out.add("### Acknowledgements")
+        out.add("")
+    out.table([], ACK_HEADER, [_ack_row(a) for a in shown] + ([""] if shown else []))
+    unmatched = [a for a in acks if a.state == "unmatched"]
+    if unmatched:
+        out.add(f"Note: {len(unmatched)} acknowledgement(s) matched no regression (fixed, or a pattern that names "
+                f"no case): " + ", ".join(f"{code(a.entry, False)} {code(a.case, False)}" for a in unmatched))
+        out.add("")
+
+
 CASE_HEADER = ["| case | status | step time | speedup vs eager | vs baseline | recommendation | note |",
                "|---|---|---|---|---|---|---|"]
 
@@ -164,6 +200,7 @@ class MarkdownExporter:
             if not gated and not wins:
                 out.add("No regressions and no wins against the baseline.")
                 out.add("")
+            _acknowledgements(out, comp)
         ev = report.expectations
         if ev.rules:
             out.add(f"### Expectations: {ev.counts()['met']} met, {ev.counts()['missed']} missed, "
