@@ -238,7 +238,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "threads": int(cfg.get("threads", 1)),
         "seed": int(cfg.get("seed", 0)),
         "variants": sorted(variants),
-        "worker_start": "fork" if os.environ.get(FORKED_ENV) else "spawn",  # FORKED_ENV: set by the fork server
+        "worker_start": "fork" if os.environ.get(FORKED_ENV) else "spawn",  # set by the fork server
     }
     if compiled:
         from perfgate import profiling

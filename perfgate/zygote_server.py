@@ -1,7 +1,7 @@
 """The fork server's loop, in the ``python -m perfgate.worker --zygote FD`` process (perfgate.zygote says
 why there is one): import torch once, say ready, then fork one child per request; each child becomes a
 worker process of its own and runs the worker's ``--case`` code path, handed in by perfgate.worker
-(``serve(fd, worker.main)``), so this module imports none of the worker's code and the worker none of the
+(``serve(fd, worker.main)``), so this module does not import the worker back, and nothing of the
 orchestrator's. The protocol is perfgate.zygote_protocol.
 """
 
@@ -29,7 +29,8 @@ def _threads() -> int:
         return 1
 
 
-def _child(req: dict[str, Any], fds: list[int], sock: socket.socket, zygote_pid: int, run_worker: RunWorker) -> None:
+def _child(req: dict[str, Any], fds: list[int], sock: socket.socket, zygote_pid: int,
+           run_worker: RunWorker) -> None:
     """In the forked child: become a worker process of its own, run the case, exit. Never returns."""
     if not req["case"]:  # the empty request (perfgate.zygote.Zygote's first)
         os._exit(0)
@@ -125,7 +126,7 @@ def _serve(fd: int, run_worker: RunWorker) -> int:
             for level, kind, data in anc:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds += [int.from_bytes(data[i:i + 4], sys.byteorder) for i in range(0, len(data) - 3, 4)]
-            # one request in flight at a time (the orchestrator waits for each answer): it ends with the newline
+            # one request in flight at a time (the orchestrator waits for each answer): it ends with a newline
             if buf[size - 1] == 0x0A or size == REQUEST_MAX:
                 rid, next_id = next_id, next_id + 1
                 sys.stdout.flush()
