@@ -8,9 +8,10 @@ own from a seeded stream (Curtsinger and Berger's Stabilizer, ASPLOS 2013, rando
 measurements sample them), and both sides of any comparison sample the same distribution of layouts.
 
 What is held fixed (run-level parts that no draw could average out within a run): address-space
-randomisation is off in workers and the exec strings are padded to whole pages (perfgate.runner), so the
-stack, the interpreter and its libraries start at the same addresses in every worker of every run. What
-is drawn, per process, before anything of the workload runs (perfgate.worker):
+randomisation is off in workers (perfgate.runner) and the exec strings are padded to whole pages
+(``padded_env``, below), so the stack, the interpreter and its libraries start at the same addresses in
+every worker of every run; the case file and the fork server's request are padded to whole pages too
+(``padded_json``). What is drawn, per process, before anything of the workload runs (perfgate.worker):
 
 - ``heap_offset``: bytes taken from the C heap and kept, so the workload's small allocations start
   elsewhere in the heap (16-byte steps over 64 KiB);
@@ -22,15 +23,18 @@ is drawn, per process, before anything of the workload runs (perfgate.worker):
 ``PERFGATE_LAYOUT`` picks the policy: ``drawn`` (default), ``fixed`` (the pre-2026-11-26 scheme: a heap
 offset set by the process index, the same in every run) or ``random`` (the kernel's address-space
 randomisation, nothing drawn). ``PERFGATE_LAYOUT_SEED`` fixes the run's seed (default: a fresh one per
-run, recorded in results.json as ``environment.layout_seed``). No torch here: the orchestrator and the
-worker both import this module.
+run, recorded in results.json as ``environment.layout_seed``). No torch here: the orchestrator (runner,
+the fork server's client) pads and draws, the worker applies; both import this module.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import secrets
+import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -54,6 +58,49 @@ def policy() -> str:
     """The layout policy in force: ``PERFGATE_LAYOUT`` when it names one, else ``drawn``."""
     value = os.environ.get(LAYOUT_ENV, "drawn")
     return value if value in POLICIES else "drawn"
+
+
+def fixed_layout_wanted() -> bool:
+    """True when workers start without address-space randomization (every policy but ``random``): what
+    each worker's layout is then comes from its own draw, not from the kernel's."""
+    return policy() != "random" and sys.platform.startswith("linux")
+
+
+LAYOUT_PAD_ENV = "PERFGATE_LAYOUT_PAD"
+_PAGE = 4096
+_SLOTS = 64  # argv and environment entries, together, are padded to a multiple of this
+
+
+def padded_env(cmd: Sequence[str], env: dict[str, str]) -> dict[str, str]:
+    """``env`` padded so that the new process's stack starts at the same address whatever its command line
+    and environment: filler variables bring the number of argv and environment entries to a multiple of
+    64 (execve puts one pointer per entry below the strings) and one padding variable brings the strings
+    themselves to a multiple of a page. Why: with a fixed layout, the stack's start is the same in every
+    worker only if both are the same size, and they are not (a run folder's name is on the worker's command
+    line, CI sets different variables on different jobs); moving the stack by a few hundred bytes moved the
+    conv rollout's step time by about 5% here, as Mytkowicz et al. ("Producing wrong data without doing
+    anything obviously wrong", ASPLOS 2009) found for environment size (docs/gate.md)."""
+    if not fixed_layout_wanted():
+        return env
+    env = {k: v for k, v in env.items() if not k.startswith(LAYOUT_PAD_ENV)}
+    fillers = -(len(cmd) + len(env) + 1) % _SLOTS
+    env.update({f"{LAYOUT_PAD_ENV}_{i}": "" for i in range(fillers)})
+    used = sum(len(os.fsencode(a)) + 1 for a in cmd)
+    used += sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in env.items())
+    used += len(LAYOUT_PAD_ENV) + 2  # "NAME=" and its terminating NUL
+    return {**env, LAYOUT_PAD_ENV: "x" * (-used % _PAGE)}
+
+
+def padded_json(obj: Any, end: str = "") -> str:
+    """``obj`` as JSON, padded with spaces so that, with ``end``, it fills whole pages. Why: a worker reads
+    its case file and (forked) its request; their sizes vary with the run's names, and the size of what a
+    process reads decides where its later allocations land, its tensors' among them. Padded, every worker
+    of every run reads the same number of bytes. What they hold still lands on the heap, so names of another
+    length move where the layouts each worker draws start from (docs/gate.md)."""
+    text = json.dumps(obj)
+    if fixed_layout_wanted():
+        text += " " * (-(len(text.encode()) + len(end)) % _PAGE)
+    return text + end
 
 
 _seed: list[int] = []  # this run's layout seed, once drawn

@@ -9,8 +9,8 @@ reach. So (Linux):
   below it is re-parented to it, not to init, so all its descendants stay in its process tree while it runs;
 - a worker ends its descendants before it exits (``kill_descendants``), and the orchestrator ends a timed-out
   worker's descendants before the worker itself (the worker stopped first, so it cannot start more);
-- the fork server (perfgate.zygote) is a subreaper too: what a dead worker left behind comes back to it and
-  is ended there, and when the orchestrator dies it ends all its descendants before it exits.
+- the fork server (perfgate.zygote_server) is a subreaper too: what a dead worker left behind comes back to
+  it and is ended there, and when the orchestrator dies it ends all its descendants before it exits.
 
 The orchestrator itself is a subreaper while a worker process it spawned runs (a spawned worker, the
 probe): what such a worker leaves behind when it dies without ending it (killed, ``os._exit``, a crash) comes

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import perfgate
-from perfgate import layout
+from perfgate import layout, lockstep, reaper, zygote
 from perfgate.config import Settings
 from perfgate.model import (
     STATUS_FAILED,
@@ -93,7 +93,7 @@ def worker_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, s
         env[var] = str(threads)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent(), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
-    if fixed_layout_wanted():
+    if layout.fixed_layout_wanted():
         env.setdefault("PYTHONHASHSEED", "0")  # with ASLR off, the rest of the layout: the same in every worker
     env.update(extra or {})
     return env
@@ -102,12 +102,6 @@ def worker_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, s
 LAYOUT_ENV = layout.LAYOUT_ENV  # "drawn" (default) or "fixed": no address-space randomization; "random"
 ADDR_NO_RANDOMIZE = 0x0040000  # linux/personality.h
 _PERSONALITY_QUERY = 0xFFFFFFFF
-
-
-def fixed_layout_wanted() -> bool:
-    """True when workers start without address-space randomization (every policy but ``random``): what
-    each worker's layout is then comes from its own draw (perfgate.layout), not from the kernel's."""
-    return layout.policy() != "random" and sys.platform.startswith("linux")
 
 
 def _no_address_randomization(libc: Any) -> None:
@@ -123,7 +117,7 @@ def _no_address_randomization(libc: Any) -> None:
 def _die_with_parent(parent_pid: int, death_signal: int = signal.SIGKILL) -> None:
     """In the child before exec: its own process group (so a timeout kills everything it started) and,
     on Linux, SIGKILL when the orchestrator dies, so a killed `perfgate run` leaves no worker behind; and
-    the same address-space layout in every worker (``fixed_layout_wanted``). The fork server asks for
+    the same address-space layout in every worker (``layout.fixed_layout_wanted``). The fork server asks for
     SIGTERM instead, which it answers by ending its workers' descendants first (perfgate.reaper)."""
     os.setsid()
     if sys.platform.startswith("linux"):
@@ -132,7 +126,7 @@ def _die_with_parent(parent_pid: int, death_signal: int = signal.SIGKILL) -> Non
 
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
             libc.prctl(1, death_signal)  # PR_SET_PDEATHSIG
-            if fixed_layout_wanted():
+            if layout.fixed_layout_wanted():
                 _no_address_randomization(libc)
         except OSError:
             pass
@@ -141,48 +135,11 @@ def _die_with_parent(parent_pid: int, death_signal: int = signal.SIGKILL) -> Non
             os._exit(1)
 
 
-LAYOUT_PAD_ENV = "PERFGATE_LAYOUT_PAD"
-_PAGE = 4096
-_SLOTS = 64  # argv and environment entries, together, are padded to a multiple of this
-
-
-def layout_padded_env(cmd: Sequence[str], env: dict[str, str]) -> dict[str, str]:
-    """``env`` padded so that the new process's stack starts at the same address whatever its command line
-    and environment: filler variables bring the number of argv and environment entries to a multiple of
-    64 (execve puts one pointer per entry below the strings) and one padding variable brings the strings
-    themselves to a multiple of a page. Why: with a fixed layout, the stack's start is the same in every
-    worker only if both are the same size, and they are not (a run folder's name is on the worker's command
-    line, CI sets different variables on different jobs); moving the stack by a few hundred bytes moved the
-    conv rollout's step time by about 5% here, as Mytkowicz et al. ("Producing wrong data without doing
-    anything obviously wrong", ASPLOS 2009) found for environment size (docs/gate.md)."""
-    if not fixed_layout_wanted():
-        return env
-    env = {k: v for k, v in env.items() if not k.startswith(LAYOUT_PAD_ENV)}
-    fillers = -(len(cmd) + len(env) + 1) % _SLOTS
-    env.update({f"{LAYOUT_PAD_ENV}_{i}": "" for i in range(fillers)})
-    used = sum(len(os.fsencode(a)) + 1 for a in cmd)
-    used += sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in env.items())
-    used += len(LAYOUT_PAD_ENV) + 2  # "NAME=" and its terminating NUL
-    return {**env, LAYOUT_PAD_ENV: "x" * (-used % _PAGE)}
-
-
-def layout_padded_json(obj: Any, end: str = "") -> str:
-    """``obj`` as JSON, padded with spaces so that, with ``end``, it fills whole pages. Why: a worker reads
-    its case file and (forked) its request; their sizes vary with the run's names, and the size of what a
-    process reads decides where its later allocations land, its tensors' among them. Padded, every worker
-    of every run reads the same number of bytes. What they hold still lands on the heap, so names of another
-    length move where the layouts each worker draws start from (perfgate.layout; docs/gate.md)."""
-    text = json.dumps(obj)
-    if fixed_layout_wanted():
-        text += " " * (-(len(text.encode()) + len(end)) % _PAGE)
-    return text + end
-
-
 @functools.lru_cache(maxsize=1)
 def address_layout() -> str:
     """"fixed" when workers start without address-space randomization, else "random" (asked for with
     PERFGATE_LAYOUT=random, not Linux, or refused here); recorded in every run's environment."""
-    if not fixed_layout_wanted():
+    if not layout.fixed_layout_wanted():
         return "random"
     try:
         out = subprocess.run(["cat", "/proc/self/personality"], capture_output=True, text=True, timeout=30,
@@ -210,8 +167,6 @@ def run_worker_command(args: Sequence[str], threads: int, timeout_s: float, env_
     (perfgate.reaper: it ends its descendants, and what it leaves when it dies comes back to perfgate).
     Output goes to files, not pipes, so a process that keeps them open cannot hold perfgate up. Raises
     subprocess.TimeoutExpired past ``timeout_s``, after killing it and all it started."""
-    from perfgate import reaper
-
     cmd = [sys.executable, *args]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         reaper.adopt_orphans()
@@ -303,8 +258,6 @@ class WorkerHandle:
 
     def kill(self) -> None:
         """Kill the worker and every process it started, in its process group or not (perfgate.reaper)."""
-        from perfgate import reaper
-
         reaper.kill_tree(self.proc.pid)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -316,8 +269,6 @@ class WorkerHandle:
     def _ended(self) -> None:
         """A spawned worker has been waited for: end what it left behind (perfgate.reaper.ended)."""
         if isinstance(self.proc, subprocess.Popen):
-            from perfgate import reaper
-
             reaper.ended(self.proc.pid)
 
     def timed_out(self, timeout_s: float) -> ProcessOutcome:
@@ -358,8 +309,6 @@ def _zygote_for(threads: int, env_extra: dict[str, str] | None, cwd: Path | None
     """The fork server (perfgate.zygote) for workers of this kind, started on first use; None: spawn."""
     if os.environ.get(WORKER_START_ENV, "fork") == "spawn" or not sys.platform.startswith("linux"):
         return None
-    from perfgate import zygote
-
     python_path = (env_extra or {}).get("PYTHONPATH")
     key = (threads, python_path, str(cwd) if cwd else None, str(work_dir))
     z = _zygotes.get(key, False)
@@ -372,8 +321,6 @@ def _zygote_for(threads: int, env_extra: dict[str, str] | None, cwd: Path | None
             print(f"perfgate: {exc}; spawning each worker instead", file=sys.stderr)
             z = None
         else:
-            from perfgate import reaper
-
             reaper.started(z.proc.pid, runs_workload=False)  # never taken for a worker's orphan
         if not _zygotes:
             atexit.register(close_zygotes)
@@ -383,8 +330,6 @@ def _zygote_for(threads: int, env_extra: dict[str, str] | None, cwd: Path | None
 
 def close_zygotes() -> None:
     """Stop every fork server (their children have exited, or die with them)."""
-    from perfgate import reaper
-
     for z in _zygotes.values():
         if z is not None:
             z.close()
@@ -401,27 +346,23 @@ def start_worker(cfg: dict[str, Any], threads: int, work_dir: Path, env_extra: d
     work_dir.mkdir(parents=True, exist_ok=True)
     fd, spec_path = tempfile.mkstemp(prefix="case-", suffix=".json", dir=work_dir)
     with os.fdopen(fd, "w") as fh:
-        fh.write(layout_padded_json(cfg))
+        fh.write(layout.padded_json(cfg))
     out_path = spec_path[:-5] + ".out.json"
     log_path = spec_path[:-5] + ".log"
     env = worker_env(threads, env_extra)
     z = _zygote_for(threads, env_extra, cwd, work_dir)
     if z is not None:
-        from perfgate.zygote import ZygoteUnavailable
-
         try:
             proc: Any = z.spawn(spec_path, out_path, log_path, env, cwd, tuple(pass_fds))
             return WorkerHandle(proc, spec_path, out_path, log_path, time.perf_counter())
-        except ZygoteUnavailable as exc:
+        except zygote.ZygoteUnavailable as exc:
             print(f"perfgate: {exc}; spawning this worker instead", file=sys.stderr)
     cmd = [sys.executable, "-m", "perfgate.worker", "--case", spec_path, "--out", out_path]
-    from perfgate import reaper
-
     reaper.adopt_orphans()  # what a spawned worker leaves when it dies comes back here (perfgate.reaper)
     try:
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=layout_padded_env(cmd, env),
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=layout.padded_env(cmd, env),
                 preexec_fn=functools.partial(_die_with_parent, os.getpid()), cwd=cwd, pass_fds=tuple(pass_fds),
             )
     except BaseException:
@@ -466,8 +407,6 @@ def run_lockstep(jobs: Sequence[LockstepJob], settings: Settings, rotate: int = 
     see two different machines). ``rotate`` picks which CPUs, so successive pairs visit all of them.
     The pair gets the per-process timeout once for start-up and once more for sampling in turns, as two
     processes one after the other would."""
-    from perfgate import lockstep
-
     handles, channels = [], []
     cpus = shared_cpus(settings.threads, rotate)
     for job in jobs:

@@ -22,9 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perfgate import gpu_clocks
+from perfgate import gpu_clocks, zygote_server
 from perfgate import layout as layout_mod
 from perfgate.storage import atomic_write_json
+from perfgate.zygote_protocol import FORKED_ENV, LOCKSTEP_FDS_ENV
 
 TAIL_LINES = 25
 
@@ -141,7 +142,6 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     from perfgate.measure import measure, timer_for
     from perfgate.model import CaseSpec
     from perfgate.workload import check_step_output, load_file
-    from perfgate.zygote import FORKED_ENV  # set when a fork server started this process
 
     spec = CaseSpec.from_json(cfg["spec"])
     timing = cfg.get("timing", {})
@@ -182,7 +182,6 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     lockstep = None
     if cfg.get("lockstep"):  # sampled in turns with a paired process, as the orchestrator says (--against)
         from perfgate import lockstep as lockstep_mod
-        from perfgate.zygote import LOCKSTEP_FDS_ENV
 
         # forked by a zygote, the pipe's fds were passed along and renumbered: the environment says which
         fds = os.environ.get(LOCKSTEP_FDS_ENV) or f"{cfg['lockstep']['read_fd']},{cfg['lockstep']['write_fd']}"
@@ -239,7 +238,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "threads": int(cfg.get("threads", 1)),
         "seed": int(cfg.get("seed", 0)),
         "variants": sorted(variants),
-        "worker_start": "fork" if os.environ.get(FORKED_ENV) else "spawn",
+        "worker_start": "fork" if os.environ.get(FORKED_ENV) else "spawn",  # set by the fork server
     }
     if compiled:
         from perfgate import profiling
@@ -335,10 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zygote", type=int, metavar="FD", help="serve as a fork server on this socket")
     parser.add_argument("--tag", help="ignored: names the run's folder on the fork server's command line")
     args = parser.parse_args(argv)
-    if args.zygote is not None:
-        from perfgate import zygote
-
-        return zygote.serve(args.zygote)
+    if args.zygote is not None:  # each child it forks runs this function again, on its case
+        return zygote_server.serve(args.zygote, main)
     if args.probe:  # imports the workload files: their code runs here as a case's would
         return _ending_what_it_starts(functools.partial(_print_probe, args.workloads_dir))
     if not (args.case and args.out):

@@ -13,12 +13,9 @@ after CUDA is initialised is unsafe; after import it is not). Where importing le
 in the zygote (a BLAS pool started by numpy with more threads than one), it says so and the runner spawns
 workers the plain way instead. Linux only; elsewhere workers are spawned.
 
-Protocol: one stream socket (a socketpair; the zygote's end passed as FD), one JSON object per line.
-zygote -> orchestrator ``{"ready": true, "threads": n}``; orchestrator -> zygote
-``{"id": i, "case": ..., "out": ..., "log": ..., "env": {...}, "cwd": ...}`` with any file descriptors the
-worker needs attached (SCM_RIGHTS); zygote -> orchestrator ``{"id": i, "pid": p}`` and, when the child
-exits, ``{"id": i, "exit": code}`` (a negative code: killed by that signal, as subprocess reports it).
-The orchestrator side below imports no torch.
+This module is the orchestrator's side (Zygote, ForkedProcess), used by perfgate.runner: it imports no
+torch and none of the worker's code. The fork server's loop, which does, is perfgate.zygote_server; the
+protocol between the two, and the names both set in a worker's environment, are perfgate.zygote_protocol.
 """
 
 from __future__ import annotations
@@ -34,27 +31,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-LOCKSTEP_FDS_ENV = "PERFGATE_LOCKSTEP_FDS"  # "read,write": the lockstep pipe's fds as the child sees them
-FORKED_ENV = "PERFGATE_FORKED"  # set in a forked worker's environment: its results say how it started
+from perfgate import layout
+from perfgate.zygote_protocol import LOCKSTEP_FDS_ENV, REQUEST_MAX, send_bytes
+
 START_TIMEOUT_S = 300
 
 
 class ZygoteUnavailable(RuntimeError):
     """The zygote could not start, or cannot fork safely: spawn workers instead."""
 
-
-def _send(sock: socket.socket, obj: dict[str, Any], fds: list[int] | None = None) -> None:
-    _send_bytes(sock, (json.dumps(obj) + "\n").encode(), fds)
-
-
-def _send_bytes(sock: socket.socket, data: bytes, fds: list[int] | None = None) -> None:
-    if fds:
-        socket.send_fds(sock, [data], fds)
-    else:
-        sock.sendall(data)
-
-
-# ---------------------------------------------------------------- the orchestrator's side
 
 class ForkedProcess:
     """A worker forked by a zygote, with the parts of subprocess.Popen the runner uses."""
@@ -93,9 +78,7 @@ class Zygote:
         work_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = work_dir / f"zygote-{os.getpid()}-{id(self):x}.log"
         cmd = [sys.executable, "-m", "perfgate.worker", "--zygote", str(theirs.fileno()), "--tag", str(work_dir)]
-        from perfgate.runner import layout_padded_env  # here: runner imports this module
-
-        env = layout_padded_env(cmd, env)
+        env = layout.padded_env(cmd, env)
         try:
             with open(self.log_path, "wb") as log:
                 self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -151,15 +134,13 @@ class Zygote:
         env = dict(env)
         if fds:
             env[LOCKSTEP_FDS_ENV] = ""  # filled in by the zygote with the numbers the child sees
-        from perfgate.runner import layout_padded_json
-
         request = {"id": rid, "case": case, "out": out, "log": log, "env": env, "cwd": str(cwd) if cwd else None}
-        data = layout_padded_json(request, end="\n").encode()
+        data = layout.padded_json(request, end="\n").encode()
         if len(data) >= REQUEST_MAX:  # a zygote takes no more: spawn this one
             raise ZygoteUnavailable(f"the worker's request is over {REQUEST_MAX} bytes (its environment)")
         # the zygote numbers the requests it receives itself (it does not parse them): count only those sent
         self._next += 1
-        _send_bytes(self.sock, data, list(fds))
+        send_bytes(self.sock, data, list(fds))
         while True:  # one request in flight: the fds attached to it are unambiguous
             try:
                 msg = self._recv(time.perf_counter() + 60)
@@ -196,161 +177,3 @@ class Zygote:
 
     def close(self) -> None:
         self._stop()
-
-
-# ---------------------------------------------------------------- the zygote's side
-
-def _threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 1
-
-
-def _child(req: dict[str, Any], fds: list[int], sock: socket.socket, zygote_pid: int) -> None:
-    """In the forked child: become a worker process of its own, run the case, exit. Never returns."""
-    if not req["case"]:  # the empty request (Zygote.__init__)
-        os._exit(0)
-    code = 1
-    try:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the zygote's own handler is not the worker's
-        os.setsid()
-        try:
-            import ctypes
-
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-        if os.getppid() != zygote_pid:
-            os._exit(1)
-        sock.close()
-        log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        os.close(null)
-        env = dict(req["env"])
-        env[FORKED_ENV] = "1"
-        if LOCKSTEP_FDS_ENV in env:
-            env[LOCKSTEP_FDS_ENV] = ",".join(str(fd) for fd in fds)
-        os.environ.clear()
-        os.environ.update(env)
-        if req.get("cwd"):
-            os.chdir(req["cwd"])
-        from perfgate import worker
-
-        code = worker.main(["--case", req["case"], "--out", req["out"]])
-    except BaseException:  # noqa: BLE001 - a child must never return into the zygote's loop
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-
-
-def _terminated(signum: int, frame: Any) -> None:
-    raise SystemExit(0)
-
-
-def serve(fd: int) -> int:
-    """The zygote's loop: preload, say ready, then fork a child per request and report its exit. A subreaper
-    (perfgate.reaper): what a worker leaves behind when it dies comes back here and is ended; when the
-    orchestrator goes (the socket closes, or SIGTERM from PR_SET_PDEATHSIG), every descendant is ended
-    before this process exits."""
-    from perfgate import reaper
-    from perfgate.reaper import keep_environment_private
-
-    reaper.become_subreaper()
-    # before the first fork: no worker can read this process's memory or attach to it (one that did could
-    # change what every later worker of this fork server runs), and its workers inherit the same
-    keep_environment_private()
-    signal.signal(signal.SIGTERM, _terminated)
-    try:
-        return _serve(fd, reaper)
-    finally:
-        reaper.kill_descendants(os.getpid(), reap=True)
-
-
-REQUEST_MAX = 1 << 18  # the largest request the zygote takes (its environment, mostly), bytes
-_MAX_FDS = 16
-
-
-def _serve(fd: int, reaper: Any) -> int:
-    """Every child must start from the same memory: a worker forked after the k-th request inherits the
-    zygote's heap as handling k requests left it, and the heap's free chunks decide where the worker's
-    tensors land, so a zygote that parsed requests in its own memory gave each process index its own,
-    repeatable speed (docs/gate.md: "Why processes of the same code differ"). So the zygote allocates
-    nothing of a request's size: it receives each request into one buffer made before the first,
-    forks, and the child parses it. What the loop does allocate are a few small objects, the same ones
-    every time."""
-    import torch  # noqa: F401 - the point of the zygote: paid once
-
-    from perfgate import worker  # noqa: F401 - the children's code path, imported once too
-
-    buf = bytearray(REQUEST_MAX)
-    view = memoryview(buf)
-    ancillary = socket.CMSG_SPACE(_MAX_FDS * 4)
-    sock = socket.socket(fileno=fd)
-    _send(sock, {"ready": True, "threads": _threads(), "pid": os.getpid()})
-    children: dict[int, int] = {}  # pid -> request id
-    pidfds: dict[int, int] = {}  # pid -> a pidfd that turns readable when the child exits (Linux >= 5.3)
-    size, fds, next_id = 0, [], 0
-    me = os.getpid()
-    while True:
-        # wake on a request or a child's exit; poll every 20 ms only where pidfds are not available
-        polling = any(pid not in pidfds for pid in children)
-        readable = select.select([sock, *pidfds.values()], [], [], 0.02 if polling else None)[0]
-        if sock in readable:
-            got, anc, _, _ = sock.recvmsg_into([view[size:]], ancillary)
-            if not got:
-                return 0  # the orchestrator is gone; serve() ends what is left
-            size += got
-            for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds += [int.from_bytes(data[i:i + 4], sys.byteorder) for i in range(0, len(data) - 3, 4)]
-            # one request in flight at a time (Zygote.spawn waits for its answer): it ends with the newline
-            if buf[size - 1] == 0x0A or size == REQUEST_MAX:
-                rid, next_id = next_id, next_id + 1
-                sys.stdout.flush()
-                sys.stderr.flush()
-                if size == REQUEST_MAX:  # Zygote.spawn sends none that large: not a request
-                    return 1
-                try:
-                    pid = os.fork()
-                except OSError as exc:
-                    _send(sock, {"id": rid, "error": str(exc)})
-                    pid = -1
-                if pid == 0:
-                    _child(json.loads(bytes(view[:size])), fds, sock, me)
-                size = 0
-                for f in fds:
-                    os.close(f)
-                fds = []
-                if pid > 0:
-                    children[pid] = rid
-                    try:
-                        pidfds[pid] = os.pidfd_open(pid)
-                    except (AttributeError, OSError):
-                        pass
-                    _send(sock, {"id": rid, "pid": pid})
-        worker_ended = False
-        while True:  # workers, and the orphans re-parented here (ended below)
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            if pid in pidfds:
-                os.close(pidfds.pop(pid))
-            if pid in children:
-                worker_ended = True
-                _send(sock, {"id": children.pop(pid), "exit": os.waitstatus_to_exitcode(status)})
-        if worker_ended:  # what it left running is a child of this subreaper now, but no worker's
-            reaper.kill_descendants(me, keep=frozenset(children))

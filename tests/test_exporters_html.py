@@ -353,19 +353,20 @@ def test_verdict_tone_and_word_come_from_one_mapping(monkeypatch):
     from perfgate.model import STATUSES, VERDICT_KINDS
 
     assert set(VERDICT_KINDS) | set(STATUSES) <= set(base.VERDICT_DISPLAY)
-    assert {tone for tone, _ in base.VERDICT_DISPLAY.values()} <= {"bad", "good", "warn", "neutral"}
+    assert {tone for tone, _ in base.VERDICT_DISPLAY.values()} <= {"bad", "good", "warn", "info", "neutral"}
+    assert base.verdict_display("acknowledged") == base.VerdictLook("acknowledged", "info", "acknowledged")
     assert base.verdict_display("brand-new").tone == "neutral" and base.verdict_display("brand-new").word == "brand-new"
 
     run, comp = scenario(["operator_rollout"])
     key = "operator_rollout/smoke/compile/cpu"
-    comp.verdicts = [replace(v, kind="acknowledged") if v.case_key == key else v for v in comp.verdicts]
-    monkeypatch.setattr(model, "VERDICT_KINDS", (*VERDICT_KINDS, "acknowledged"))  # the model's side of a new kind
-    monkeypatch.setitem(base.VERDICT_DISPLAY, "acknowledged", ("good", "acknowledged"))
+    comp.verdicts = [replace(v, kind="waived") if v.case_key == key else v for v in comp.verdicts]
+    monkeypatch.setattr(model, "VERDICT_KINDS", (*VERDICT_KINDS, "waived"))  # the model's side of a new kind
+    monkeypatch.setitem(base.VERDICT_DISPLAY, "waived", ("good", "waived"))
     html = HtmlExporter().render(ReportInput(run, comp)).decode()
     cell = html[html.index('<td class="cell', html.index('id="overview"')):]
-    cells = [c for c in cell.split("</td>") if "acknowledged" in c]
-    assert cells and 'class="cell tone-good"' in cells[0] and 'tone-good">acknowledged</span>' in cells[0]
-    assert '<span class="tag acknowledged tone-good">acknowledged</span>' in html[html.index('class="matrix"'):]
+    cells = [c for c in cell.split("</td>") if "waived" in c]
+    assert cells and 'class="cell tone-good"' in cells[0] and 'tone-good">waived</span>' in cells[0]
+    assert '<span class="tag waived tone-good">waived</span>' in html[html.index('class="matrix"'):]
 
 
 def test_element_ids_are_safe_and_tell_apart_names_that_slug_alike():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, TEST_WORKLOADS, cli_env
 
-from perfgate import runner
+from perfgate import layout, runner
 from perfgate.model import load_results
 from perfgate.runner import latest_run_dir, mark_latest, new_run_id, unique_run_dir, worker_env
 
@@ -454,7 +454,7 @@ _START_STACK = "import sys; print(open('/proc/self/stat').read().rsplit(')', 1)[
 def _start_stack(arg: str, env: dict[str, str], padded: bool) -> int:
     """The new process's mm->start_stack (/proc/self/stat field 28), started as perfgate starts workers."""
     cmd = [sys.executable, "-c", _START_STACK, arg]
-    out = subprocess.run(cmd, env=runner.layout_padded_env(cmd, env) if padded else env, capture_output=True,
+    out = subprocess.run(cmd, env=layout.padded_env(cmd, env) if padded else env, capture_output=True,
                          text=True, check=True, preexec_fn=functools.partial(runner._die_with_parent, os.getpid()))
     return int(out.stdout)
 
@@ -476,10 +476,10 @@ def test_workers_start_with_the_same_stack_whatever_their_argv_and_environment_s
 def test_layout_padding_fills_the_exec_strings_to_a_page():
     for extra in (0, 1, 4095, 4096, 5000):
         cmd = ["python", "-m", "perfgate.worker", "x" * extra]
-        env = runner.layout_padded_env(cmd, {"A": "1", runner.LAYOUT_PAD_ENV: "stale"})
+        env = layout.padded_env(cmd, {"A": "1", layout.LAYOUT_PAD_ENV: "stale"})
         size = sum(len(a) + 1 for a in cmd) + sum(len(k) + len(v) + 2 for k, v in env.items())
         assert size % 4096 == 0 and (len(cmd) + len(env)) % 64 == 0 and env["A"] == "1"
-        assert runner.layout_padded_env(cmd, env) == env  # padding a padded environment changes nothing
+        assert layout.padded_env(cmd, env) == env  # padding a padded environment changes nothing
 
 
 ONE_WORKLOAD = '''

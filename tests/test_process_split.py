@@ -1,0 +1,108 @@
+"""The orchestrator and the processes it starts share only small modules (docs/architecture.md, "The
+process split"): the manager side (perfgate.runner and the fork server's client, perfgate.zygote) never
+imports the worker's code, and the worker side (perfgate.worker and the fork server's loop,
+perfgate.zygote_server) never imports the manager's. Read from the source, imports inside functions
+included, and followed through every perfgate module they reach."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+import perfgate
+
+PACKAGE = Path(perfgate.__file__).parent
+MANAGER = ("perfgate.runner", "perfgate.zygote")
+WORKER = ("perfgate.worker", "perfgate.zygote_server")
+SHARED = ("perfgate.zygote_protocol", "perfgate.layout", "perfgate.reaper", "perfgate.lockstep")
+
+
+@cache
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = ("perfgate", *path.relative_to(PACKAGE).with_suffix("").parts)
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+@cache
+def _imports(module: str) -> tuple[frozenset[str], bool]:
+    """The perfgate modules ``module`` imports anywhere in its source (functions too), and whether it
+    imports torch."""
+    modules = _modules()
+    targets, torch = set(), False
+    for node in ast.walk(ast.parse(modules[module].read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # `from perfgate import worker` imports the submodule; `from perfgate.x import y`, module x
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                     for a in node.names]
+        else:
+            continue
+        for name in names:
+            torch = torch or name.split(".")[0] == "torch"
+            while name.startswith("perfgate.") and name not in modules:
+                name = name.rpartition(".")[0]
+            if name in modules:
+                targets.add(name)
+    return frozenset(targets), torch
+
+
+def _reached(module: str) -> set[str]:
+    """Every perfgate module that importing ``module`` can import, at once or later inside a function."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for name in _imports(todo.pop())[0]:
+            if name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return seen
+
+
+def test_the_import_reader_sees_imports_inside_functions():
+    """worker.py imports the profiler only inside functions; the reader must see it."""
+    assert "perfgate.profiling" in _imports("perfgate.worker")[0]
+    assert _imports("perfgate.zygote_server")[1]  # its `import torch` is inside _serve
+
+
+@pytest.mark.parametrize("module", MANAGER)
+def test_the_manager_side_imports_none_of_the_workers_code(module):
+    reached = _reached(module)
+    assert not reached & {"perfgate.worker", "perfgate.zygote_server"}, sorted(reached)
+    assert not [m for m in (module, *reached) if _imports(m)[1]], "imports torch"
+
+
+@pytest.mark.parametrize("module", WORKER)
+def test_the_worker_side_imports_none_of_the_managers_code(module):
+    reached = _reached(module)
+    assert not reached & {"perfgate.runner", "perfgate.zygote"}, sorted(reached)
+
+
+@pytest.mark.parametrize("module", SHARED)
+def test_what_both_sides_share_imports_neither(module):
+    reached = _reached(module)
+    assert not reached & {*MANAGER, *WORKER}, sorted(reached)
+    assert not [m for m in (module, *reached) if _imports(m)[1]], "imports torch"
+
+
+@pytest.mark.parametrize("module", MANAGER + WORKER + SHARED)
+def test_no_process_module_is_on_an_import_circle(module):
+    assert module not in _reached(module)
+
+
+def test_importing_the_manager_side_loads_no_worker_code():
+    worker_code = "('torch', 'perfgate.worker', 'perfgate.zygote_server')"
+    code = ("import sys, perfgate.runner, perfgate.zygote\n"
+            f"print([m for m in {worker_code} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                         check=True)
+    assert out.stdout.strip() == "[]"
