@@ -13,14 +13,14 @@ import xmlschema
 from conftest import run_cli
 from fixtures.synthetic import synthetic_run
 
-from perfgate import config, expect
+from perfgate import config, expect, runner
 from perfgate.config import ConfigError
-from perfgate.expect import ExpectError, Rule, parse_rule_text, parse_rules
 from perfgate.exporters.base import ReportInput
 from perfgate.exporters.html import HtmlExporter
 from perfgate.exporters.junit import JunitExporter
 from perfgate.exporters.markdown import MarkdownExporter
 from perfgate.model import RunResult, load_results
+from perfgate.rules import ExpectError, Rule, parse_rule_text, parse_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 JUNIT_SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "data" / "junit-ant.xsd")
@@ -253,7 +253,7 @@ def with_rules(run: RunResult, rules: dict) -> RunResult:
 
 def test_results_json_carries_rules_and_outcomes_and_reads_back(run, tmp_path):
     path = tmp_path / "results.json"
-    path.write_text(with_rules(run, RULES).dumps())
+    runner.write_results(with_rules(run, RULES), path)
     data = json.loads(path.read_text())
     assert data["schema"] == "perfgate.results/2"
     exp = data["expectations"]
