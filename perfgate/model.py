@@ -464,7 +464,8 @@ class RunResult:
     # the expectation rules this run is checked against (perfgate.rules.Rule.to_json)
     expectations: list[dict[str, Any]] = field(default_factory=list)
     # what came of those rules on this run's cases, as perfgate.expect.judge stored it (outcomes, unmatched,
-    # counts, gate_failed), or as the file read held it; plain data, written as it is
+    # counts, gate_failed), or as the file read held it; plain data, written as it is. A copy with other
+    # cases keeps it as it was: the writers of results.json and baselines judge the run again
     expectation_outcomes: dict[str, Any] = field(default_factory=dict)
     # this machine's ceilings (perfgate.roofline): {"measured": {...}, "spec": {...}}, empty when unknown
     ceilings: dict[str, Any] = field(default_factory=dict)
