@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
+from perfgate import expect
 from perfgate.model import (
     STATUS_FAILED,
     STATUS_OK,
@@ -28,7 +29,7 @@ from perfgate.model import (
     read_json_file,
     readable,
 )
-from perfgate.paths import component, contained
+from perfgate.paths import CEILINGS_FILE, component, contained
 from perfgate.stats import RUN_TO_RUN_MAX, format_seconds
 from perfgate.storage import atomic_write_text
 from perfgate.validation import Document, Measured, Name, Text, check, expected, satisfying
@@ -188,8 +189,10 @@ def refuse_failed(run: RunResult, source: str) -> None:
 
 
 def write_baseline(baseline: Baseline, path: Path) -> Path:
-    """Write atomically: a reader (or a crash) sees the old baseline or the new one."""
+    """Write atomically: a reader (or a crash) sees the old baseline or the new one. The run it holds is
+    written as results.json is, its expectations judged on its cases now."""
     baseline.path = Path(path)
+    baseline.run = expect.judge(baseline.run)
     return atomic_write_text(path, baseline.dumps())
 
 
@@ -252,4 +255,4 @@ def describe(baseline: Baseline) -> list[str]:
 
 def list_baselines(baselines_dir: Path) -> list[Path]:
     # ceilings.json beside them is the machine's roofline (perfgate.roofline), not a baseline
-    return sorted(p for p in Path(baselines_dir).glob("*/*.json") if p.name != "ceilings.json")
+    return sorted(p for p in Path(baselines_dir).glob("*/*.json") if p.name != CEILINGS_FILE)

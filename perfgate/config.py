@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator
 
 from perfgate.acknowledge import AcknowledgeTables, Entry, TodayError, entries, today
+from perfgate.rules import ExpectError, parse_rules
 from perfgate.validation import (
     Count,
     Integer,
@@ -102,7 +103,7 @@ class Settings:
     timing: TimingSettings = TimingSettings()
     # sections owned by later layers (gate thresholds...): kept raw and validated by their modules
     extra: dict[str, Any] = field(default_factory=dict)
-    # [tool.perfgate.expect]: expectation rules (perfgate.expect.Rule), validated at load
+    # [tool.perfgate.expect]: expectation rules (perfgate.rules.Rule), validated at load
     expectations: tuple[Any, ...] = ()
     # environment variables workers get beyond perfgate's allow-list: names, or prefixes ending in "*"
     worker_env: tuple[str, ...] = ()
@@ -253,8 +254,6 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
     timing = TimingSettings(**set_fields(given["timing"])) if "timing" in given else TimingSettings()
     suites = {name: Suite(name=name, **set_fields(body)) for name, body in given.get("suites", {}).items()}
     suites = suites or dict(DEFAULT_SUITES)
-    from perfgate.expect import ExpectError, parse_rules
-
     try:
         expectations = tuple(parse_rules(raw.get("expect"), source=f"{where} [tool.perfgate.expect]"))
     except ExpectError as exc:

@@ -2,6 +2,9 @@
 
 No torch here: results are read, compared and reported on machines without a GPU or torch.
 Derived statistics are computed from the raw samples when asked, so nothing stored can go stale.
+Nothing here judges: the outcomes of a run's expectation rules are evaluated by perfgate.expect (``judge``,
+called by the writers of results.json and baselines) and carried here as plain data. The model imports
+only its vocabulary, the rule language, statistics and validation (tests/test_layering.py).
 
 Schema history (``perfgate.results/N``):
   1  first version: spec, status, per-process raw samples, metrics, profile, accuracy, environment.
@@ -19,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
+from perfgate.rules import Rule
 from perfgate.stats import Ratio, SampleSummary, process_step_time, ratio_of, summarize
 from perfgate.validation import (
     Count,
@@ -39,85 +43,24 @@ from perfgate.validation import (
 )
 from perfgate.validation import read_json_file as read_json_file  # the one reader of JSON files
 
+# The vocabulary of results lives in perfgate.vocabulary (the expectation rules use it too); readers keep
+# importing it from here.
+from perfgate.vocabulary import DERIVED_METRICS as DERIVED_METRICS
+from perfgate.vocabulary import FAILURE_CLASSES as FAILURE_CLASSES
+from perfgate.vocabulary import METRIC_KINDS as METRIC_KINDS
+from perfgate.vocabulary import METRICS as METRICS
+from perfgate.vocabulary import STATUS_FAILED as STATUS_FAILED
+from perfgate.vocabulary import STATUS_OK as STATUS_OK
+from perfgate.vocabulary import STATUS_SKIPPED as STATUS_SKIPPED
+from perfgate.vocabulary import STATUSES as STATUSES
+from perfgate.vocabulary import Metric as Metric
+from perfgate.vocabulary import higher_is_better as higher_is_better
+
 SCHEMA = "perfgate.results/2"
 SCHEMA_HISTORY = {
     "perfgate.results/1": "first version",
     "perfgate.results/2": "expectations (rules and outcomes) and ceilings (peak FLOP/s, bandwidth)",
 }
-
-STATUS_OK = "ok"
-STATUS_SKIPPED = "skipped"
-STATUS_FAILED = "failed"
-STATUSES = (STATUS_OK, STATUS_SKIPPED, STATUS_FAILED)
-
-FAILURE_CLASSES = ("oom", "compile-error", "unsupported", "timeout", "crash", "error")
-
-
-@dataclass(frozen=True)
-class Metric:
-    """How the gate judges one metric (``kind``) and which way is better (``higher_is_better``)."""
-
-    kind: str  # deterministic | memory | time | info
-    higher_is_better: bool = False  # False: more is worse (times, bytes, counts, drift)
-
-
-_HIGHER = True  # more is better: a rate, a count of hits, a criterion met (1) rather than not (0)
-
-# Every metric a case can carry in CaseResult.metrics, how the gate judges it, and which way is better.
-# The one table of both: the gate (compare.judge_metric), history (history/detect.py) and the reports
-# read it through METRIC_KINDS and higher_is_better. Kinds:
-#   deterministic  exact (or a small configured tolerance): gates reliably even on a noisy CPU runner
-#   memory         relative tolerance with an absolute floor
-#   time           statistical (the step time itself is judged from the raw samples, not from here)
-#   info           reported, never gated
-METRICS: dict[str, Metric] = {
-    "aten_ops_per_step": Metric("deterministic"),
-    "kernels_per_step": Metric("deterministic"),
-    "memcpy_per_step": Metric("deterministic"),
-    "memset_per_step": Metric("deterministic"),
-    "syncs_per_step": Metric("deterministic"),
-    "flops_per_step": Metric("deterministic"),
-    "graph_breaks": Metric("deterministic"),
-    "unique_graphs": Metric("deterministic"),
-    "recompiles": Metric("deterministic"),
-    "peak_cuda_allocated_bytes": Metric("memory"),
-    "peak_cuda_reserved_bytes": Metric("memory"),
-    "peak_rss_bytes": Metric("memory"),
-    "cpu_bytes_allocated_per_step": Metric("memory"),
-    "compile_cold_s": Metric("time"),
-    "compile_warm_s": Metric("time"),
-    "achieved_flops_per_s": Metric("info", _HIGHER),
-    # simulator_construction: the first compile, then setup per construction after it (exit criterion)
-    "first_compile_s": Metric("time"),
-    "setup_per_construction_s": Metric("time"),
-    "construction_cache_hits": Metric("deterministic", _HIGHER),
-    "construction_recompiles": Metric("deterministic"),
-    "setup_exit_criterion_met": Metric("info", _HIGHER),
-    # roofline (perfgate.roofline): traffic and placement of a step; informative, never gated
-    "bytes_per_step": Metric("info"),
-    "arithmetic_intensity": Metric("info"),
-    "achieved_bytes_per_s": Metric("info", _HIGHER),
-    "kernel_concentration_80": Metric("info"),
-    "device_idle_fraction": Metric("info"),
-    "mean_op_s": Metric("info"),
-}
-METRIC_KINDS: dict[str, str] = {name: m.kind for name, m in METRICS.items()}
-
-# Figures derived from a case's samples rather than carried in CaseResult.metrics (results.json's "derived",
-# the history's series); the gate judges step_time by its own rule (perfgate.compare).
-DERIVED_METRICS: dict[str, Metric] = {
-    "step_time": Metric("time"),
-    "throughput_steps_per_s": Metric("time", _HIGHER),
-    "first_call_s": Metric("time"),
-}
-
-
-def higher_is_better(metric: str) -> bool:
-    """Whether more of ``metric`` is better (a METRICS or DERIVED_METRICS name); any other metric (the
-    accuracy drift figures among them) is worse the more there is."""
-    m = METRICS.get(metric) or DERIVED_METRICS.get(metric)
-    return m is not None and m.higher_is_better
-
 
 # The verdict kinds of a comparison, per case and metric. "acknowledged": a regression that an entry of
 # [[tool.perfgate.acknowledge]] in force covers (perfgate.acknowledge); it does not fail the gate.
@@ -299,7 +242,7 @@ class SettingsDocument(Document):
 
 
 class ExpectationsDocument(Document):
-    """The run's expectation rules (perfgate.expect.Rule.to_json) and, derived when written, their outcomes."""
+    """The run's rules (perfgate.rules) and their outcomes, judged when the run is written (perfgate.expect)."""
 
     model_config = ConfigDict(extra="allow")
     rules: list[dict[str, Any]] = []
@@ -550,8 +493,12 @@ class RunResult:
     started_at: str = ""
     finished_at: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
-    # the expectation rules this run is checked against (perfgate.expect.Rule.to_json), outcomes derived
+    # the expectation rules this run is checked against (perfgate.rules.Rule.to_json)
     expectations: list[dict[str, Any]] = field(default_factory=list)
+    # what came of those rules on this run's cases, as perfgate.expect.judge stored it (outcomes, unmatched,
+    # counts, gate_failed), or as the file read held it; plain data, written as it is. A copy with other
+    # cases keeps it as it was: the writers of results.json and baselines judge the run again
+    expectation_outcomes: dict[str, Any] = field(default_factory=dict)
     # this machine's ceilings (perfgate.roofline): {"measured": {...}, "spec": {...}}, empty when unknown
     ceilings: dict[str, Any] = field(default_factory=dict)
     schema: str = SCHEMA
@@ -605,16 +552,9 @@ class RunResult:
             "settings": self.settings,
             "cases": [c.to_json() for c in self.cases],
             "ceilings": self.ceilings,
-            "expectations": self._expectations_json(),
+            "expectations": {"rules": self.expectations, "outcomes": [], "unmatched": [],
+                             **self.expectation_outcomes},
         }
-
-    def _expectations_json(self) -> dict[str, Any]:
-        """The rules and, derived from the cases now (never read back), their outcomes."""
-        if not self.expectations:
-            return {"rules": [], "outcomes": [], "unmatched": []}
-        from perfgate import expect
-
-        return expect.evaluate(self).to_json()
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=False, default=str) + "\n"
@@ -629,12 +569,11 @@ class RunResult:
     def from_document(cls, doc: ResultsDocument, source: str = "results") -> RunResult:
         rules = doc.expectations.rules
         try:
-            from perfgate.expect import Rule
-
             for r in rules:  # a malformed rule is a malformed file, said at load
                 Rule.from_json(r)
         except (KeyError, TypeError, ValueError) as exc:
             raise SchemaError(f"{source}: malformed results ({type(exc).__name__}: {exc})") from exc
+        outcomes = {k: v for k, v in doc.expectations.model_dump(exclude_unset=True).items() if k != "rules"}
         return cls(
             run_id=doc.run_id,
             suite=doc.suite,
@@ -644,6 +583,7 @@ class RunResult:
             finished_at=doc.finished_at,
             settings=doc.settings.model_dump(exclude_unset=True),
             expectations=[dict(r) for r in rules],
+            expectation_outcomes=outcomes,
             ceilings=dict(doc.ceilings),
             schema=SCHEMA,
         )

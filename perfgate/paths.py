@@ -14,6 +14,9 @@ from pathlib import Path
 
 from perfgate.validation import SchemaError
 
+# A machine's measured ceilings (perfgate.roofline), beside its baselines in baselines/<machine-key>/
+CEILINGS_FILE = "ceilings.json"
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
 MAX_COMPONENT = 100
 
@@ -47,3 +50,10 @@ def contained(root: Path, *names: str, what: str = "path") -> Path:
 def case_tb_dir(tb_dir: Path, workload: str, size: str, toggle_name: str) -> Path:
     """``tb/<workload>/<size>/<toggles>/``: a case's trace and TensorBoard run folder, inside ``tb_dir``."""
     return contained(tb_dir, workload, size, toggle_name, what="trace folder")
+
+
+def ceilings_path(baselines_dir: Path, machine_key: str) -> Path:
+    """``<baselines_dir>/<machine-key>/ceilings.json``: written by `perfgate calibrate --write`, beside the
+    machine's baselines and committed with them; the machine key may come from a results.json, so it is made
+    a safe path component and the path must stay inside ``baselines_dir`` (SchemaError otherwise)."""
+    return contained(Path(baselines_dir), machine_key, CEILINGS_FILE, what="baseline")

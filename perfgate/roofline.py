@@ -21,7 +21,19 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from perfgate.model import STATUS_OK, CaseResult
-from perfgate.validation import Count, Document, NonNegative, Positive, Text
+from perfgate.paths import CEILINGS_FILE as CEILINGS_FILE  # where calibrate stores them (perfgate.paths)
+from perfgate.paths import ceilings_path
+from perfgate.storage import atomic_write_json
+from perfgate.validation import (
+    Count,
+    Document,
+    NonNegative,
+    Positive,
+    SchemaError,
+    Text,
+    check,
+    read_json_file,
+)
 
 BOUNDS = ("compute-bound", "memory-bound", "overhead-bound")
 
@@ -262,7 +274,6 @@ ADVICE = {
 
 # ---------------------------------------------------------------- where the ceilings are kept
 
-CEILINGS_FILE = "ceilings.json"
 CEILINGS_SCHEMA = "perfgate.ceilings/1"
 
 
@@ -290,19 +301,9 @@ class CeilingsDocument(Document):
     cuda: CeilingsEntry | None = None
 
 
-def ceilings_path(baselines_dir: Any, machine_key: str) -> Any:
-    """``<baselines_dir>/<machine-key>/ceilings.json``: written by `perfgate calibrate --write`, beside the
-    machine's baselines and committed with them."""
-    from perfgate.baselines import baseline_path
-
-    return baseline_path(baselines_dir, machine_key, "ceilings").with_name(CEILINGS_FILE)
-
-
 def ceilings_for_run(baselines_dir: Any, environment: dict[str, Any]) -> dict[str, Any]:
     """What a run carries in results.json ``ceilings``: this machine's measured ceilings when calibrate
     stored them, and the spec sheet of its GPU when known. A missing or unreadable file: none measured."""
-    from perfgate.validation import SchemaError, check, read_json_file
-
     out: dict[str, Any] = {}
     path = ceilings_path(baselines_dir, str(environment.get("machine_key", "unknown-machine")))
     try:
@@ -323,8 +324,6 @@ def ceilings_for_run(baselines_dir: Any, environment: dict[str, Any]) -> dict[st
 
 def write_ceilings(path: Any, measured: dict[str, Any]) -> Any:
     """Store measured ceilings (perfgate.ceilings.measure) atomically at ``path``; returns the path."""
-    from perfgate.storage import atomic_write_json
-
     data = {"schema": CEILINGS_SCHEMA, **{k: v for k, v in measured.items() if k in ("cpu", "cuda")}}
     return atomic_write_json(path, data)
 

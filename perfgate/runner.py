@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import perfgate
-from perfgate import layout, lockstep, reaper, zygote
+from perfgate import expect, layout, lockstep, reaper, zygote
 from perfgate.config import Settings
 from perfgate.model import (
     STATUS_FAILED,
@@ -540,7 +540,8 @@ Progress = Callable[[str, int, int, CaseSpec, CaseResult | None, float], None]
 
 
 def write_results(run: RunResult, path: Path) -> None:
-    atomic_write_text(path, run.dumps())
+    """Write ``run`` as results.json at ``path``, atomically, its expectations judged on its cases now."""
+    atomic_write_text(path, expect.judge(run).dumps())
 
 
 def execute(cases: Sequence[CaseSpec], workload_files: dict[str, str], settings: Settings, run: RunResult,

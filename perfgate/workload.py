@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfgate.rules import ExpectError, parse_rules
+
 REQUIRED_SIZES = ("smoke", "pr", "full")
 
 
@@ -276,8 +278,6 @@ def _validate(cls: type[Workload], path: Path) -> str | None:
     missing = [s for s in REQUIRED_SIZES if s not in cls.sizes]
     if missing:
         return f"{path}: workload {cls.name!r} lacks sizes {', '.join(missing)} (needs {', '.join(REQUIRED_SIZES)})"
-    from perfgate.expect import ExpectError, parse_rules
-
     try:
         parse_rules(cls.own_expectations() or None, source=f"{path}: workload {cls.name!r} expectations", workload=cls.name)
     except ExpectError as exc:

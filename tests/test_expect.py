@@ -13,14 +13,14 @@ import xmlschema
 from conftest import run_cli
 from fixtures.synthetic import synthetic_run
 
-from perfgate import config, expect
+from perfgate import config, expect, runner
 from perfgate.config import ConfigError
-from perfgate.expect import ExpectError, Rule, parse_rule_text, parse_rules
 from perfgate.exporters.base import ReportInput
 from perfgate.exporters.html import HtmlExporter
 from perfgate.exporters.junit import JunitExporter
 from perfgate.exporters.markdown import MarkdownExporter
 from perfgate.model import RunResult, load_results
+from perfgate.rules import ExpectError, Rule, parse_rule_text, parse_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 JUNIT_SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "data" / "junit-ant.xsd")
@@ -253,7 +253,7 @@ def with_rules(run: RunResult, rules: dict) -> RunResult:
 
 def test_results_json_carries_rules_and_outcomes_and_reads_back(run, tmp_path):
     path = tmp_path / "results.json"
-    path.write_text(with_rules(run, RULES).dumps())
+    runner.write_results(with_rules(run, RULES), path)
     data = json.loads(path.read_text())
     assert data["schema"] == "perfgate.results/2"
     exp = data["expectations"]
@@ -264,6 +264,34 @@ def test_results_json_carries_rules_and_outcomes_and_reads_back(run, tmp_path):
     back = load_results(path)
     assert [Rule.from_json(r).text for r in back.expectations] == [r["text"] for r in exp["rules"]]
     assert expect.evaluate(back).to_json() == exp
+
+
+def test_the_writers_judge_the_cases_they_write_not_those_a_file_held(run, tmp_path):
+    """The outcomes a results.json or a baseline carries are those of the cases written with them: a run
+    read back with its stored outcomes, then given fewer cases (the gate's head file, a merge), is judged
+    again when written; the data model alone only carries them."""
+    from perfgate import baselines
+
+    runner.write_results(with_rules(run, RULES), tmp_path / "results.json")
+    back = load_results(tmp_path)
+    assert back.expectation_outcomes["gate_failed"] is True  # read back as written
+    fewer = replace(back, cases=[c for c in back.cases if c.spec.toggle_name != "compile"])
+    assert fewer.to_json()["expectations"]["gate_failed"] is True  # carried as it was, not judged
+    runner.write_results(fewer, tmp_path / "fewer.json")
+    exp = json.loads((tmp_path / "fewer.json").read_text())["expectations"]
+    assert exp == expect.evaluate(fewer).to_json() and exp["gate_failed"] is False
+    assert [exp["rules"][i]["text"] for i in exp["unmatched"]] == [
+        "speedup_vs_eager >= 1.2", "speedup_vs_eager >= 1.5", "status == ok"]
+    baselines.write_baseline(baselines.from_run(fewer), tmp_path / "m" / "smoke.json")
+    stored = json.loads((tmp_path / "m" / "smoke.json").read_text())["results"]["expectations"]
+    assert stored == exp
+
+
+def test_a_run_without_rules_is_written_with_no_outcomes(run, tmp_path):
+    runner.write_results(run, tmp_path / "results.json")
+    exp = json.loads((tmp_path / "results.json").read_text())["expectations"]
+    assert exp == {"rules": [], "outcomes": [], "unmatched": []}
+    assert expect.judge(run).expectation_outcomes == {}
 
 
 def test_a_version_1_results_file_reads_with_no_rules(tmp_path):

@@ -104,11 +104,11 @@ def test_free_text_cannot_mention_link_or_load_images_in_the_pr_comment():
 def test_a_failure_class_in_the_expectations_table_is_shown_as_text():
     """failure_class is any printable text in a results file; as the value of a `status` rule it reached the
     expectations table outside a code span, where GitHub rendered its mention, image and link."""
-    from perfgate import expect
+    from perfgate import rules
 
     run = synthetic_run(["rollout"], toggles=("eager", "compile"), fail={"rollout/smoke/compile/cpu"})
     run.cases[1].failure_class = "@octocat ![x](https://evil.example/p.png) [c](https://evil.example) #1"
-    run.expectations = [r.to_json() for r in expect.parse_rules({"rollout/*/*/*": ["status == ok"]})]
+    run.expectations = [r.to_json() for r in rules.parse_rules({"rollout/*/*/*": ["status == ok"]})]
     text = render(run)
     assert "### Expectations" in text and "@octocat" in text
     shown = "\n".join(outside_code_spans(line) for line in text.splitlines())

@@ -1,0 +1,66 @@
+"""The layers at the ground of perfgate, checked from its imports (tests/fixtures/import_graph.py reads them
+from the source, imports inside functions included; docs/architecture.md has the table).
+
+The data model describes what was measured: it imports only the modules below it, which import no other
+part of perfgate. Judging (perfgate.expect, perfgate.roofline) and storing (perfgate.baselines) build on it,
+and no import circle runs through any of them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from conftest import REPO, cli_env
+from fixtures.import_graph import cycles, graph, reachable
+
+# What perfgate.model may import, directly or through another: its vocabulary, the rule language of the
+# expectations it stores, statistics and the reading of untrusted files.
+BELOW_MODEL = {"perfgate.vocabulary", "perfgate.rules", "perfgate.stats", "perfgate.validation"}
+JUDGING_AND_STORE = ("perfgate.model", "perfgate.expect", "perfgate.roofline", "perfgate.baselines")
+
+
+def test_the_model_imports_nothing_above_it():
+    g = graph()
+    assert reachable(g, "perfgate.model") <= BELOW_MODEL, reachable(g, "perfgate.model") - BELOW_MODEL
+    for module in BELOW_MODEL:  # and those import nothing of perfgate but each other
+        assert reachable(g, module) <= BELOW_MODEL - {module}, module
+
+
+def test_importing_the_model_loads_only_the_modules_below_it():
+    code = "import sys, perfgate.model; print(' '.join(sorted(m for m in sys.modules if m.startswith('perfgate'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=REPO,
+                         timeout=120, check=True).stdout.split()
+    assert set(out) == {"perfgate", "perfgate.model", *BELOW_MODEL}
+
+
+def test_no_import_circle_runs_through_the_model_the_judges_or_the_baseline_store():
+    g = graph()
+    for circle in cycles(g):
+        assert not set(circle) & set(JUDGING_AND_STORE), circle
+    assert "perfgate.baselines" not in reachable(g, "perfgate.roofline")  # the ceilings path is perfgate.paths'
+    for module in ("perfgate.expect", "perfgate.roofline"):
+        assert "perfgate.model" in g[module] and module not in reachable(g, "perfgate.model")
+
+
+def test_the_graph_counts_imports_inside_functions_and_finds_circles(tmp_path):
+    pkg = tmp_path / "perfgate"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from perfgate.b import thing\n")
+    (pkg / "b.py").write_text(textwrap.dedent("""
+        def later():
+            from perfgate import c
+            return c
+        thing = 1
+    """))
+    (pkg / "c.py").write_text("import perfgate.sub.d\n")
+    (pkg / "sub" / "d.py").write_text("def f():\n    from .. import a\n    return a\n")
+    (pkg / "e.py").write_text("import json\nfrom perfgate import b\n")
+    g = graph(pkg)
+    assert g["perfgate.b"] == {"perfgate.c"} and g["perfgate.sub.d"] == {"perfgate.a"}
+    assert g["perfgate.c"] == {"perfgate.sub.d"} and g["perfgate.e"] == {"perfgate.b"}
+    assert cycles(g) == [["perfgate.a", "perfgate.b", "perfgate.c", "perfgate.sub.d"]]
+    assert reachable(g, "perfgate.e") == {"perfgate.a", "perfgate.b", "perfgate.c", "perfgate.sub.d"}
