@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from perfgate.version import __version__
 
 _NOTEBOOK = ("load", "load_samples", "load_verdicts", "load_history")
+__all__ = ["__version__", *_NOTEBOOK]
 
 
 def __getattr__(name: str) -> Any:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import perfgate
+from perfgate.version import __version__
 
 
 def cpu_model() -> str:
@@ -54,7 +54,7 @@ def nvidia_driver() -> str | None:
 
 def host_environment(root: Path, threads: int) -> dict[str, Any]:
     return {
-        "perfgate": perfgate.__version__,
+        "perfgate": __version__,
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
         "platform": platform.platform(),

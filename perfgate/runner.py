@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import perfgate
 from perfgate import expect, layout, lockstep, reaper, zygote
 from perfgate.config import Settings
 from perfgate.model import (
@@ -44,7 +43,7 @@ class InfrastructureError(RuntimeError):
 
 
 def package_parent() -> str:
-    return str(Path(perfgate.__file__).resolve().parent.parent)
+    return str(Path(__file__).resolve().parent.parent)
 
 
 # What a worker inherits from perfgate's environment: nothing else (tokens, cloud keys and the history

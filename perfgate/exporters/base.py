@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from perfgate import expect, roofline
 from perfgate.compare import throttled
+from perfgate.formatting import format_bytes, format_count, format_rate, format_ratio
 from perfgate.model import (
     STATUS_OK,
     CaseResult,
@@ -96,50 +97,8 @@ class Exporter(Protocol):
 
 
 # ---------------------------------------------------------------- formatting shared by every format
-
-def format_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
-def format_count(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.0f}" if float(x).is_integer() else f"{x:.3g}"
-
-
-def format_rate(x: float | None, unit: str = "FLOP/s") -> str:
-    if x is None:
-        return "-"
-    for prefix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= size:
-            return f"{x / size:.3g} {prefix}{unit}"
-    return f"{x:.3g} {unit}"
-
-
-def format_ratio(value: float | None, low: float | None = None, high: float | None = None) -> str:
-    if value is None:
-        return "-"
-    if low is None or high is None:
-        return f"{value:.3f}x"
-    return f"{value:.3f}x [{low:.3f}, {high:.3f}]"
-
-
-def format_value(metric: str, x: float | None) -> str:
-    """A verdict's baseline or current value in the metric's unit: seconds, bytes or a count."""
-    if x is None:
-        return "-"
-    if metric == "step_time" or metric.endswith("_s"):
-        return format_seconds(x)
-    if metric.endswith("_bytes"):
-        return format_bytes(x)
-    if metric.endswith("_per_s"):
-        return format_rate(x, "/s")
-    return format_count(x)
+# format_bytes, format_count, format_rate, format_ratio, format_value: perfgate.formatting (history's
+# pages print with them too).
 
 
 def format_verdict_change(v: Verdict | None) -> str:

@@ -24,13 +24,16 @@ from perfgate.exporters.base import (
     CaseRow,
     Group,
     ReportInput,
+    process_clocks_text,
+    verdict_display,
+)
+from perfgate.formatting import (
     format_bytes,
     format_count,
     format_rate,
     format_ratio,
     format_value,
-    process_clocks_text,
-    verdict_display,
+    trend_anchor,
 )
 from perfgate.stats import PROCESS_QUANTILE, format_seconds, quantile_name
 from perfgate.stats import quantile as stats_quantile
@@ -328,10 +331,8 @@ def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _trend_anchor(case_key: str) -> str:
-    """The id of a case's step-time chart in history.html (perfgate.history.report.anchor)."""
-    from perfgate.history.report import anchor
-
-    return anchor(case_key, "step_time")
+    """The id of a case's step-time chart in history.html (perfgate.formatting.trend_anchor)."""
+    return trend_anchor(case_key, "step_time")
 
 
 def _breakable(text: str) -> Markup:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from perfgate.exporters.base import CaseRow, Group, ReportInput, first_line, format_ratio, format_value
+from perfgate.exporters.base import CaseRow, Group, ReportInput, first_line
+from perfgate.formatting import format_ratio, format_value
 from perfgate.model import STATUS_FAILED, STATUS_SKIPPED, Verdict
 
 # XML 1.0 forbids most control characters; an error message carrying one would make the file unreadable.

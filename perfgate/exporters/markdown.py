@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 
 from perfgate.acknowledge import match_text
-from perfgate.exporters.base import CaseRow, ReportInput, format_ratio, format_value
+from perfgate.exporters.base import CaseRow, ReportInput
+from perfgate.formatting import format_ratio, format_value
 from perfgate.model import Acknowledgement, Comparison, Verdict
 
 # GitHub rejects issue and pull-request comments longer than 65536 characters, and the comment step of

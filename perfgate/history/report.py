@@ -5,7 +5,6 @@ commit, run and value. Geometry is computed here; jinja2 (autoescape on) renders
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,18 +13,13 @@ from typing import Any
 
 import jinja2
 
-from perfgate.exporters.base import format_value
+from perfgate.formatting import format_value, trend_anchor
 from perfgate.history.detect import SeriesAnalysis
 from perfgate.history.store import Point
 
 WIDTH, HEIGHT = 760, 240
 LEFT, RIGHT, TOP, BOTTOM = 78, 16, 14, 34
 MAX_POINTS = 1000  # a chart shows at most this many of the latest points (the page stays light)
-
-
-def anchor(case_key: str, metric: str) -> str:
-    """The element id of a case's chart: report.html links here."""
-    return "trend-" + re.sub(r"[^A-Za-z0-9_-]+", "-", f"{case_key}-{metric}").strip("-")
 
 
 @dataclass
@@ -56,7 +50,7 @@ def _title(p: Point, metric: str) -> str:
 
 def trend_chart(points: Sequence[Point], analysis: SeriesAnalysis) -> TrendChart:
     metric = analysis.metric
-    chart = TrendChart(analysis.case_key, metric, anchor(analysis.case_key, metric), total=len(points))
+    chart = TrendChart(analysis.case_key, metric, trend_anchor(analysis.case_key, metric), total=len(points))
     offset = max(0, len(points) - MAX_POINTS)
     pts = list(points[offset:])
     chart.shown = len(pts)

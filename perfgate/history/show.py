@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from perfgate.exporters.base import format_value
+from perfgate.formatting import format_value
 from perfgate.history.store import HistoryError, Point, SeriesFilter, Store, case_keys, series
 
 FORMATS = ("table", "csv", "json")

@@ -1,0 +1,63 @@
+"""How numbers and names print in every report: units (seconds from perfgate.stats, bytes, counts,
+rates), ratios with their CI, a metric's value in its unit, and the element id that report.html and
+history.html share. Standard library and perfgate.stats only, so the exporters and the history pages
+(independent of each other) both print through it."""
+
+from __future__ import annotations
+
+import re
+
+from perfgate.stats import format_seconds
+
+__all__ = ["format_bytes", "format_count", "format_rate", "format_ratio", "format_seconds", "format_value",
+           "trend_anchor"]
+
+
+def format_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_count(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.3g}"
+
+
+def format_rate(x: float | None, unit: str = "FLOP/s") -> str:
+    if x is None:
+        return "-"
+    for prefix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= size:
+            return f"{x / size:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def format_ratio(value: float | None, low: float | None = None, high: float | None = None) -> str:
+    if value is None:
+        return "-"
+    if low is None or high is None:
+        return f"{value:.3f}x"
+    return f"{value:.3f}x [{low:.3f}, {high:.3f}]"
+
+
+def format_value(metric: str, x: float | None) -> str:
+    """A verdict's baseline or current value in the metric's unit: seconds, bytes or a count."""
+    if x is None:
+        return "-"
+    if metric == "step_time" or metric.endswith("_s"):
+        return format_seconds(x)
+    if metric.endswith("_bytes"):
+        return format_bytes(x)
+    if metric.endswith("_per_s"):
+        return format_rate(x, "/s")
+    return format_count(x)
+
+
+def trend_anchor(case_key: str, metric: str) -> str:
+    """The element id of a case's chart in history.html: report.html links there."""
+    return "trend-" + re.sub(r"[^A-Za-z0-9_-]+", "-", f"{case_key}-{metric}").strip("-")
