@@ -170,11 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps(summary, indent=1, default=str) + "\n")
         tmp.replace(summary_path)
 
-    from perfgate import ceilings
+    from perfgate import calibrate
 
     started = time.perf_counter()
     try:
-        summary["ceilings"] = ceilings.measure_in_worker(1, budget_s=2.0, timeout_s=budget["ceilings"])
+        summary["ceilings"] = calibrate.measure_ceilings(1, budget_s=2.0, timeout_s=budget["ceilings"])
         summary["steps"]["ceilings"] = {"wall_s": round(time.perf_counter() - started, 1), "timed_out": False}
     except RuntimeError as exc:
         summary["steps"]["ceilings"] = {"wall_s": round(time.perf_counter() - started, 1), "error": str(exc)}

@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from perfgate import ceilings, roofline  # noqa: E402
+from perfgate import calibrate, ceilings, roofline  # noqa: E402
 from perfgate.model import load_results  # noqa: E402
 from perfgate.runner import worker_env  # noqa: E402
 
@@ -85,7 +85,7 @@ def main() -> int:
         order = ("ceilings", "hand") if i % 2 == 0 else ("hand", "ceilings")
         for what in order:
             if what == "ceilings":
-                cpu = ceilings.measure_in_worker(threads=1)["cpu"]
+                cpu = calibrate.measure_ceilings(threads=1)["cpu"]
                 figures["ceiling_matmul"].append(cpu["flops"]["float32"])
                 figures["ceiling_copy"].append(cpu["bandwidth"]["copy"])
             else:

@@ -12,15 +12,17 @@ ceilings (perfgate.ceilings, in a worker), the rounds (perfgate.runner), the fig
 from __future__ import annotations
 
 import functools
+import json
 import math
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfgate import baselines, environment, layout, runner
+from perfgate import baselines, environment, layout, roofline, runner
 from perfgate import gate as gate_mod
 from perfgate.compare import GateSettings, case_time_change, gate_settings, judge_time
 from perfgate.config import ConfigError, Settings
@@ -273,13 +275,31 @@ def measure_noise(settings: Settings, gs: GateSettings, cases: list[CaseSpec], c
     return results
 
 
+def measure_ceilings(threads: int = 1, budget_s: float | None = None, timeout_s: float = 300) -> dict[str, Any]:
+    """This machine's ceilings, measured by ``python -m perfgate.ceilings`` in a worker subprocess (threads
+    pinned as for a case; ``budget_s``: seconds of repeats per figure, the module's default without it);
+    RuntimeError naming why it failed. No torch in this process: it never imports perfgate.ceilings."""
+    args = ["-m", "perfgate.ceilings", "--threads", str(threads)]
+    if budget_s is not None:
+        args += ["--budget", str(budget_s)]
+    try:
+        proc = runner.run_worker_command(args, threads, timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"measuring the ceilings took longer than {timeout_s:g} s") from exc
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-3:])
+        raise RuntimeError(f"measuring the ceilings failed (exit {proc.returncode}): {tail}")
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError) as exc:
+        raise RuntimeError(f"the ceilings worker printed no result: {proc.stdout[-300:]}") from exc
+
+
 def calibrate_ceilings(settings: Settings, env: dict[str, Any], machine_key: str, write: bool) -> None:
     """Measure this machine's ceilings in a worker; print them; with ``write``, store ceilings.json.
     A measurement that fails is an infrastructure error (exit 3)."""
-    from perfgate import ceilings, roofline
-
     try:
-        measured = ceilings.measure_in_worker(settings.threads)
+        measured = measure_ceilings(settings.threads)
     except RuntimeError as exc:
         raise runner.InfrastructureError(str(exc)) from exc
     for line in roofline.ceilings_lines(measured, env.get("device_name")):

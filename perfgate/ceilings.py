@@ -2,9 +2,9 @@
 (a large copy and a STREAM-style triad), on the CPU and on CUDA when present.
 
 ``python -m perfgate.ceilings [--threads N] [--budget S]`` measures in its own process and prints one
-JSON object; `perfgate calibrate` runs it (``measure_in_worker``, torch-free) and stores the result as
-``<baselines_dir>/<machine-key>/ceilings.json`` (perfgate.roofline reads it). torch is imported only
-inside the measuring functions, so the orchestrator can import this module.
+JSON object; `perfgate calibrate` runs it in a worker (``perfgate.calibrate.measure_ceilings``: the
+orchestrator never imports this module) and stores the result as
+``<baselines_dir>/<machine-key>/ceilings.json`` (perfgate.roofline reads it).
 
 How each figure is obtained (docs/roofline.md):
   flops      2 n^3 / the best time per call of ``torch.mm`` on n x n operands of the dtype, timed in
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from typing import Any
@@ -135,25 +134,6 @@ def measure(threads: int = 1, budget_s: float = DEFAULT_BUDGET_S) -> dict[str, A
             del entry["errors"]
         out[device] = entry
     return out
-
-
-def measure_in_worker(threads: int = 1, budget_s: float = DEFAULT_BUDGET_S, timeout_s: float = 300) -> dict[str, Any]:
-    """Run ``measure`` in a worker subprocess (threads pinned as for a case); RuntimeError naming why it
-    failed. No torch in this process."""
-    from perfgate.runner import run_worker_command
-
-    args = ["-m", "perfgate.ceilings", "--threads", str(threads), "--budget", str(budget_s)]
-    try:
-        proc = run_worker_command(args, threads, timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        raise RuntimeError(f"measuring the ceilings took longer than {timeout_s:g} s") from exc
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-3:])
-        raise RuntimeError(f"measuring the ceilings failed (exit {proc.returncode}): {tail}")
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError) as exc:
-        raise RuntimeError(f"the ceilings worker printed no result: {proc.stdout[-300:]}") from exc
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,66 +6,33 @@ included, and followed through every perfgate module they reach."""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from functools import cache
-from pathlib import Path
 
 import pytest
 from conftest import REPO
+from fixtures.import_graph import graph, imports_torch, reachable
 
-import perfgate
-
-PACKAGE = Path(perfgate.__file__).parent
 MANAGER = ("perfgate.runner", "perfgate.zygote")
 WORKER = ("perfgate.worker", "perfgate.zygote_server")
 SHARED = ("perfgate.zygote_protocol", "perfgate.layout", "perfgate.reaper", "perfgate.lockstep")
 
 
 @cache
-def _modules() -> dict[str, Path]:
-    found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = ("perfgate", *path.relative_to(PACKAGE).with_suffix("").parts)
-        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return found
+def _graph() -> dict[str, set[str]]:
+    return graph()
 
 
-@cache
-def _imports(module: str) -> tuple[frozenset[str], bool]:
+def _imports(module: str) -> tuple[set[str], bool]:
     """The perfgate modules ``module`` imports anywhere in its source (functions too), and whether it
     imports torch."""
-    modules = _modules()
-    targets, torch = set(), False
-    for node in ast.walk(ast.parse(modules[module].read_text())):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            # `from perfgate import worker` imports the submodule; `from perfgate.x import y`, module x
-            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                     for a in node.names]
-        else:
-            continue
-        for name in names:
-            torch = torch or name.split(".")[0] == "torch"
-            while name.startswith("perfgate.") and name not in modules:
-                name = name.rpartition(".")[0]
-            if name in modules:
-                targets.add(name)
-    return frozenset(targets), torch
+    return _graph()[module], imports_torch(module)
 
 
 def _reached(module: str) -> set[str]:
     """Every perfgate module that importing ``module`` can import, at once or later inside a function."""
-    seen: set[str] = set()
-    todo = [module]
-    while todo:
-        for name in _imports(todo.pop())[0]:
-            if name not in seen:
-                seen.add(name)
-                todo.append(name)
-    return seen
+    return reachable(_graph(), module)
 
 
 def test_the_import_reader_sees_imports_inside_functions():
