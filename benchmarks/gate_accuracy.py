@@ -276,7 +276,7 @@ def summarize(results: list[dict]) -> None:
                       f"{count['inconclusive']:>7} {count['unchanged']:>5} {f'{covered}/{len(rows)}':>16} "
                       f"{f'{ratios[0]:.3f}-{med:.3f}-{ratios[-1]:.3f}':>20} "
                       f"{f'{walls[len(walls) // 2]:.0f} ({walls[-1]:.0f})':>17} {f'{procs[0]}-{procs[-1]}':>10}")
-    print("\ntargets (issue 14, 20 trials, defaults): A/A false alarms <= 1/20; +10% caught >= 19/20; +5% caught "
+    print("\ntargets (20 trials, defaults): A/A false alarms <= 1/20; +10% caught >= 19/20; +5% caught "
           ">= 18/20; no wrong-direction verdict; A/A CIs cover the cross-trial median >= 18/20; median wall <= 60 s")
     for family in sorted({r["family"] for r in results}):
         for mode in ("stored", "against"):

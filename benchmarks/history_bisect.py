@@ -5,7 +5,7 @@ nothing.
     python benchmarks/history_bisect.py [--trials 3] [--step 0.05] [--processes 3]
 
 The repository is tests/fixtures/gitrepo.py's (a small matmul chain; the step commit lengthens it),
-the step at a different commit in each trial. Target (issue 16): <= 5 measurements, log2 of the range
+the step at a different commit in each trial. Target: <= 5 measurements, log2 of the range
 plus one.
 """
 

@@ -8,7 +8,7 @@ Runs are synthetic results (tests/fixtures/history.py: two processes x five samp
 profile metrics), each case's series with CV-3% noise and a +5% step in every tenth case. Ingest goes
 through perfgate.history.ingest (RunResult -> record, the path `history add` takes after reading
 results.json) and one transaction per run, as `history add` does; building the RunResult objects is
-timed apart. Targets (issue 16): show < 1 s, detect < 30 s, on 2 cores.
+timed apart. Targets: show < 1 s, detect < 30 s, on 2 cores.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Render a synthetic results file of 500 cases (with a comparison) into every format: time and sizes.
 
-Targets (issue 5): all formats under 2 s, report.html under 5 MB. Prints figures; asserts nothing, since
+Targets: all formats under 2 s, report.html under 5 MB. Prints figures; asserts nothing, since
 the machine may be shared. Run from the repository root:
 
     python benchmarks/render.py [--cases 500] [--repeat 3]

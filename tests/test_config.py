@@ -109,7 +109,7 @@ BAD = [
     ("processes = -1", "processes must be an integer >= 1"),
     ("processes = true", "processes must be an integer >= 1, got True"),
     ("timeout_s = 0", "timeout_s must be a finite number > 0"),
-    # issue 28 item 6: a boolean is not a number (true was a 1-second timeout)
+    # a boolean is not a number (true was a 1-second timeout)
     ("timeout_s = true", "timeout_s must be a finite number > 0, got True"),
     ("timing = {min_time_s = false}", "timing.min_time_s must be a finite number > 0, got False"),
     ("seed = true", "seed must be an integer, got True"),
@@ -120,7 +120,7 @@ BAD = [
     ("reports_dir = 3", "reports_dir must be a string"),
     ("threadz = 1", "unknown key(s) threadz in [tool.perfgate]; valid:"),
     ("default_suite = 'nightly'", "default_suite 'nightly' is not a suite; valid: full, pr, smoke"),
-    # issue 28 item 6: a list here was a TypeError deep in load, exit 3
+    # a list here was a TypeError deep in load, exit 3
     ("default_suite = ['smoke']", "default_suite must be a string, got ['smoke']"),
     ("timing = {samplez = 3}", "unknown key(s) samplez in [tool.perfgate.timing]; valid: samples"),
     ("timing = {samples = 0}", "timing.samples must be an integer >= 1, got 0"),
@@ -175,7 +175,7 @@ def test_worker_env_names_are_read_and_checked(tmp_path):
 
 
 def test_a_nearest_pyproject_with_a_toml_error_is_an_error_naming_file_and_line(tmp_path):
-    # issue 28 item 5: the broken file used to be stepped over, and the parent's threads = 4 applied
+    # the broken file used to be stepped over, and the parent's threads = 4 applied
     write(tmp_path / "pyproject.toml", "[tool.perfgate]\nthreads = 4\n")
     broken = write(tmp_path / "sub" / "pyproject.toml", "[project]\nname = 'x'\n\n[tool.perfgate\nthreads = 1\n")
     with pytest.raises(ConfigError) as exc:

@@ -225,10 +225,6 @@ def test_comparison_file_round_trips(tmp_path):
 
 # ---------------------------------------------------------------- merge --gate: one verdict for the merged run
 
-def _needs_gate():
-    pytest.importorskip("perfgate.gate", reason="the gate (issue 4) is not on this branch yet")
-
-
 def _summary_env(tmp_path):
     summary = tmp_path / "step-summary.md"
     summary.write_text("earlier step\n")
@@ -237,7 +233,6 @@ def _summary_env(tmp_path):
 
 @pytest.mark.parametrize("kinds, code", [(["unchanged", "win"], 0), (["regression", "unchanged"], 1)])
 def test_merge_gate_judges_the_shards_verdicts_as_one_run(tmp_path, kinds, code):
-    _needs_gate()
     paths = write_shard_runs(tmp_path, suite_cases(workloads=2, toggles=2), 2)
     _write_comparison(paths[0], ["unchanged", "unchanged"])
     _write_comparison(paths[1], kinds)
@@ -256,7 +251,6 @@ def test_merge_gate_judges_the_shards_verdicts_as_one_run(tmp_path, kinds, code)
 
 
 def test_merge_gate_without_shard_verdicts_compares_with_the_baseline(tmp_path):
-    _needs_gate()
     paths = write_shard_runs(tmp_path, suite_cases(workloads=2, toggles=2), 2)
     first = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m1"), timeout=120)
     assert first.returncode == 0, first.stderr
@@ -307,7 +301,6 @@ def _against_shards(tmp_path, factor):
 def test_rejudge_ignores_the_shards_own_verdicts(tmp_path):
     """A pull request that loosened the gate wrote 'unchanged' for a 3x slowdown: without --rejudge the
     merge trusts that; with it, the merging perfgate's rules see the regression in the raw samples."""
-    _needs_gate()
     paths = _against_shards(tmp_path, 3.0)
     trusted = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "trusted"), "--gate", timeout=120)
     assert trusted.returncode == 0, trusted.stdout + trusted.stderr
@@ -321,7 +314,6 @@ def test_rejudge_ignores_the_shards_own_verdicts(tmp_path):
 
 
 def test_rejudge_passes_an_unchanged_run(tmp_path):
-    _needs_gate()
     paths = _against_shards(tmp_path, 1.0)
     proc = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m"), "--gate", "--rejudge", timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -329,7 +321,6 @@ def test_rejudge_passes_an_unchanged_run(tmp_path):
 
 
 def test_rejudge_confirms_a_regression_only_with_both_sides_re_measured(tmp_path):
-    _needs_gate()
     from perfgate.compare import GateSettings
     from perfgate.merge import judge_against
 
@@ -359,7 +350,6 @@ def test_rejudge_confirms_a_regression_only_with_both_sides_re_measured(tmp_path
 
 
 def test_rejudge_needs_the_shards_base_runs(tmp_path):
-    _needs_gate()
     paths = write_shard_runs(tmp_path, suite_cases(workloads=1, toggles=2), 2)
     _write_comparison(paths[0], ["unchanged", "unchanged"])
     proc = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m"), "--gate", "--rejudge", timeout=120)
@@ -450,7 +440,6 @@ def test_rejudge_takes_no_confidence_level_from_the_shards(tmp_path):
     """The shard's sampling record states the confidence its last look was judged at. A pull request's shard
     that writes 0.99999999 there would widen every interval until a 7% regression is inconclusive (exit 0);
     the merging perfgate recomputes each look's level from its own settings, so the verdict is the same."""
-    _needs_gate()
     from perfgate.compare import GateSettings, case_time_change, judge_time
 
     verdicts = {}

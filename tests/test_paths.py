@@ -1,4 +1,4 @@
-"""Names from files and workloads cannot move a baseline or a trace folder out of its root (issue 15, item 7)."""
+"""Names from files and workloads cannot move a baseline or a trace folder out of its root."""
 
 from __future__ import annotations
 

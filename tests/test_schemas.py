@@ -1,5 +1,5 @@
 """perfgate.schemas: the JSON Schemas in docs/schemas/ are the ones the declared models generate, and what
-perfgate writes passes them (issue 28 item 6)."""
+perfgate writes passes them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""perfgate/storage.py: atomic writes leave files with the usual umask modes, not mkstemp's 0600 (issue 15, item 14)."""
+"""perfgate/storage.py: atomic writes leave files with the usual umask modes, not mkstemp's 0600."""
 
 from __future__ import annotations
 

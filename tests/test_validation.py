@@ -1,4 +1,4 @@
-"""Untrusted files (issue 15, item 6): malformed input is one line and exit 2 through the real CLI, never a
+"""Untrusted files: malformed input is one line and exit 2 through the real CLI, never a
 traceback or exit 1; what no check foresaw is one line and exit 3."""
 
 from __future__ import annotations

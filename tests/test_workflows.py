@@ -1,5 +1,5 @@
 """The GitHub Actions workflows: schema-valid, audited by zizmor, and shaped by the threat model of
-docs/ci.md (issue 15, items 1-5: a GPU gate forks cannot reach, an approved commit pinned, no Python
+docs/ci.md (a GPU gate forks cannot reach, an approved commit pinned, no Python
 state shared between jobs, one aggregate verdict per workflow, the base's perfgate as the judge). The
 steps that decide something (pinning the approved commit, the aggregate verdicts) are run here as
 bash scripts against a fake `gh`; the CPU job's script is run exactly as the workflow runs it.
@@ -676,7 +676,6 @@ def test_baselines_workflow_opens_a_pull_request_and_never_pushes_main(workflows
 def smoke_run(tmp_path_factory):
     """.ci/smoke-gate.sh as the workflow calls it (against a git ref, as PERFGATE_AGAINST is set to the
     pull request's base there), narrowed to one workload, eager only, one process, 2 samples."""
-    pytest.importorskip("perfgate.gate", reason="`perfgate run --gate` (issue 4) is not on this branch yet")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
     if head.returncode != 0:
         pytest.skip("not a git checkout: --against needs one")
@@ -714,7 +713,6 @@ def test_smoke_script_appends_the_summary_to_the_job_summary(smoke_run):
 
 
 def test_smoke_script_passes_perfgate_usage_errors_through(tmp_path):
-    pytest.importorskip("perfgate.gate", reason="`perfgate run --gate` (issue 4) is not on this branch yet")
     env = cli_env(PERFGATE_PYTHON=sys.executable, PERFGATE_SUITE="no-such-suite", PERFGATE_OUT=str(tmp_path / "o"))
     proc = subprocess.run(["bash", str(SMOKE_SCRIPT)], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
@@ -774,7 +772,7 @@ def test_action_names_a_usage_error_and_fails_the_step(user_repo, tmp_path, inpu
 
 
 def test_a_job_tests_every_dependency_at_its_declared_floor(workflows):
-    """Issue 28 item 10: the lowest-versions job installs the floors (.ci/lowest-constraints.txt) and tests."""
+    """The lowest-versions job installs the floors (.ci/lowest-constraints.txt) and tests."""
     wf = workflows["perfgate.yml"]
     job = wf["jobs"]["lowest-versions"]
     script = "\n".join(s.get("run", "") for s in _steps(job))
@@ -783,7 +781,7 @@ def test_a_job_tests_every_dependency_at_its_declared_floor(workflows):
     assert "lowest-versions" in _final_job(wf)[1]["needs"]  # its failure fails the required check
 
 
-# ---------------------------------------------------------------- issue 29, item 5: the measuring job's token
+# ---------------------------------------------------------------- the measuring job's token
 
 SWEEP_STEP = "end every process the pull request's code left"
 
