@@ -329,7 +329,7 @@ def report_cmd(config: str | None, results: str, baseline: str | None, against_r
         raise ConfigError(problem)
     settings = load_settings(config) if (baseline or against_results) else None
     comparison = load_comparison(run, baseline, against_results, settings)
-    report = ReportInput(run, comparison, run_dir=run_dir.resolve())
+    report = ReportInput(run, comparison, run_dir=run_dir.resolve(), report_dir=out_dir.resolve())
     for path in write_all(report, out_dir, chosen):
         echo(f"wrote {path}")
     echo(report.verdict.headline)
@@ -365,16 +365,38 @@ def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: st
     except RuntimeError as exc:
         fail(str(exc), EXIT_INFRA)
     echo(f"TensorBoard on {tb_dir}: {tb.url}  (Ctrl-C to stop)")
-    if not tbserver.profiler_plugin_installed():
-        echo(tbserver.PROFILER_PLUGIN_HELP.format(tb_dir=tb_dir))
-    else:
-        echo(f"Traces: the PYTORCH_PROFILER tab; or open a .pt.trace.json from {tb_dir} in https://ui.perfetto.dev")
+    echo(tbserver.TRACES_HELP.format(tb_dir=tb_dir))
+    if tbserver.profiler_plugin_installed():
+        echo("An old torch-tb-profiler is installed here: its PYTORCH_PROFILER tab reads the traces too.")
     try:
         tb.process.wait()
     except KeyboardInterrupt:
         pass
     finally:
         tb.stop()
+
+
+# ---------------------------------------------------------------- perfgate trace
+
+
+@main.command("trace")
+@config_option
+@click.argument("case")
+@click.option("--results", "results", default=None, type=click.Path(), metavar="RUN_DIR",
+              help="The run folder (or its results.json); default: the latest run.")
+@handle_errors
+def trace_cmd(config: str | None, case: str, results: str | None) -> None:
+    """Print CASE's profiler trace files (base and head where the run was compared) and how to open them
+    in Perfetto. CASE is a case key or a glob over them (`tight_conv/*/eager/cpu`)."""
+    from perfgate import merge, runner, traces
+
+    if results is None:
+        run_dir = runner.latest_run_dir(load_settings(config).reports_dir)
+        if run_dir is None:
+            raise ConfigError("no run found in the reports folder; give --results RUN_DIR or run `perfgate run` first")
+    else:
+        run_dir = Path(results) if not Path(results).is_file() else Path(results).parent
+    echo(traces.trace_text(run_dir, case, merge.load_comparison_file(run_dir)))
 
 
 # ---------------------------------------------------------------- perfgate history, bisect

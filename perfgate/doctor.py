@@ -149,12 +149,10 @@ def check_clock(sysfs: Path = Path("/sys/devices/system/cpu"), which: Callable[[
 
 def check_tensorboard() -> Finding:
     if importlib.util.find_spec("tensorboard") is None:
-        return Finding(WARN, "tensorboard", "not installed: no TensorBoard scalars or trace viewing",
+        return Finding(WARN, "tensorboard", "not installed: no TensorBoard scalars (traces still open in Perfetto)",
                        "pip install tensorboard")
-    if importlib.util.find_spec("torch_tb_profiler") is None:
-        return Finding(WARN, "tensorboard", "installed, without the PyTorch profiler plugin: traces open only in "
-                       "chrome://tracing or Perfetto", "pip install 'perfgate[tb]'")
-    return Finding(OK, "tensorboard", "installed, with the PyTorch profiler plugin")
+    return Finding(OK, "tensorboard", "installed: scalars and hparams (`perfgate tensorboard`); traces open in "
+                   "Perfetto (`perfgate trace CASE`)")
 
 
 def check_browser(which: Callable[[str], str | None] = shutil.which, home: Path | None = None) -> Finding:

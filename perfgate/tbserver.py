@@ -16,11 +16,12 @@ from pathlib import Path
 
 from perfgate.config import ConfigError
 
-PROFILER_PLUGIN_HELP = (
-    "The PyTorch Profiler tab needs the torch-tb-profiler plugin: pip install 'perfgate[tb]' "
-    "(or pip install torch-tb-profiler), then restart this command. That plugin is no longer "
-    "maintained upstream; to browse a trace without it, open https://ui.perfetto.dev and drag in the "
-    "case's .pt.trace.json from {tb_dir}/<workload>/<size>/<toggles>/ (trace_file in results.json)."
+# What `perfgate tensorboard` says about traces: TensorBoard's profiler plugin (torch-tb-profiler) was
+# removed upstream, so traces open in Perfetto; TensorBoard keeps the scalars and hparams.
+TRACES_HELP = (
+    "TensorBoard shows the run's scalars and hparams. Traces open in Perfetto: `perfgate trace CASE` prints "
+    "a case's trace file(s) and the steps (https://ui.perfetto.dev, \"Open trace file\"; the browser reads "
+    "the file, nothing is uploaded); they lie under {tb_dir}/<workload>/<size>/<toggles>/."
 )
 
 
@@ -42,6 +43,7 @@ class TensorBoardProcess:
 
 
 def profiler_plugin_installed() -> bool:
+    """An old torch-tb-profiler still installed: its tab reads the traces too (perfgate no longer offers it)."""
     return importlib.util.find_spec("torch_tb_profiler") is not None
 
 

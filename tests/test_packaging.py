@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO
 
 TORCH = "torch==2.13.0"  # the local CPU build, as CI installs it
-TEMPLATES = {"templates/report.html.j2", "templates/history.html.j2", "templates/init/example_workload.py",
+TEMPLATES = {"templates/report.html.j2", "templates/report_traces.html.j2", "templates/history.html.j2", "templates/init/example_workload.py",
              "templates/init/pyproject-table.toml", "templates/init/workflow-perfgate.yml",
              "templates/init/workflow-baselines.yml"}
 

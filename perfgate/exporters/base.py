@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
-from perfgate import expect, roofline
+from perfgate import expect, roofline, traces
 from perfgate.compare import throttled
 from perfgate.formatting import format_bytes, format_count, format_rate, format_ratio
 from perfgate.model import (
@@ -591,6 +591,9 @@ class ReportInput:
     comparison: Comparison | None = None
     run_dir: Path | None = None
     html_filename: str = "report.html"
+    # where the reports are written (`perfgate report --out`); the run folder when None. Links to traces
+    # are relative to it, and only to files inside it.
+    report_dir: Path | None = None
 
     @property
     def threshold(self) -> float:
@@ -661,6 +664,26 @@ class ReportInput:
             if hint and r.spec.toggles != ("eager",) and r.case.accuracy.get("verdict") != "drift":
                 r.recommendation = Recommendation(r.recommendation.action, f"{r.recommendation.reason}; {hint}")
         return rows
+
+    @property
+    def regression_rows(self) -> list[CaseRow]:
+        """The cases the "Regressions: why" part explains: a gate-failing verdict, or marked regression."""
+        return [r for r in self.rows if r.has_regression or r.marker == "regression"]
+
+    @cached_property
+    def trace_pairs(self) -> dict[str, traces.TracePair]:
+        """Both traces of each regressed case and their kernel (op) difference (perfgate.traces), read once
+        for every format; empty without a comparison or a run folder."""
+        if self.comparison is None or self.run_dir is None:
+            return {}
+        bases = traces.base_runs(Path(self.run_dir), self.comparison)
+        return {r.key: traces.trace_pair(r.case, bases, Path(self.run_dir)) for r in self.regression_rows}
+
+    def trace_link(self, side: traces.TraceSide) -> tuple[str | None, str]:
+        """(href, text) of one side's trace: a link relative to the report's folder where the file lies
+        inside it, else its path as text and no link."""
+        return traces.link(side.path, Path(self.report_dir or self.run_dir) if (self.report_dir or self.run_dir)
+                           else None)
 
     @cached_property
     def groups(self) -> list[Group]:

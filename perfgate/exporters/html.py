@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup, escape
 
-from perfgate import roofline
+from perfgate import roofline, traces
 from perfgate.acknowledge import match_text
 from perfgate.exporters.base import (
     CaseRow,
@@ -379,6 +379,8 @@ def _template() -> jinja2.Template:
     env.globals["verdict_display"] = verdict_display
     env.globals["ratio_text"] = format_ratio
     env.globals["match_text"] = match_text
+    env.globals["format_us"] = traces.format_us
+    env.globals["format_delta_us"] = traces.format_delta_us
     return env.get_template("report.html.j2")
 
 
@@ -388,7 +390,7 @@ class HtmlExporter:
 
     def render(self, report: ReportInput) -> bytes:
         groups = report.groups
-        regressions = [r for r in report.rows if r.has_regression or r.marker == "regression"]
+        regressions = report.regression_rows
         run_dir = str(report.run_dir) if report.run_dir else "<run dir>"
         html = _template().render(
             report=report,
@@ -414,5 +416,10 @@ class HtmlExporter:
             label_width=LABEL_WIDTH,
             history_href=report.history_href,
             trend_anchor=_trend_anchor,
+            trace_pairs=report.trace_pairs,
+            trace_link=report.trace_link,
+            case_trace_link=lambda row: report.trace_link(traces.trace_of(row.case, report.run_dir, "head", "this run"))
+            if report.run_dir else (None, ""),
+            perfetto_url=traces.PERFETTO_URL,
         )
         return html.encode("utf-8", "backslashreplace")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from perfgate import traces
 from perfgate.acknowledge import match_text
 from perfgate.exporters.base import CaseRow, ReportInput
 from perfgate.formatting import format_ratio, format_value
@@ -128,6 +129,28 @@ def _acknowledgements(out: _Budget, comp: Comparison) -> None:
         out.add("")
 
 
+def _side_text(report: ReportInput, side: traces.TraceSide) -> str:
+    _, text = report.trace_link(side)
+    return f"{side.label} {code(text, False)}" if text else f"{side.label}: none ({code(side.note, False)})"
+
+
+def _trace_lines(out: _Budget, report: ReportInput) -> None:
+    """One line per regressed case: its base and head traces (paths relative to the report's folder) and
+    the kernel (op) that moved most between them; report.html has the whole difference."""
+    pairs = report.trace_pairs
+    if not pairs:
+        return
+    for key, pair in pairs.items():
+        mover = f"; top mover: {code(pair.top_mover_text, False)}" if pair.top_mover_text else ""
+        unread = f"; {code(pair.notes[0], False)}" if pair.notes else ""
+        out.add(f"- Traces of {code(key, False)}: {_side_text(report, pair.base)}, {_side_text(report, pair.head)}"
+                f"{mover}{unread}")
+    out.add("")
+    out.add(f"Open a trace in Perfetto ({traces.PERFETTO_URL}, \"Open trace file\"; read in the browser, "
+            f"not uploaded); `perfgate trace CASE` prints both paths. The kernel-by-kernel difference is in `{report.html_filename}`.")
+    out.add("")
+
+
 CASE_HEADER = ["| case | status | step time | speedup vs eager | vs baseline | recommendation | note |",
                "|---|---|---|---|---|---|---|"]
 
@@ -197,6 +220,7 @@ class MarkdownExporter:
             wins = [(None, v) for v in comp.verdicts if v.kind in ("win", "fixed")]
             header = _verdict_table([])
             out.table(["### Regressions", ""], header, _verdict_table(gated)[2:] + [""] if gated else [])
+            _trace_lines(out, report)
             out.table(["### Wins", ""], header, _verdict_table(wins)[2:] + [""] if wins else [])
             if not gated and not wins:
                 out.add("No regressions and no wins against the baseline.")
