@@ -164,7 +164,10 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
         out.append(_table(_verdict_rows(failing), VERDICT_HEADER))
         for v in failing:
             out.append(f"  {v.case_key} {v.metric}: {v.rule}")
-        repros = repro.regression_repros(run, comparison, run_dir) if run is not None else {}
+        try:
+            repros = repro.regression_repros(run, comparison, run_dir) if run is not None else {}
+        except Exception:  # noqa: BLE001 - a command that cannot be made must not cost the verdicts their printing
+            repros = {}
         for key, r in repros.items():
             out.append(f"  reproduce {key}: {r.command}")
         if repros and run_dir is not None:

@@ -155,3 +155,26 @@ def test_confirmed_wins_against_a_stored_baseline_print_the_refresh_command(tmp_
     assert repro.refresh_command(against, tmp_path) is None  # no stored baseline to refresh
     other_run = Comparison(verdicts=verdicts, mode="baseline", baseline_source=str(tmp_path / "old" / "results.json"))
     assert repro.refresh_command(other_run, tmp_path) is None
+
+
+def test_the_console_prints_a_repro_under_each_regression_and_the_refresh_under_wins(tmp_path, monkeypatch):
+    from perfgate import console
+
+    monkeypatch.chdir(tmp_path)
+    keys = ["a/smoke/eager/cpu", "b/smoke/eager/cpu", "c/smoke/eager/cpu"]
+    run = _run(keys)
+    base = RunResult(run_id="b", suite="smoke", environment={"git_commit": "c" * 40, "git_dirty": False})
+    comparison = Comparison(verdicts=[Verdict(keys[0], "step_time", "regression", ratio=1.5),
+                                      Verdict(keys[0], "peak_rss_bytes", "regression", ratio=1.3),
+                                      Verdict(keys[1], "step_time", "win", ratio=0.5),
+                                      Verdict(keys[2], "step_time", "unchanged", ratio=1.0)],
+                            mode="baseline", baseline_source=str(tmp_path / "baselines" / "m" / "smoke.json"),
+                            baseline=base)
+    text = console.comparison_text(comparison, run=run, run_dir=tmp_path / "reports" / "r")
+    repro_lines = [line for line in text.splitlines() if line.startswith("  reproduce ")]
+    assert repro_lines == [f"  reproduce {keys[0]}: perfgate run --against {'c' * 40} --suite smoke -w a --size smoke "
+                           "-t eager --device cpu --processes 2 --samples 10 --threads 1 --timeout 600 --gate"]
+    assert ("Wins: refresh the baseline for these cases with: perfgate baseline update reports/r --baseline "
+            f"baselines/m/smoke.json --case {keys[1]}") in text
+    # without the run (a caller that has none) the verdicts print as before, with no command
+    assert "reproduce" not in console.comparison_text(comparison)
