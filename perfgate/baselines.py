@@ -12,17 +12,22 @@ Schema history (``perfgate.baseline/N``):
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
 from perfgate import expect
+from perfgate.config import ConfigError
 from perfgate.model import (
     STATUS_FAILED,
     STATUS_OK,
+    CaseResult,
     ResultsDocument,
     RunResult,
     SchemaError,
@@ -180,6 +185,63 @@ def from_run(run: RunResult, previous: Baseline | None = None, source: str | Non
                     calibration=calibration, updated_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), source=source)
 
 
+# Environment keys two runs must share for one baseline to hold cases of both (`baseline update --case`).
+SHARED_ENVIRONMENT = ("machine_key", "torch", "torch_cuda", "cudnn", "nvidia_driver", "python", "device_name",
+                      "cpu_model", "threads")
+
+
+def select_cases(run: RunResult, patterns: Sequence[str], source: str) -> list[CaseResult]:
+    """The run's cases each pattern names (a case key, or a glob of keys); ConfigError naming a pattern that
+    matches none, with the valid keys."""
+    chosen: list[CaseResult] = []
+    for pattern in patterns:
+        found = [c for c in run.cases if c.key == pattern] or [c for c in run.cases
+                                                               if fnmatch.fnmatchcase(c.key, pattern)]
+        if not found:
+            keys = [c.key for c in run.cases]
+            raise ConfigError(f"--case {pattern!r} matches no case of {source}; valid: "
+                              f"{', '.join(keys[:20]) + (', ...' if len(keys) > 20 else '') or '(none)'}")
+        chosen.extend(c for c in found if c not in chosen)
+    return chosen
+
+
+def with_cases_from(previous: Baseline, run: RunResult, patterns: Sequence[str], source: str, *,
+                    allow_failed: bool = False) -> Baseline:
+    """``previous`` with the cases ``patterns`` name replaced by (or, when new to it, added from) ``run``'s;
+    every other case, the calibration and the expectations stay. The environment's commit becomes the run's:
+    the replaced cases were measured there, and the others are the ones that did not change. ConfigError
+    when the run was measured in another environment (update the whole baseline then)."""
+    chosen = select_cases(run, patterns, source)
+    if not allow_failed:
+        refuse_failed(replace(run, cases=chosen), source)
+    old_env, new_env = previous.run.environment, run.environment
+    differ = [f"{k} {old_env.get(k)} vs {new_env.get(k)}" for k in SHARED_ENVIRONMENT if old_env.get(k) != new_env.get(k)]
+    if differ:
+        raise ConfigError(f"cannot replace only some cases of {previous.path or 'the baseline'}: {source} was measured "
+                          f"in another environment ({'; '.join(differ[:3])}); update the whole baseline (no --case)")
+    new_cases = {c.key: c for c in chosen}
+    cases = [new_cases.pop(c.key, c) for c in previous.run.cases] + list(new_cases.values())
+    env = {**old_env, **{k: new_env.get(k) for k in ("git_commit", "git_dirty") if k in new_env}}
+    merged = replace(previous.run, cases=cases, environment=env)
+    return Baseline(run=merged, machine_key=previous.machine_key, suite=previous.suite, calibration=previous.calibration,
+                    updated_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    source=f"{previous.source or previous.run.run_id}; {len(chosen)} case(s) from {source}")
+
+
+def updated(run: RunResult, previous: Baseline | None, source: str, patterns: Sequence[str] = (), *,
+            allow_failed: bool = False) -> Baseline:
+    """`perfgate baseline update`: the whole run as the new baseline, or with ``patterns`` (``--case``) only
+    the cases they name replaced in ``previous`` (which must exist)."""
+    if not patterns:
+        if not allow_failed:
+            refuse_failed(run, source)
+        return from_run(run, previous, source=source)
+    if previous is None:
+        raise ConfigError("--case replaces cases in a stored baseline, and there is none yet; run "
+                          "`perfgate baseline update` without --case to make one")
+    return with_cases_from(previous, run, patterns, source, allow_failed=allow_failed)
+
+
 def refuse_failed(run: RunResult, source: str) -> None:
     failed = [c.key for c in run.cases if c.status == STATUS_FAILED]
     if failed:
@@ -201,12 +263,15 @@ def _median_step(case: Any) -> float | None:
     return st.median if st else None
 
 
-def changes(previous: Baseline | None, new: Baseline) -> list[str]:
-    """What changed from the previous baseline, one line per case, for `perfgate baseline update`."""
+def changes(previous: Baseline | None, new: Baseline, only: Sequence[str] | None = None) -> list[str]:
+    """What changed from the previous baseline, one line per case (``only``: those case keys), for
+    `perfgate baseline update`."""
     if previous is None:
         return [f"new baseline with {len(new.run.cases)} case(s)"]
     lines = []
     for c in new.run.cases:
+        if only is not None and c.key not in only:
+            continue
         old = previous.run.case(c.key)
         if old is None:
             lines.append(f"  + {c.key}: added ({c.status})")

@@ -199,9 +199,14 @@ def baseline_group() -> None:
 @click.option("--allow-failed", is_flag=True, help="Accept a results file with failed cases.")
 @click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None,
               help="Write here instead of <baselines_dir>/<machine-key>/<suite>.json.")
+@click.option("--case", "cases", multiple=True, metavar="PATTERN",
+              help="Replace only these cases (a key workload/size/toggles/device or a glob; repeatable) in the "
+                   "stored baseline; every other case stays.")
 @handle_errors
-def baseline_update_cmd(config: str | None, results: str | None, allow_failed: bool, baseline_file: str | None) -> None:
-    """Make RESULTS (default: the latest run) the baseline of its suite on its machine."""
+def baseline_update_cmd(config: str | None, results: str | None, allow_failed: bool, baseline_file: str | None,
+                        cases: tuple[str, ...]) -> None:
+    """Make RESULTS (default: the latest run) the baseline of its suite on its machine (with --case: only
+    those cases of it)."""
     from perfgate import baselines, runner
     from perfgate.model import load_results
 
@@ -212,15 +217,14 @@ def baseline_update_cmd(config: str | None, results: str | None, allow_failed: b
             raise ConfigError(f"no run under {settings.reports_dir}; run `perfgate run` first or name RESULTS")
         results = str(latest)
     run = load_results(results)
-    if not allow_failed:
-        baselines.refuse_failed(run, results)
     path = Path(baseline_file) if baseline_file else baselines.baseline_path(
         settings.baselines_dir, run.environment.get("machine_key", "unknown-machine"), run.suite or settings.default_suite)
     previous = baselines.load_baseline(path) if path.exists() else None
-    new = baselines.from_run(run, previous, source=str(results))
+    new = baselines.updated(run, previous, str(results), cases, allow_failed=allow_failed)
     baselines.write_baseline(new, path)
-    echo(f"baseline {path} <- {results}")
-    for line in baselines.changes(previous, new):
+    echo(f"baseline {path} <- {results}" + (f" ({', '.join(cases)} only)" if cases else ""))
+    for line in baselines.changes(previous, new, only=[c.key for c in baselines.select_cases(run, cases, results)]
+                                  if cases else None):
         echo(line)
 
 
@@ -239,6 +243,31 @@ def baseline_show_cmd(config: str | None, path: str | None) -> None:
     for p in paths:
         for line in baselines.describe(baselines.load_baseline(p)):
             echo(line)
+
+
+@main.command("repro")
+@config_option
+@click.argument("case")
+@click.option("--results", "results", type=click.Path(exists=True), default=None,
+              help="A run folder or its results.json (default: the latest run).")
+@click.option("--profile", "traces_only", is_flag=True,
+              help="Only the form that keeps both sides' traces (one lockstep pair, into a known folder).")
+@handle_errors
+def repro_cmd(config: str | None, case: str, results: str | None, traces_only: bool) -> None:
+    """The command that measures CASE alone, base and head in lockstep with the settings its run used
+    (`perfgate run --against BASE ...`), and a form that keeps both traces. CASE: a key as perfgate prints
+    it (workload/size/toggles/device) or a glob of keys; one command per case it matches."""
+    from perfgate import repro, runner
+    from perfgate.merge import load_comparison_file
+
+    if results is None:
+        latest = runner.latest_run_dir(load_settings(config).reports_dir)
+        if latest is None:
+            raise ConfigError("no run found in the reports folder; give --results RUN_DIR or run `perfgate run` first")
+        results = str(latest)
+    run, run_dir = repro.load_run(results)
+    for line in repro.command_lines(case, run, load_comparison_file(run_dir), run_dir, traces_only=traces_only):
+        echo(line)
 
 
 @main.command("calibrate")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from pathlib import Path
 
 from perfgate import acknowledge
 from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, Evidence, RunResult, Verdict
@@ -143,9 +144,12 @@ def _verdict_rows(verdicts: list[Verdict]) -> list[list[str]]:
 VERDICT_HEADER = ["verdict", "case", "metric", "baseline", "current", "ratio [95% CI]", "evidence"]
 
 
-def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidence | None = None) -> str:
-    """Regressions (and newly failing cases) first with the rule that made them, then wins, then a count
-    of the rest, the advice for inconclusive verdicts, and how many cases carried ``evidence``."""
+def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidence | None = None,
+                    run: RunResult | None = None, run_dir: Path | None = None) -> str:
+    """Regressions (and newly failing cases) first with the rule that made them and, with ``run``, the
+    command that reproduces each case; then wins (with the command that refreshes the baseline for them),
+    then a count of the rest, the advice for inconclusive verdicts, and how many cases carried ``evidence``."""
+    from perfgate import repro
     from perfgate.compare import sort_key
 
     verdicts = sorted(comparison.verdicts, key=sort_key)
@@ -160,9 +164,21 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
         out.append(_table(_verdict_rows(failing), VERDICT_HEADER))
         for v in failing:
             out.append(f"  {v.case_key} {v.metric}: {v.rule}")
+        try:
+            repros = repro.regression_repros(run, comparison, run_dir) if run is not None else {}
+        except Exception:  # noqa: BLE001 - a command that cannot be made must not cost the verdicts their printing
+            repros = {}
+        for key, r in repros.items():
+            out.append(f"  reproduce {key}: {r.command}")
+        if repros and run_dir is not None:
+            out.append(f"  (`perfgate repro CASE --results {repro.shell([repro.shown_path(run_dir)])}` prints these "
+                       "again, with a form that keeps both sides' traces)")
     if wins:
         out.append(f"\nWins ({len(wins)}):")
         out.append(_table(_verdict_rows(wins), VERDICT_HEADER))
+        refresh = repro.refresh_command(comparison, run_dir)
+        if refresh:
+            out.append(f"Wins: refresh the baseline for these cases with: {refresh}")
     counts: dict[str, int] = {}
     for v in rest:
         counts[v.kind] = counts.get(v.kind, 0) + 1

@@ -55,11 +55,13 @@ class NoEvidence(runner.InfrastructureError):
     """A gate none of whose cases carried evidence (model.Evidence): exit 3, never a pass."""
 
 
-def conclude(comparison: Comparison, gate: bool, echo: Echo, run: RunResult | None = None) -> int:
-    """Print the comparison and return the gate's exit code; NoEvidence (exit 3) for a gate whose cases all
-    went unjudged (skipped, or failing as in the base) and that nothing else failed."""
+def conclude(comparison: Comparison, gate: bool, echo: Echo, run: RunResult | None = None,
+             run_dir: Path | None = None) -> int:
+    """Print the comparison (with ``run``, a command under each regression that reproduces it) and return
+    the gate's exit code; NoEvidence (exit 3) for a gate whose cases all went unjudged (skipped, or failing
+    as in the base) and that nothing else failed."""
     found = evidence(run, comparison) if run is not None else None
-    echo(console.comparison_text(comparison, gate=gate, evidence=found))
+    echo(console.comparison_text(comparison, gate=gate, evidence=found, run=run, run_dir=run_dir))
     missed = expectations_failed(run, echo) if gate else False
     if gate and (comparison.gate_failed or missed):
         return EXIT_GATE
@@ -191,7 +193,7 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Pa
         record_remeasures(run, run_dir, again)
     comparison = acknowledged(comparison, settings)
     write_comparison(comparison, run_dir, run, echo)
-    return conclude(comparison, gate, echo, run)
+    return conclude(comparison, gate, echo, run, run_dir)
 
 
 def settle_stored(comparison: Comparison, run: RunResult, run_dir: Path, settings: Settings, commit: str,
@@ -313,7 +315,7 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
         record_remeasures(base_run, base_dir, base_again)
     comparison = acknowledged(comparison, settings)
     write_comparison(comparison, run_dir, run, echo)
-    return conclude(comparison, gate, echo, run)
+    return conclude(comparison, gate, echo, run, run_dir)
 
 
 def compare_files(current: str, baseline: str, settings: Settings, *, strict_env: bool, gate: bool,
@@ -338,7 +340,7 @@ def compare_files(current: str, baseline: str, settings: Settings, *, strict_env
     comparison = acknowledged(comparison, settings)
     cur_dir = Path(current) if Path(current).is_dir() else Path(current).parent
     write_comparison(comparison, cur_dir)
-    return conclude(comparison, gate, echo, cur)
+    return conclude(comparison, gate, echo, cur, cur_dir)
 
 
 def _is_results(path: Path) -> bool:

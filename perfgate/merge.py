@@ -415,7 +415,7 @@ def judge_merged(run: RunResult, results: Sequence[str], out_dir: Path, settings
         try:
             if comparison is not None:
                 gate_mod.write_comparison(comparison, out_dir)
-                code = gate_mod.conclude(comparison, gate, console.echo, run)
+                code = gate_mod.conclude(comparison, gate, console.echo, run, out_dir)
             else:
                 path = Path(baseline_file) if baseline_file else gate_mod.default_baseline_path(settings, run)
                 code = gate_mod.compare_files(str(out_dir), str(path), settings, strict_env=strict_env, gate=gate,

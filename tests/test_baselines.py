@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from perfgate import baselines
+from perfgate.config import ConfigError
 from perfgate.model import CaseResult, CaseSpec, ProcessSamples, RunResult, SchemaError
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -89,3 +90,73 @@ def test_update_refuses_failures_and_reports_changes():
     lines = "\n".join(baselines.changes(old, new))
     assert "scaled_work/smoke/eager/cpu: step time" in lines and "(+99.5%)" in lines
     assert "scaled_work/smoke/compile/cpu: added (failed)" in lines
+
+
+def _two_case_baseline(tmp_path: Path) -> tuple[Path, dict]:
+    """A stored baseline of two cases (eager, compile) with a calibration, and the results document it holds."""
+    data = json.loads((FIXTURES / "baseline-v1.json").read_text())["run"]
+    data["environment"].update(git_commit="a" * 40, git_dirty=False)
+    data["cases"].append(dict(data["cases"][0], spec={**data["cases"][0]["spec"], "toggles": ["compile"]}))
+    b = baselines.from_run(RunResult.from_json(data), None, source="first-run")
+    b.calibration["scaled_work/smoke/compile/cpu"] = {"threshold": 0.08}
+    path = baselines.write_baseline(b, tmp_path / "baselines" / "test-cpu-1t" / "smoke.json")
+    return path, data
+
+
+def _faster(data: dict, commit: str = "b" * 40) -> dict:
+    """The same run measured again at ``commit``: every sample half as long, a third case, a failed one."""
+    new = json.loads(json.dumps(data))
+    new["environment"]["git_commit"] = commit
+    for case in new["cases"]:
+        for p in case["processes"]:
+            p["samples_ns"] = [s // 2 for s in p["samples_ns"]]
+    new["cases"].append(dict(new["cases"][0], spec={**new["cases"][0]["spec"], "toggles": ["amp-bf16"]},
+                             status="failed"))
+    return new
+
+
+def test_update_with_case_replaces_only_those_cases(tmp_path):
+    path, data = _two_case_baseline(tmp_path)
+    old = baselines.load_baseline(path)
+    run = RunResult.from_json(_faster(data))
+    new = baselines.updated(run, old, "run2", ["*/compile/*"])  # the failed amp-bf16 case is not asked for
+    keys = [c.key for c in new.run.cases]
+    assert keys == ["scaled_work/smoke/eager/cpu", "scaled_work/smoke/compile/cpu"]
+    eager, compiled = new.run.cases
+    assert eager.processes[0].samples_ns == old.run.cases[0].processes[0].samples_ns  # kept as it was
+    assert compiled.processes[0].samples_ns == run.cases[1].processes[0].samples_ns  # the run's
+    assert new.calibration == old.calibration and new.environment["git_commit"] == "b" * 40
+    lines = baselines.changes(old, new, only=["scaled_work/smoke/compile/cpu"])
+    assert len(lines) == 1 and "compile/cpu: step time" in lines[0] and "(-50." in lines[0]
+
+    with pytest.raises(ConfigError, match=r"--case 'nope/\*' matches no case of run2; valid: scaled_work/smoke/eager"):
+        baselines.updated(run, old, "run2", ["nope/*"])
+    with pytest.raises(SchemaError, match="1 failed case"):
+        baselines.updated(run, old, "run2", ["*/amp-bf16/*"])
+    with pytest.raises(ConfigError, match="there is none yet"):
+        baselines.updated(run, None, "run2", ["*/compile/*"])
+    other = _faster(data)
+    other["environment"]["torch"] = "9.9.9"
+    with pytest.raises(ConfigError, match="another environment .*torch 2.13.0 vs 9.9.9"):
+        baselines.updated(RunResult.from_json(other), old, "run2", ["*/compile/*"])
+
+
+def test_baseline_update_case_through_the_cli_writes_atomically(tmp_path):
+    from conftest import run_cli
+
+    path, data = _two_case_baseline(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\nbaselines_dir = \"baselines\"\n")
+    run_dir = tmp_path / "reports" / "run2"
+    run_dir.mkdir(parents=True)
+    (run_dir / "results.json").write_text(json.dumps(_faster(data)))
+    proc = run_cli("baseline", "update", str(run_dir), "--case", "scaled_work/smoke/compile/cpu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "compile/cpu: step time" in proc.stdout and "eager/cpu" not in proc.stdout
+    stored = baselines.load_baseline(path)
+    assert [c.key for c in stored.run.cases] == ["scaled_work/smoke/eager/cpu", "scaled_work/smoke/compile/cpu"]
+    assert stored.run.cases[1].processes[0].samples_ns == [s // 2 for s in data["cases"][1]["processes"][0]["samples_ns"]]
+    assert not [p for p in path.parent.iterdir() if p.name != "smoke.json"]  # no temporary file left behind
+    written = path.read_text()
+    bad = run_cli("baseline", "update", str(run_dir), "--case", "x/*", cwd=tmp_path)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "'x/*'" in bad.stderr
+    assert path.read_text() == written  # a refused update leaves the baseline as it was

@@ -619,6 +619,21 @@ class ReportInput:
             return default
         return float(value)
 
+    @cached_property
+    def repros(self) -> dict[str, Any]:
+        """perfgate.repro.Repro by case key, for every case with a verdict that fails the gate."""
+        from perfgate.repro import regression_repros
+
+        return regression_repros(self.run, self.comparison, self.run_dir)
+
+    @cached_property
+    def refresh_command(self) -> str | None:
+        """`perfgate baseline update ... --case KEY...` for the confirmed step-time wins against a stored
+        baseline file; None when there are none."""
+        from perfgate.repro import refresh_command
+
+        return refresh_command(self.comparison, self.run_dir)
+
     @property
     def history_href(self) -> str | None:
         """history.html beside the run (written by `perfgate run --history`): each case links to its trend."""

@@ -151,6 +151,16 @@ def _trace_lines(out: _Budget, report: ReportInput) -> None:
     out.add("")
 
 
+def _repros(out: _Budget, report: ReportInput) -> None:
+    """Under the regressions: per case, the command that measures it again, base and head in lockstep."""
+    repros = report.repros
+    if not repros:
+        return
+    out.table(["Reproduce each one alone, base and head in lockstep (`perfgate repro CASE --results RUN_DIR` "
+               "adds a form that keeps both sides' traces):", ""], [],
+              [f"- {code(key, False)}: {code(r.command, False)}" for key, r in repros.items()] + [""])
+
+
 CASE_HEADER = ["| case | status | step time | speedup vs eager | vs baseline | recommendation | note |",
                "|---|---|---|---|---|---|---|"]
 
@@ -220,8 +230,12 @@ class MarkdownExporter:
             wins = [(None, v) for v in comp.verdicts if v.kind in ("win", "fixed")]
             header = _verdict_table([])
             out.table(["### Regressions", ""], header, _verdict_table(gated)[2:] + [""] if gated else [])
+            _repros(out, report)
             _trace_lines(out, report)
             out.table(["### Wins", ""], header, _verdict_table(wins)[2:] + [""] if wins else [])
+            if wins and report.refresh_command:
+                out.add(f"Wins: refresh the baseline for these cases with: {code(report.refresh_command, False)}")
+                out.add("")
             if not gated and not wins:
                 out.add("No regressions and no wins against the baseline.")
                 out.add("")

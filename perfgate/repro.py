@@ -1,0 +1,306 @@
+"""The commands a reviewer runs next: for a regression, the `perfgate run --against BASE` that measures
+that case alone, base and head in lockstep, with the settings the gate used (and a form that keeps both
+sides' traces at known paths); for confirmed wins against a stored baseline, the `perfgate baseline update
+--case` that refreshes those cases only. `perfgate repro CASE`, the console, summary.md and report.html
+print them. Every piece is shell-quoted: case names and paths come from untrusted files. No torch.
+
+What the command fixes and what it leaves to the checkout it runs in (docs/gate.md, "Reproducing a
+regression"): the case (workload, size, toggles, device), the suite, the sampling (a fixed number of
+processes, or the adaptive budget the case was measured with), samples per process, threads, the worker
+timeout and memory limit, and ``--config`` when the run read another file than the one found here;
+workloads folders and the compile cache come from that configuration.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfgate.config import ConfigError, find_pyproject
+from perfgate.model import CaseResult, Comparison, RunResult, SchemaError, load_results
+from perfgate.paths import component
+
+# What the printed command holds where no base commit or ref was recorded (a comparison against another
+# run's results, a baseline without a commit): replace it with the commit the baseline was measured at.
+PLACEHOLDER = "BASE_REF"
+FULL_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256, as `git rev-parse HEAD` prints it
+REPRO_OUT = "reports/repro"  # where the traces form puts its run folder, one per case
+VALID_LISTED = 20  # case keys an error line lists at most
+
+
+def shell(argv: list[str]) -> str:
+    """``argv`` as one shell line, every piece quoted."""
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def shown_path(path: str | Path) -> str:
+    """``path`` relative to the working folder when it lies inside it (how a command run here names it),
+    else as it is."""
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            return str(p.relative_to(Path.cwd()))
+        except ValueError:
+            return str(p)
+    return str(p)
+
+
+@dataclass(frozen=True)
+class Base:
+    """What the base side of a reproduction checks out: a commit, a ref, or PLACEHOLDER, and whence."""
+
+    ref: str
+    origin: str
+
+    @property
+    def known(self) -> bool:
+        return self.ref != PLACEHOLDER
+
+
+def _recorded_environment(comparison: Comparison | None, run_dir: Path | None) -> dict[str, Any] | None:
+    """The base side's environment: the comparison's base run when in memory, else read from the run folder
+    (``base/results.json`` of `run --against`) or the stored baseline file the comparison names."""
+    if comparison is None:
+        return None
+    if comparison.baseline is not None:
+        return comparison.baseline.environment
+    try:
+        if comparison.mode == "against" and run_dir is not None and (run_dir / "base" / "results.json").is_file():
+            return load_results(run_dir / "base" / "results.json").environment
+        source = comparison.baseline_source
+        if comparison.mode == "baseline" and source and is_baseline_file(source):
+            from perfgate.baselines import load_baseline
+
+            return load_baseline(source).environment
+    except (SchemaError, OSError):
+        return None
+    return None
+
+
+def is_baseline_file(source: str) -> bool:
+    """Does a baseline-mode comparison's source name a stored baseline file (not a run folder or results.json)?"""
+    p = Path(source)
+    return p.name != "results.json" and p.suffix == ".json" and not p.is_dir()
+
+
+def base_of(run: RunResult, comparison: Comparison | None, run_dir: Path | None = None) -> Base:
+    """The base a reproduction checks out: the commit the comparison's base side recorded (`--against`: the
+    base ref's commit; a stored baseline: the commit it was measured at), else `--against`'s ref as given,
+    else PLACEHOLDER."""
+    env = _recorded_environment(comparison, run_dir) or {}
+    commit = env.get("git_commit")
+    against = comparison is not None and comparison.mode == "against"
+    if isinstance(commit, str) and FULL_COMMIT.fullmatch(commit):
+        origin = "the --against base's commit" if against else "the stored baseline's commit"
+        if env.get("git_dirty"):
+            origin += ", measured with uncommitted changes"
+        return Base(commit, origin)
+    ref = run.settings.get("against") if isinstance(run.settings, dict) else None
+    if against and isinstance(ref, str) and ref.strip():
+        return Base(ref, "the --against ref")
+    return Base(PLACEHOLDER, "no base commit recorded: put the commit or branch the baseline was measured at")
+
+
+def _count(value: Any) -> str | None:
+    """A positive whole number from a results file as command-line text, or None."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _number(value: Any) -> str | None:
+    """A positive number from a results file as command-line text, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        return None
+    return f"{value:g}"
+
+
+def sampling_options(case: CaseResult, settings: dict[str, Any]) -> list[str]:
+    """How many processes the case was measured with, as `perfgate run` options: ``--processes N`` where the
+    number was fixed, the adaptive budget (``--max-processes``, ``--max-case-s``) where it was not."""
+    info = case.metadata.get("sampling")
+    if not isinstance(info, dict) or info.get("rule") == "fixed":
+        n = _count(settings.get("processes"))
+        return ["--processes", n] if n else []
+    budget = info.get("budget") if isinstance(info.get("budget"), dict) else {}
+    out = []
+    first, most = budget.get("first"), budget.get("max_processes")
+    # a screened case's budget is its first look only; its lockstep settling had the whole budget
+    if _count(most) and not (isinstance(first, int) and most <= first):
+        out += ["--max-processes", str(most)]
+    seconds = _number(budget.get("max_seconds"))
+    if seconds:
+        out += ["--max-case-s", seconds]
+    return out
+
+
+def config_option(settings: dict[str, Any]) -> list[str]:
+    """``--config PATH`` when the run read another configuration file than the one found from here."""
+    recorded = settings.get("config")
+    if not isinstance(recorded, str) or not recorded:
+        return []
+    try:
+        found = find_pyproject(Path.cwd())
+    except ConfigError:
+        found = None
+    path = Path(recorded)
+    if path.is_file():
+        if found is not None and found.resolve() == path.resolve():
+            return []
+        return ["--config", shown_path(path)]
+    # not here (a CI machine's path): the nearest pyproject.toml stands in for one, another file cannot
+    return [] if path.name == "pyproject.toml" else ["--config", recorded]
+
+
+def _glob_literal(name: str) -> str:
+    """``name`` as a -w pattern that matches exactly that name."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def run_command(case: CaseResult, run: RunResult, base: Base, *, gate: bool = True) -> list[str]:
+    """`perfgate run --against BASE` narrowed to ``case``, with the settings its run recorded."""
+    settings = run.settings if isinstance(run.settings, dict) else {}
+    spec = case.spec
+    argv = ["perfgate", "run", "--against", base.ref]
+    if run.suite:
+        argv += ["--suite", run.suite]
+    argv += ["-w", _glob_literal(spec.workload), "--size", spec.size, "-t", spec.toggle_name, "--device", spec.device]
+    argv += sampling_options(case, settings)
+    timing = settings.get("timing") if isinstance(settings.get("timing"), dict) else {}
+    for option, value in (("--samples", _count(timing.get("samples"))), ("--threads", _count(settings.get("threads"))),
+                          ("--timeout", _number(settings.get("timeout_s"))),
+                          ("--max-memory-mb", _count(settings.get("max_memory_mb")))):
+        if value:
+            argv += [option, value]
+    argv += config_option(settings)
+    return argv + (["--gate"] if gate else [])
+
+
+def traces_folder(case: CaseResult) -> str:
+    """The run folder the traces form writes: one per case under REPRO_OUT."""
+    spec = case.spec
+    return f"{REPRO_OUT}/" + component(f"{spec.workload}-{spec.size}-{spec.toggle_name}-{spec.device}")
+
+
+def traces_command(case: CaseResult, run: RunResult, base: Base) -> list[str]:
+    """The form that keeps both sides' traces: one lockstep pair (each side's process 0 runs the profile
+    pass), into a known folder; no verdict to read from one pair."""
+    argv = run_command(case, run, base, gate=False)
+    if "--processes" in argv:
+        i = argv.index("--processes")
+        del argv[i:i + 2]
+    for option in ("--max-processes", "--max-case-s"):
+        if option in argv:
+            i = argv.index(option)
+            del argv[i:i + 2]
+    return argv + ["--processes", "1", "--out", traces_folder(case)]
+
+
+@dataclass(frozen=True)
+class Repro:
+    """One case's reproduction: the command that judges it again, and the one that keeps both traces."""
+
+    case_key: str
+    base: Base
+    command: str
+    traces: str
+    traces_dir: str
+    spec_dirs: str  # <workload>/<size>/<toggles>: where each side's trace lands under its tb/
+
+    def lines(self, summary: str = "") -> list[str]:
+        head = f"# {self.case_key}" + (f": {summary}" if summary else "")
+        return [head, f"# base: {self.base.ref[:12] if self.base.known else self.base.ref} ({self.base.origin})",
+                self.command,
+                f"# the same case with both traces kept (head: {self.traces_dir}/tb/{self.spec_dirs}/, "
+                f"base: {self.traces_dir}/base/tb/{self.spec_dirs}/; open them in https://ui.perfetto.dev):",
+                self.traces]
+
+
+def repro_for(case: CaseResult, run: RunResult, base: Base) -> Repro:
+    spec = case.spec
+    return Repro(case_key=case.key, base=base, command=shell(run_command(case, run, base)),
+                 traces=shell(traces_command(case, run, base)), traces_dir=traces_folder(case),
+                 spec_dirs="/".join(component(x) for x in (spec.workload, spec.size, spec.toggle_name)))
+
+
+def regression_repros(run: RunResult, comparison: Comparison | None, run_dir: Path | None = None) -> dict[str, Repro]:
+    """A Repro for every case with a verdict that fails the gate, by case key, in the verdicts' order."""
+    if comparison is None:
+        return {}
+    keys = list(dict.fromkeys(v.case_key for v in comparison.verdicts if v.fails_gate))
+    cases = {c.key: c for c in run.cases}
+    if not any(k in cases for k in keys):
+        return {}
+    base = base_of(run, comparison, run_dir)
+    return {k: repro_for(cases[k], run, base) for k in keys if k in cases}
+
+
+def matching_cases(pattern: str, run: RunResult, source: str) -> list[CaseResult]:
+    """The run's cases whose key is ``pattern`` or matches it as a glob; ConfigError listing the keys if none."""
+    exact = [c for c in run.cases if c.key == pattern]
+    found = exact or [c for c in run.cases if fnmatch.fnmatchcase(c.key, pattern)]
+    if not found:
+        keys = [c.key for c in run.cases]
+        shown = ", ".join(keys[:VALID_LISTED]) + (f", ... ({len(keys) - VALID_LISTED} more)"
+                                                  if len(keys) > VALID_LISTED else "")
+        raise ConfigError(f"no case of {source} matches {pattern!r}; valid: {shown or '(the run has no case)'}"
+                          " (a key workload/size/toggles/device, or a glob of keys)")
+    return found
+
+
+def verdict_summary(key: str, comparison: Comparison | None) -> str:
+    """'step_time regression 3.010x [2.9, 3.1]': the case's verdicts that fail the gate, else its worst one."""
+    if comparison is None:
+        return ""
+    verdicts = comparison.for_case(key)
+    shown = [v for v in verdicts if v.fails_gate] or [v for v in verdicts if v.kind not in ("unchanged",)]
+    return "; ".join(f"{v.metric} {v.kind}" + (f" {v.ratio:.3f}x" if v.ratio is not None else "") for v in shown[:3])
+
+
+def command_lines(pattern: str, run: RunResult, comparison: Comparison | None, run_dir: Path, *,
+                  traces_only: bool = False) -> list[str]:
+    """`perfgate repro CASE`: for each case the pattern matches, its reproduction (``traces_only``: only the
+    form that keeps both traces)."""
+    cases = matching_cases(pattern, run, str(run_dir))
+    base = base_of(run, comparison, run_dir)
+    out: list[str] = []
+    for case in cases:
+        r = repro_for(case, run, base)
+        if traces_only:
+            out += r.lines(verdict_summary(case.key, comparison))[:2] + r.lines()[3:]
+        else:
+            out += r.lines(verdict_summary(case.key, comparison))
+    return out
+
+
+def load_run(path: str | Path) -> tuple[RunResult, Path]:
+    """A run folder or results.json -> the run and its folder (SchemaError naming the file if unreadable)."""
+    p = Path(path)
+    run_dir = p if p.is_dir() else p.parent
+    return load_results(p), run_dir
+
+
+# ---------------------------------------------------------------- wins: refresh the baseline for those cases
+
+def confirmed_wins(comparison: Comparison | None) -> list[str]:
+    """Case keys whose step time is a settled win against a stored baseline file."""
+    if comparison is None or comparison.mode != "baseline" or not comparison.baseline_source:
+        return []
+    if not is_baseline_file(comparison.baseline_source):
+        return []
+    return list(dict.fromkeys(v.case_key for v in comparison.verdicts if v.metric == "step_time" and v.kind == "win"))
+
+
+def refresh_command(comparison: Comparison | None, run_dir: Path | None) -> str | None:
+    """`perfgate baseline update RUN --baseline FILE --case KEY...` for the confirmed wins, or None."""
+    keys = confirmed_wins(comparison)
+    if not keys or comparison is None or comparison.baseline_source is None:
+        return None
+    argv = ["perfgate", "baseline", "update", shown_path(run_dir) if run_dir else "RUN_DIR",
+            "--baseline", shown_path(comparison.baseline_source)]
+    for key in keys:
+        argv += ["--case", key]
+    return shell(argv)
+

@@ -1,0 +1,180 @@
+"""perfgate.repro and `perfgate repro CASE`: the command printed under a regression reproduces its verdict
+when run for real; it is narrowed to the case, carries the run's settings, quotes every piece, and names
+the base commit the comparison recorded (or a placeholder); a pattern that matches nothing is exit 2."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import run_cli
+from test_gate import CASE, _against_repo
+
+from perfgate import repro
+from perfgate.model import CaseResult, CaseSpec, Comparison, RunResult, Verdict
+
+
+def _commands(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith("perfgate run ")]
+
+
+def _argv(command: str) -> list[str]:
+    argv = shlex.split(command)
+    assert argv[0] == "perfgate"
+    return [sys.executable, "-m", "perfgate", *argv[1:]]
+
+
+def test_the_printed_command_reproduces_a_regression_and_keeps_both_traces(tmp_path):
+    """Head does 30x the work of HEAD~1: the gate's regression, then `perfgate repro`'s command run as
+    printed says regression again; its traces form leaves a trace for each side where it says."""
+    repo = _against_repo(tmp_path, remeasure=False)
+    run_dir = tmp_path / "ab"
+    first = run_cli("run", "--against", "HEAD~1", "--gate", "-w", "scaled_work", "--processes", "3", "--samples", "3",
+                    "--out", str(run_dir), cwd=repo)
+    assert first.returncode == 1, first.stdout + first.stderr
+    base_commit = subprocess.run(["git", "rev-parse", "HEAD~1"], cwd=repo, capture_output=True, text=True,
+                                 check=True).stdout.strip()
+    # the console, summary.md and report.html say how to reproduce it
+    assert f"reproduce {CASE}: perfgate run --against {base_commit}" in first.stdout
+    assert f"perfgate run --against {base_commit}" in (run_dir / "summary.md").read_text()
+    assert f"perfgate run --against {base_commit}" in (run_dir / "report.html").read_text()
+
+    shown = run_cli("repro", CASE, "--results", str(run_dir), cwd=repo)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    command, traces = _commands(shown.stdout)
+    argv = shlex.split(command)
+    assert argv[:4] == ["perfgate", "run", "--against", base_commit]
+    for option, value in (("--suite", "smoke"), ("-w", "scaled_work"), ("--size", "smoke"), ("-t", "eager"),
+                          ("--device", "cpu"), ("--processes", "3"), ("--samples", "3"), ("--threads", "1")):
+        assert argv[argv.index(option) + 1] == value, command
+    assert "--gate" in argv and "--out" not in argv
+
+    again = subprocess.run(_argv(command), cwd=repo, capture_output=True, text=True, timeout=300,
+                           env=_env())
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert f"{CASE} (regression step_time)" in again.stdout and "1 case(s)" in again.stdout
+
+    kept = subprocess.run(_argv(traces), cwd=repo, capture_output=True, text=True, timeout=300, env=_env())
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    out = repo / shlex.split(traces)[-1]
+    for side in (out, out / "base"):
+        assert list((side / "tb" / "scaled_work" / "smoke" / "eager").glob("*.pt.trace.json")), side
+        assert f"{side.relative_to(repo)}/tb/scaled_work/smoke/eager/" in shown.stdout
+
+
+def _env() -> dict[str, str]:
+    from conftest import cli_env
+
+    return cli_env()
+
+
+def test_a_pattern_prints_one_command_per_case_and_nothing_matched_is_exit_2(tmp_path):
+    run_dir = _write_run(tmp_path, ["w/smoke/eager/cpu", "w/smoke/compile/cpu", "v/smoke/eager/cpu"])
+    many = run_cli("repro", "w/*", "--results", str(run_dir), cwd=tmp_path)
+    assert many.returncode == 0, many.stderr
+    assert len(_commands(many.stdout)) == 4  # the command and its traces form, per case
+    assert {shlex.split(c)[shlex.split(c).index("-t") + 1] for c in _commands(many.stdout)} == {"eager", "compile"}
+    only = run_cli("repro", "w/*", "--results", str(run_dir), "--profile", cwd=tmp_path)
+    assert [("--out" in c) for c in _commands(only.stdout)] == [True, True]
+    none = run_cli("repro", "x/*", "--results", str(run_dir), cwd=tmp_path)
+    assert none.returncode == 2
+    (line,) = none.stderr.strip().splitlines()
+    assert "'x/*'" in line and "w/smoke/eager/cpu, w/smoke/compile/cpu, v/smoke/eager/cpu" in line
+
+
+def _case(key: str, sampling: dict | None = None) -> CaseResult:
+    workload, size, toggles, device = key.split("/")
+    return CaseResult(spec=CaseSpec(workload=workload, size=size, toggles=tuple(toggles.split("+")), device=device),
+                      status="ok", metadata={"sampling": sampling} if sampling else {})
+
+
+def _run(keys: list[str], settings: dict | None = None, sampling: dict | None = None) -> RunResult:
+    recorded = {"processes": 2, "threads": 1, "timeout_s": 600.0, "timing": {"samples": 10}, **(settings or {})}
+    return RunResult(run_id="r", suite="smoke", environment={}, settings=recorded,
+                     cases=[_case(k, sampling) for k in keys])
+
+
+def _write_run(tmp_path: Path, keys: list[str]) -> Path:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text(json.dumps(_run(keys).to_json()))
+    return run_dir
+
+
+def test_every_piece_from_the_files_is_shell_quoted():
+    workload = "we'ird; rm -rf ~ $(x)*"
+    run = _run([f"{workload}/smoke/amp-bf16/cpu"], settings={"config": None})
+    r = repro.repro_for(run.cases[0], run, repro.Base("main; echo hi", "test"))
+    for command in (r.command, r.traces):
+        argv = shlex.split(command)  # the shell reads back exactly the pieces: nothing runs, nothing expands
+        assert argv[argv.index("--against") + 1] == "main; echo hi"
+        pattern = argv[argv.index("-w") + 1]
+        # -w takes a glob: the workload's glob characters are escaped, so it matches that workload only
+        assert fnmatch.fnmatchcase(workload, pattern) and not fnmatch.fnmatchcase("we'ird; rm -rf ~ $(x)y", pattern)
+    out = shlex.split(r.traces)[-1]
+    assert out.startswith(repro.REPRO_OUT + "/") and out.count("/") == repro.REPRO_OUT.count("/") + 1
+
+
+def test_the_base_is_the_recorded_commit_else_the_ref_else_a_placeholder(tmp_path):
+    commit = "a" * 40
+    run = _run(["w/smoke/eager/cpu"], settings={"against": "HEAD~1"})
+    base_run = RunResult(run_id="b", suite="smoke", environment={"git_commit": commit, "git_dirty": False})
+    against = Comparison(verdicts=[], mode="against", baseline_source="git:HEAD~1", baseline=base_run)
+    assert repro.base_of(run, against).ref == commit
+    read_back = Comparison(verdicts=[], mode="against", baseline_source="git:HEAD~1")
+    assert repro.base_of(run, read_back, tmp_path).ref == "HEAD~1"  # no base/results.json: the ref as given
+    stored = Comparison(verdicts=[], mode="baseline", baseline_source=str(tmp_path / "none.json"))
+    base = repro.base_of(_run(["w/smoke/eager/cpu"]), stored, tmp_path)
+    assert base.ref == repro.PLACEHOLDER and not base.known
+
+
+def test_sampling_options_follow_how_the_case_was_measured():
+    fixed = _run(["w/smoke/eager/cpu"], sampling={"rule": "fixed", "processes": 2})
+    assert repro.sampling_options(fixed.cases[0], fixed.settings) == ["--processes", "2"]
+    adaptive = _run(["w/smoke/eager/cpu"], sampling={"rule": "comparison", "processes": 5,
+                                                     "budget": {"first": 3, "max_processes": 12, "max_seconds": 45.0}})
+    assert repro.sampling_options(adaptive.cases[0], adaptive.settings) == ["--max-processes", "12", "--max-case-s", "45"]
+    screened = _run(["w/smoke/eager/cpu"], sampling={"rule": "comparison", "processes": 3,
+                                                     "budget": {"first": 3, "max_processes": 3, "max_seconds": 60}})
+    assert repro.sampling_options(screened.cases[0], screened.settings) == ["--max-case-s", "60"]
+
+
+def test_confirmed_wins_against_a_stored_baseline_print_the_refresh_command(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    verdicts = [Verdict("a/smoke/eager/cpu", "step_time", "win"), Verdict("b/smoke/eager/cpu", "step_time", "unchanged"),
+                Verdict("c/smoke/eager/cpu", "peak_rss_bytes", "win")]
+    stored = Comparison(verdicts=verdicts, mode="baseline", baseline_source=str(tmp_path / "baselines/m/smoke.json"))
+    command = repro.refresh_command(stored, tmp_path / "reports" / "r1")
+    assert shlex.split(command) == ["perfgate", "baseline", "update", "reports/r1", "--baseline",
+                                    "baselines/m/smoke.json", "--case", "a/smoke/eager/cpu"]
+    against = Comparison(verdicts=verdicts, mode="against", baseline_source="git:main")
+    assert repro.refresh_command(against, tmp_path) is None  # no stored baseline to refresh
+    other_run = Comparison(verdicts=verdicts, mode="baseline", baseline_source=str(tmp_path / "old" / "results.json"))
+    assert repro.refresh_command(other_run, tmp_path) is None
+
+
+def test_the_console_prints_a_repro_under_each_regression_and_the_refresh_under_wins(tmp_path, monkeypatch):
+    from perfgate import console
+
+    monkeypatch.chdir(tmp_path)
+    keys = ["a/smoke/eager/cpu", "b/smoke/eager/cpu", "c/smoke/eager/cpu"]
+    run = _run(keys)
+    base = RunResult(run_id="b", suite="smoke", environment={"git_commit": "c" * 40, "git_dirty": False})
+    comparison = Comparison(verdicts=[Verdict(keys[0], "step_time", "regression", ratio=1.5),
+                                      Verdict(keys[0], "peak_rss_bytes", "regression", ratio=1.3),
+                                      Verdict(keys[1], "step_time", "win", ratio=0.5),
+                                      Verdict(keys[2], "step_time", "unchanged", ratio=1.0)],
+                            mode="baseline", baseline_source=str(tmp_path / "baselines" / "m" / "smoke.json"),
+                            baseline=base)
+    text = console.comparison_text(comparison, run=run, run_dir=tmp_path / "reports" / "r")
+    repro_lines = [line for line in text.splitlines() if line.startswith("  reproduce ")]
+    assert repro_lines == [f"  reproduce {keys[0]}: perfgate run --against {'c' * 40} --suite smoke -w a --size smoke "
+                           "-t eager --device cpu --processes 2 --samples 10 --threads 1 --timeout 600 --gate"]
+    assert ("Wins: refresh the baseline for these cases with: perfgate baseline update reports/r --baseline "
+            f"baselines/m/smoke.json --case {keys[1]}") in text
+    # without the run (a caller that has none) the verdicts print as before, with no command
+    assert "reproduce" not in console.comparison_text(comparison)
