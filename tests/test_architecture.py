@@ -61,6 +61,17 @@ def test_the_layer_table_in_the_docs_is_generated_from_the_contracts():
     assert not unplaced, unplaced  # every file of the package has its row (the migrations' files: one)
 
 
+def test_every_module_is_on_one_side_of_the_torch_line():
+    """A module is either torch-free (the no-torch contract) or the worker's (the worker-split contract): a
+    new module cannot land on neither side and so be checked by neither."""
+    found = architecture_table.contracts()
+    free, worker = set(found["no-torch"]["source_modules"]), set(found["worker-split"]["source_modules"])
+    assert not free & worker
+    modules = {m for _, m, _ in architecture_table.rows(found)}
+    top = {m for m in modules if m.count(".") == 1}
+    assert top == free | worker, (top - free - worker, (free | worker) - top)
+
+
 def test_a_stale_layer_table_is_refused(tmp_path, monkeypatch):
     doc = architecture_table.DOC.read_text()
     stale = tmp_path / "architecture.md"
