@@ -314,6 +314,52 @@ def test_overview_fits_one_screen_and_no_table_scrolls_sideways(browser, tmp_pat
     phone.page.screenshot(path=str(SHOTS / "overview-390.png"), full_page=False)
 
 
+def test_acknowledgements_repro_commands_and_trace_notes_fit_at_1300_and_on_a_phone(browser, tmp_path):
+    """The pr suite's report with what a reviewer reads under its regressions: an acknowledged regression
+    (its overview cell says so), an expired acknowledgement and one that matched nothing, each regression's
+    repro command and trace notes (this synthetic run keeps no traces). Nothing makes the page scroll
+    sideways, at 1300 px or at phone width, and no table outgrows its place at 1300 px."""
+    import datetime as dt
+
+    from fixtures.synthetic import LONG_WORKLOADS, PR_TOGGLES, pr_scenario
+
+    from perfgate import acknowledge
+
+    run, comp = pr_scenario()
+    entries = (
+        acknowledge.Entry("acknowledge[0]", f"{LONG_WORKLOADS[2]}/*/tf32/*", "step_time",
+                          "tf32 trades speed on this card for accuracy the rollout needs: " + "a" * 120,
+                          expires=dt.date(2027, 1, 31), bound=acknowledge.parse_bound("ratio <= 2.0")),
+        acknowledge.Entry("acknowledge[1]", f"{LONG_WORKLOADS[0]}/*/channels-last/*", "step_time", "known, fixed later",
+                          expires=dt.date(2026, 11, 1)),
+        acknowledge.Entry("acknowledge[2]", "no_such_workload/*/*/*", "*", "matches nothing",
+                          expires=dt.date(2027, 1, 1)),
+    )
+    comp = acknowledge.apply(comp, entries, dt.date(2026, 11, 26))
+    assert [a.state for a in comp.acknowledgements] == ["in-force", "expired", "unmatched"]
+    report = ReportInput(run, comp, run_dir=Path("reports") / run.run_id)
+    path = write_report(tmp_path, report)
+    html = path.read_text()
+    assert "Acknowledged regressions" in html and "acknowledge[1]" in html and "acknowledge[2]" in html
+    assert len(report.repros) == len(report.trace_pairs) == html.count('class="repro"') >= 4  # one per regression
+
+    laptop = Page(browser, path, viewport={"width": 1300, "height": 900})
+    page = laptop.page
+    assert laptop.console == [] and laptop.external_requests() == []
+    assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    for w in page.evaluate(TABLE_WIDTHS):
+        assert w["table"][0] <= w["table"][1] and w["box"][0] <= w["box"][1] and w["right"] <= 1300, w
+    cells = page.evaluate(OVERVIEW_CELLS)
+    tf32 = cells[2][list(PR_TOGGLES).index("tf32")]
+    assert tf32["word"] == "acknowledged" and "tone-info" in tf32["cls"], tf32
+    assert cells[0][list(PR_TOGGLES).index("channels-last")]["word"] == "regression"  # its entry expired
+
+    phone = Page(browser, path, viewport={"width": 390, "height": 844})
+    assert phone.page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    for w in phone.page.evaluate(TABLE_WIDTHS):
+        assert w["right"] <= 390 or w["box"][1] <= 390 - 16, w
+
+
 def test_overview_without_a_comparison_shows_status_and_speedup():
     """No baseline: each cell says the case's status and its speedup against eager with the CI."""
     from perfgate.exporters.base import build_overview
