@@ -270,7 +270,7 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
         while len(head_results) < target:
             i = len(head_results)
             head_job = runner.LockstepJob(runner.case_config(spec, head_file, settings, i, run_dir, profile=(i == 0)),
-                                          run_dir / ".work", head_env)
+                                          runner.run_work_dir(run_dir), head_env)
             if base_file is None:  # REF lacks the case: head alone, as a plain run would measure it
                 out = runner.run_worker(head_job.cfg, settings.timeout_s, settings.threads, head_job.work_dir,
                                         head_env)

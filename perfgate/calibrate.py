@@ -46,6 +46,11 @@ def run_rounds(rounds: int, work: Path, run_round: Callable[[Path], CaseResult])
     return done
 
 
+def calibrate_folder(settings: Settings) -> Path:
+    """Where the A/A rounds run: one folder per round below it (``round_folder``)."""
+    return Path(settings.reports_dir) / ".calibrate"
+
+
 def round_folder(work: Path, index: int) -> Path:
     """Round ``index``'s folder, its name another length each round: a run folder's name moves where a
     worker's allocations land (docs/gate.md), and a user's runs do not share one."""
@@ -227,7 +232,9 @@ def calibrate(settings: Settings, options: CalibrateOptions) -> None:
     settings = with_sampling(settings, processes=options.processes, samples=options.samples)
     gs = gate_settings(settings)
     suite = settings.suite(options.suite or settings.default_suite)
-    probe = runner.run_probe(settings.workloads_dirs, settings.threads)
+    # forked by the fork server the first round's workers then come from (runner.run_probe)
+    probe = runner.run_probe(settings.workloads_dirs, settings.threads,
+                             runner.run_work_dir(round_folder(calibrate_folder(settings), 0)))
     catalog = Catalog.from_probe(probe)
     cases = plan_cases(suite, catalog, options.workloads, options.toggles, None, None)
     if not cases:
@@ -253,7 +260,7 @@ def measure_noise(settings: Settings, gs: GateSettings, cases: list[CaseSpec], c
                   rounds: int) -> dict[str, CaseNoise]:
     """``rounds`` A/A rounds of each case (under reports_dir/.calibrate), each case's figures printed as it
     ends; the noise of every case that ran, by key."""
-    work = Path(settings.reports_dir) / ".calibrate"
+    work = calibrate_folder(settings)
     per_side = gs.max_processes if gs.adaptive else settings.processes
     echo(f"perfgate calibrate: {len(cases)} case(s) x {rounds} A/A rounds, "
          + (f"processes added until each round's step time is within +/-{gs.plain_precision() * 100:g}% "

@@ -198,8 +198,24 @@ def probe_args(workloads_dirs: Sequence[Path | str]) -> list[str]:
     return args
 
 
-def run_probe(workloads_dirs: Sequence[Path], threads: int = 1) -> dict[str, Any]:
-    """Ask a worker what it can see: workloads, toggles, torch and CUDA. Raises InfrastructureError."""
+def run_probe(workloads_dirs: Sequence[Path], threads: int = 1, work_dir: Path | None = None) -> dict[str, Any]:
+    """Ask a worker what it can see: workloads, toggles, torch and CUDA. Raises InfrastructureError.
+
+    With ``work_dir`` (the run's scratch folder, where its workers are forked): a child of the run's fork
+    server answers, the same one its workers then come from (``_zygote_for``), so the run imports torch once,
+    not once for the probe and once more for the fork server. Without it, with ``PERFGATE_WORKER_START=spawn``,
+    or where that fork server cannot answer: a fresh interpreter, as a spawned worker. Either way the probe
+    records how it started (``environment.probe_start``: ``fork`` | ``spawn``)."""
+    try:
+        z = _zygote_for(threads, None, None, work_dir) if work_dir is not None else None
+    except OSError as exc:  # the scratch folder cannot be made: the probe needs none when spawned
+        print(f"perfgate: the worker fork server could not start ({exc}); spawning the probe", file=sys.stderr)
+        z = None
+    if z is not None:
+        assert work_dir is not None
+        answer = _forked_probe(z, workloads_dirs, threads, work_dir)
+        if answer is not None:
+            return answer
     try:
         proc = run_worker_command(probe_args(workloads_dirs), threads, PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
@@ -210,6 +226,43 @@ def run_probe(workloads_dirs: Sequence[Path], threads: int = 1) -> dict[str, Any
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError) as exc:
         raise InfrastructureError(f"the worker probe printed no catalog: {_tail(proc.stdout + proc.stderr, 5)}") from exc
+
+
+def _forked_probe(z: Any, workloads_dirs: Sequence[Path], threads: int, work_dir: Path) -> dict[str, Any] | None:
+    """The probe in a child of the fork server ``z``: isolated as a forked worker is (its own session,
+    PR_SET_PDEATHSIG, a subreaper that ends what the workload files start, killed with all it started past
+    the timeout), writing the catalog to a file. None: spawn it instead (the fork server could not fork, or
+    is an older perfgate's, whose child exits at once on a request with no case and writes nothing)."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    fd, log_path = tempfile.mkstemp(prefix="probe-", suffix=".log", dir=work_dir)
+    os.close(fd)
+    out_path = log_path[:-4] + ".out.json"
+    try:
+        proc = z.spawn("", out_path, log_path, worker_env(threads), None, probe=[str(d) for d in workloads_dirs])
+    except zygote.ZygoteUnavailable as exc:
+        print(f"perfgate: {exc}; spawning the probe instead", file=sys.stderr)
+        os.unlink(log_path)
+        return None
+    handle = WorkerHandle(proc, out_path, out_path, log_path, time.perf_counter())
+    try:
+        try:
+            proc.wait(timeout=PROBE_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            handle.kill()
+            raise InfrastructureError(f"the worker probe did not answer within {PROBE_TIMEOUT_S} s") from exc
+        log = handle._stderr()
+        if proc.returncode != 0:
+            raise InfrastructureError(f"the worker probe failed (exit {proc.returncode}): {_tail(log, 5)}")
+        try:
+            text = Path(out_path).read_text()
+        except FileNotFoundError:
+            return None  # an older fork server: its child exited without probing
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InfrastructureError(f"the worker probe wrote no catalog: {_tail(log, 5)}") from exc
+    finally:
+        handle._cleanup(out_path, log_path)
 
 
 @dataclass
@@ -298,6 +351,12 @@ class WorkerHandle:
             result = {"status": STATUS_FAILED, "failure_class": failure_class, "message": message}
         self._cleanup(self.spec_path, self.out_path, self.log_path)
         return ProcessOutcome(result, self.proc.returncode, wall)
+
+
+def run_work_dir(run_dir: Path) -> Path:
+    """The run's scratch folder: its workers' case and output files, the fork server they come from (whose
+    key it is part of, so the probe and the workers of a run share one)."""
+    return run_dir / ".work"
 
 
 WORKER_START_ENV = "PERFGATE_WORKER_START"  # "spawn": a fresh interpreter per worker; "fork" (default on Linux)
@@ -520,7 +579,7 @@ def run_case(spec: CaseSpec, workload_file: str, settings: Settings, run_dir: Pa
             cfg = case_config(spec, workload_file, settings, len(results), run_dir, profile=not results)
             if configure:
                 configure(cfg)
-            results.append(run_worker(cfg, settings.timeout_s, settings.threads, run_dir / ".work", env_extra).result)
+            results.append(run_worker(cfg, settings.timeout_s, settings.threads, run_work_dir(run_dir), env_extra).result)
             if results[-1].get("status") != STATUS_OK:
                 break
         case = case_from_results(spec, results, len(results), t0, cache_state)

@@ -129,10 +129,13 @@ def removed_on_error(run_dir: Path, created: bool) -> Iterator[None]:
         raise
 
 
-def plan(settings: Settings, options: RunOptions, suite: Suite) -> tuple[dict[str, Any], Catalog, list[CaseSpec]]:
+def plan(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path | None = None
+         ) -> tuple[dict[str, Any], Catalog, list[CaseSpec]]:
     """The probe's answer, its catalog and the cases to run; ConfigError for a broken workload file or a
-    selection of nothing."""
-    probe = runner.run_probe(settings.workloads_dirs, settings.threads)
+    selection of nothing. With ``run_dir``: the probe is forked by the fork server the run's workers then
+    come from (runner.run_probe), one ``import torch`` for both."""
+    probe = runner.run_probe(settings.workloads_dirs, settings.threads,
+                             runner.run_work_dir(run_dir) if run_dir is not None else None)
     catalog = Catalog.from_probe(probe)
     if catalog.errors:
         raise ConfigError(catalog.errors[0]["error"])
@@ -229,7 +232,7 @@ def run(settings: Settings, options: RunOptions) -> int:
     suite = settings.suite(options.suite or settings.default_suite)
     run_dir, created = run_folder(settings, options, suite)
     with removed_on_error(run_dir, created):
-        probe, catalog, cases = plan(settings, options, suite)
+        probe, catalog, cases = plan(settings, options, suite, run_dir)
     files = {name: info["file"] for name, info in catalog.workloads.items()}
     record = new_run(settings, options, suite, run_dir, probe, catalog, cases)
     # --gate with expectations and no baseline stored yet: the expectations alone are the gate

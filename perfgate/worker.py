@@ -1,6 +1,8 @@
 """The measuring process: ``python -m perfgate.worker``. One process per case and repetition.
 
-  --probe [--workloads-dir D]...   print the catalog (workloads, toggles, torch environment) as JSON
+  --probe [--workloads-dir D]... [--out OUT.json]
+                                   print the catalog (workloads, toggles, torch environment) as JSON,
+                                   or write it to OUT.json
   --case SPEC.json --out OUT.json  measure one case; write one process result to OUT.json
 
 The worker always writes its result file when it can, failures included (classified here); the runner
@@ -298,11 +300,16 @@ def _ending_what_it_starts(run: Callable[[], int]) -> int:
         reaper.kill_descendants(os.getpid(), reap=True)
 
 
-def _print_probe(workloads_dirs: list[str]) -> int:
+def _print_probe(workloads_dirs: list[str], out_file: str | None = None) -> int:
+    """The catalog as one line of JSON on stdout, or into ``out_file`` (a probe forked by the fork server)."""
     data = probe(workloads_dirs)
     data["environment"]["python_executable"] = sys.executable
     data["environment"]["worker_platform"] = platform.platform()
     data["environment"]["pid"] = os.getpid()
+    data["environment"]["probe_start"] = "fork" if os.environ.get(FORKED_ENV) else "spawn"  # set by the fork server
+    if out_file:
+        atomic_write_json(out_file, data)
+        return 0
     json.dump(data, sys.stdout)
     sys.stdout.write("\n")
     return 0
@@ -337,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.zygote is not None:  # each child it forks runs this function again, on its case
         return zygote_server.serve(args.zygote, main)
     if args.probe:  # imports the workload files: their code runs here as a case's would
-        return _ending_what_it_starts(functools.partial(_print_probe, args.workloads_dir))
+        return _ending_what_it_starts(functools.partial(_print_probe, args.workloads_dir, args.out))
     if not (args.case and args.out):
         parser.error("either --probe or both --case and --out")
     return _ending_what_it_starts(functools.partial(_run_case_file, args.case, args.out))

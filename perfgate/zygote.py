@@ -129,12 +129,17 @@ class Zygote:
             self._pids.clear()
 
     def spawn(self, case: str, out: str, log: str, env: dict[str, str], cwd: Path | None,
-              fds: tuple[int, ...] = ()) -> ForkedProcess:
+              fds: tuple[int, ...] = (), probe: list[str] | None = None) -> ForkedProcess:
+        """Fork a worker on ``case``; with ``probe`` (workloads folders) and no case, a probe that writes the
+        catalog to ``out`` (an older fork server takes it for the empty request: its child writes nothing)."""
         rid = self._next
         env = dict(env)
         if fds:
             env[LOCKSTEP_FDS_ENV] = ""  # filled in by the zygote with the numbers the child sees
-        request = {"id": rid, "case": case, "out": out, "log": log, "env": env, "cwd": str(cwd) if cwd else None}
+        request: dict[str, Any] = {"id": rid, "case": case, "out": out, "log": log, "env": env,
+                                   "cwd": str(cwd) if cwd else None}
+        if probe is not None:
+            request["probe"] = probe
         data = layout.padded_json(request, end="\n").encode()
         if len(data) >= REQUEST_MAX:  # a zygote takes no more: spawn this one
             raise ZygoteUnavailable(f"the worker's request is over {REQUEST_MAX} bytes (its environment)")

@@ -11,7 +11,10 @@ object per line:
 - orchestrator -> fork server, one at a time: ``{"id": i, "case": ..., "out": ..., "log": ..., "env":
   {...}, "cwd": ...}``, padded with spaces to whole pages (perfgate.layout.padded_json) and at most
   ``REQUEST_MAX`` bytes, with any file descriptors the worker needs attached (SCM_RIGHTS, at most
-  ``MAX_FDS``); a request whose ``case`` is empty forks a child that exits at once;
+  ``MAX_FDS``); a request whose ``case`` is empty forks a child that exits at once, unless it carries
+  ``"probe": [workloads folders]``: then the child is the worker probe and writes the catalog to ``out``
+  (a fork server older than probe requests takes one for the empty request: its child writes nothing, and
+  the orchestrator spawns the probe instead);
 - fork server -> orchestrator: ``{"id": i, "pid": p}`` (or ``{"id": i, "error": ...}`` when it could not
   fork) and, when the child exits, ``{"id": i, "exit": code}`` (a negative code: killed by that signal, as
   subprocess reports it).

@@ -1,8 +1,8 @@
 """The fork server's loop, in the ``python -m perfgate.worker --zygote FD`` process (perfgate.zygote says
 why there is one): import torch once, say ready, then fork one child per request; each child becomes a
-worker process of its own and runs the worker's ``--case`` code path, handed in by perfgate.worker
-(``serve(fd, worker.main)``), so this module does not import the worker back, and nothing of the
-orchestrator's. The protocol is perfgate.zygote_protocol.
+worker process of its own and runs the worker's ``--case`` (or ``--probe``) code path, handed in by
+perfgate.worker (``serve(fd, worker.main)``), so this module does not import the worker back, and nothing
+of the orchestrator's. The protocol is perfgate.zygote_protocol.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ def _threads() -> int:
 def _child(req: dict[str, Any], fds: list[int], sock: socket.socket, zygote_pid: int,
            run_worker: RunWorker) -> None:
     """In the forked child: become a worker process of its own, run the case, exit. Never returns."""
-    if not req["case"]:  # the empty request (perfgate.zygote.Zygote's first)
+    probe = req.get("probe")
+    if not req["case"] and probe is None:  # the empty request (perfgate.zygote.Zygote's first)
         os._exit(0)
     code = 1
     try:
@@ -62,7 +63,10 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket, zygote_pid:
         os.environ.update(env)
         if req.get("cwd"):
             os.chdir(req["cwd"])
-        code = run_worker(["--case", req["case"], "--out", req["out"]])
+        if probe is not None:  # the probe: the catalog of these workloads folders, written to "out"
+            code = run_worker(["--probe", *(a for d in probe for a in ("--workloads-dir", d)), "--out", req["out"]])
+        else:
+            code = run_worker(["--case", req["case"], "--out", req["out"]])
     except BaseException:  # noqa: BLE001 - a child must never return into the zygote's loop
         import traceback
 
@@ -81,9 +85,10 @@ def _terminated(signum: int, frame: Any) -> None:
 
 def serve(fd: int, run_worker: RunWorker) -> int:
     """The zygote's loop on the socket ``fd``: preload, say ready, then fork a child per request, which runs
-    ``run_worker(["--case", CASE, "--out", OUT])``, and report its exit. A subreaper (perfgate.reaper):
-    what a worker leaves behind when it dies comes back here and is ended; when the orchestrator goes (the
-    socket closes, or SIGTERM from PR_SET_PDEATHSIG), every descendant is ended before this process exits."""
+    ``run_worker(["--case", CASE, "--out", OUT])`` (a probe request: ``["--probe", ..., "--out", OUT]``), and
+    report its exit. A subreaper (perfgate.reaper): what a worker leaves behind when it dies comes back here
+    and is ended; when the orchestrator goes (the socket closes, or SIGTERM from PR_SET_PDEATHSIG), every
+    descendant is ended before this process exits."""
     reaper.become_subreaper()
     # before the first fork: no worker can read this process's memory or attach to it (one that did could
     # change what every later worker of this fork server runs), and its workers inherit the same

@@ -224,6 +224,7 @@ def _tiny_run(tmp_path: Path, **env: str) -> dict:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run = load_results(out / "results.json")
     assert not list((out / ".work").glob("zygote-*.log"))  # the fork server cleaned up after itself
+    assert not list((out / ".work").glob("probe-*"))  # and the probe after itself
     return {c.spec.workload: c for c in run.cases}
 
 
@@ -567,8 +568,104 @@ def test_a_daemon_left_by_a_spawned_worker_that_died_does_not_outlive_the_run(tm
                                       PERFGATE_TEST_DIE_IN_BUILD="1"),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3, proc.stdout + proc.stderr  # its only case crashed
-    assert load_results(tmp_path / "run" / "results.json").cases[0].failure_class == "crash"
+    run = load_results(tmp_path / "run" / "results.json")
+    assert run.cases[0].failure_class == "crash"
+    assert run.environment["probe_start"] == "spawn"  # PERFGATE_WORKER_START=spawn spawns the probe too
     _all_end(_started_pids(pids_file), 3, "the daemons")
+
+
+@needs_linux
+def test_a_runs_probe_is_forked_and_a_daemon_its_workload_file_starts_at_import_does_not_outlive_the_run(tmp_path):
+    """By default a run's probe is a child of the fork server its workers come from (one `import torch` for
+    both), isolated as a worker is: the daemon the workload file starts at import, in the probe and again in
+    the worker, ends with them."""
+    pids_file = tmp_path / "pids"
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "--workloads-dir", str(_daemon_workloads(tmp_path)),
+                           "-w", "daemon_at_import", "-t", "eager", "--processes", "1", "--samples", "3",
+                           "--out", str(tmp_path / "run")], cwd=REPO,
+                          env=cli_env(PERFGATE_TEST_PIDS_FILE=str(pids_file)), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "spawning" not in proc.stderr, proc.stderr
+    run = load_results(tmp_path / "run" / "results.json")
+    assert run.environment["probe_start"] == "fork"
+    assert run.cases[0].status == "ok" and run.cases[0].metadata["worker_start"] == "fork"
+    assert not list((tmp_path / "run" / ".work").glob("probe-*"))  # its catalog and log files are gone
+    _all_end(_started_pids(pids_file), 2, "the daemons")
+
+
+@needs_linux
+def test_the_probe_and_the_runs_workers_share_one_fork_server(tmp_path, monkeypatch):
+    """The probe forked for a run's folder comes from the fork server the run's workers are then forked by
+    (runner._zygote_for's key: threads, PYTHONPATH, folder, scratch folder), or the saving is lost."""
+    monkeypatch.delenv(runner.WORKER_START_ENV, raising=False)
+    work = runner.run_work_dir(tmp_path / "run")
+    try:
+        probe = runner.run_probe([TEST_WORKLOADS], 1, work)
+        assert probe["environment"]["probe_start"] == "fork" and "tiny" in probe["workloads"]
+        server = runner._zygotes.get((1, None, None, str(work)))
+        assert server is not None and server.alive()
+        cache_env = {"TORCHINDUCTOR_CACHE_DIR": str(work / "compile-cache" / "x" / "inductor")}  # a case's
+        assert runner._zygote_for(1, cache_env, None, work) is server
+        assert not list(work.glob("probe-*"))
+    finally:
+        runner.close_zygotes()
+
+
+@needs_linux
+def test_a_probe_an_older_fork_server_does_not_answer_is_spawned(tmp_path, monkeypatch):
+    """A fork server from before probe requests takes one for the empty request: its child exits at once and
+    writes no catalog. The probe is then spawned, as it was before."""
+
+    class Exited:
+        pid, returncode = 0, 0
+
+        def wait(self, timeout=None):
+            return 0
+
+        def poll(self):
+            return 0
+
+    class OlderZygote:
+        def spawn(self, case, out, log, env, cwd, fds=(), probe=None):
+            assert case == "" and probe == [str(TEST_WORKLOADS)]
+            return Exited()
+
+    monkeypatch.setattr(runner, "_zygote_for", lambda *args: OlderZygote())
+    probe = runner.run_probe([TEST_WORKLOADS], 1, tmp_path / "work")
+    assert probe["environment"]["probe_start"] == "spawn" and "tiny" in probe["workloads"]
+    assert not list((tmp_path / "work").glob("probe-*"))
+
+
+HANGS_AT_IMPORT = '''"""Writes its pid to $PERFGATE_TEST_PIDS_FILE, then hangs while imported (test only)."""
+import os
+import time
+
+with open(os.environ["PERFGATE_TEST_PIDS_FILE"], "a") as fh:
+    fh.write(f"{os.getpid()}\\n")
+time.sleep(600)
+'''
+
+
+@needs_linux
+def test_a_forked_probe_past_its_timeout_is_killed(tmp_path, monkeypatch):
+    """A workload file that hangs when imported: the forked probe is killed at the probe's timeout, and the
+    run stops with an infrastructure error that says so."""
+    monkeypatch.delenv(runner.WORKER_START_ENV, raising=False)
+    pids_file = tmp_path / "pids"
+    monkeypatch.setenv("PERFGATE_TEST_PIDS_FILE", str(pids_file))
+    monkeypatch.setattr(runner, "PROBE_TIMEOUT_S", 20)
+    folder = tmp_path / "hangs"
+    folder.mkdir()
+    (folder / "hangs.py").write_text(HANGS_AT_IMPORT)
+    try:
+        with pytest.raises(runner.InfrastructureError, match="did not answer within 20 s"):
+            runner.run_probe([folder], 1, tmp_path / "work")
+        pids = _started_pids(pids_file)
+        assert len(pids) == 1 and not _alive(pids[0])
+        assert not list((tmp_path / "work").glob("probe-*"))
+    finally:
+        runner.close_zygotes()
 
 
 def test_the_runners_tracking_id_reaches_workers_and_no_config_passes_a_withheld_variable(monkeypatch):
