@@ -20,6 +20,8 @@ from urllib.parse import unquote
 import pytest
 from conftest import TEST_WORKLOADS, run_cli
 from fixtures.synthetic import scenario
+from test_gate import CASE
+from test_gate import PYPROJECT as GATE_PYPROJECT
 
 from perfgate import traces
 from perfgate.config import ConfigError
@@ -28,25 +30,8 @@ from perfgate.exporters.html import HtmlExporter
 from perfgate.exporters.markdown import MarkdownExporter
 from perfgate.validation import SchemaError
 
-CASE = "scaled_work/smoke/eager/cpu"
-
-PYPROJECT = """
-[tool.perfgate]
-workloads_dirs = ["workloads"]
-processes = 2
-
-[tool.perfgate.timing]
-samples = 5
-
-[tool.perfgate.suites.smoke]
-workloads = ["scaled_work"]
-toggles = ["eager"]
-device = "cpu"
-
-[tool.perfgate.gate]
-threshold = 0.5
-remeasure = false
-"""
+# test_gate.py's project (scaled_work, eager, threshold 0.5), with no re-measure
+PYPROJECT = GATE_PYPROJECT.format(workloads="workloads") + "remeasure = false\n"
 
 
 def _git(cwd: Path, *args: str) -> None:
