@@ -7,9 +7,12 @@ around it (``--within``). With ``--against`` the pair's samples also share a mac
 cancels, as lockstep sampling does); every run gets a common shift (``--run-to-run``: what a repeated run
 of the same comparison would move by). The defaults are what a conv rollout showed on a 2-core runner
 (2026-11-25: per-pair log-ratio sd 3.7%, of which 1.4% from the samples; A/A ratios' sd across 20 trials
-1.2%).
+1.2%). ``--fast-share`` and ``--slowed`` add performance modes: a share of each run's processes (drawn
+anew per run, and per side when unpaired) in a fast state, as the conv rollout's processes are on this
+machine with or without perfgate (docs/gate.md, "Performance modes, compared mode by mode").
 
     .venv/bin/python benchmarks/gate_power_sim.py --trials 300
+    .venv/bin/python benchmarks/gate_power_sim.py --trials 200 --modes stored --base-processes 16 --fast-share 0.45 --slowed 0.1
 """
 
 from __future__ import annotations
@@ -41,9 +44,17 @@ def process(rnd: random.Random, factor: float, machine: list[float], within: flo
 
 def trial(rnd: random.Random, change: float, paired: bool, args: argparse.Namespace, gate: GateSettings) -> tuple[str, int]:
     shift = math.exp(rnd.gauss(0, args.run_to_run))  # this run against the baseline's (or the base side's)
+    # performance modes: in each run (each side when unpaired) a share of the processes, drawn anew per run
+    # up to --fast-share, runs at --fast-ratio; up to --slowed of them are slowed 1.2-1.6x by the machine
+    shares = {side: (rnd.uniform(0, args.fast_share), rnd.uniform(0, args.slowed)) for side in ("base", "head")}
 
-    def one(factor: float, index: int, machine: list[float]) -> ProcessSamples:
-        return process(rnd, factor * math.exp(rnd.gauss(0, args.between)), machine, args.within, index)
+    def mode(side: str) -> float:
+        fast, slowed = shares["base" if paired else side]
+        return ((args.fast_ratio if rnd.random() < fast else 1.0)
+                * (rnd.uniform(1.2, 1.6) if rnd.random() < slowed else 1.0))
+
+    def one(factor: float, index: int, machine: list[float], side: str = "base") -> ProcessSamples:
+        return process(rnd, factor * mode(side) * math.exp(rnd.gauss(0, args.between)), machine, args.within, index)
 
     def machine() -> list[float]:
         return [rnd.gauss(0, args.machine) for _ in range(10)]
@@ -58,7 +69,7 @@ def trial(rnd: random.Random, change: float, paired: bool, args: argparse.Namesp
     while target is not None:
         while len(head) < target:
             m = machine()
-            head.append(one((1 + change) * shift, len(head), m))
+            head.append(one((1 + change) * shift, len(head), m, "head"))
             base.append(one(1.0, len(base), m if paired else machine()))
         target = sampler.next_target(len(head), 1.0, CaseResult(spec=SPEC, status="ok", processes=list(head)),
                                      CaseResult(spec=SPEC, status="ok", processes=list(base)) if paired else None)
@@ -73,6 +84,10 @@ def main() -> int:
     ap.add_argument("--machine", type=float, default=0.03, help="relative sd of the machine's speed per burst")
     ap.add_argument("--run-to-run", type=float, default=0.005, help="relative sd of a whole run's shift")
     ap.add_argument("--base-processes", type=int, default=8, help="processes in a stored baseline")
+    ap.add_argument("--fast-share", type=float, default=0.0,
+                    help="performance modes: each run's share of processes in a fast mode is drawn up to this")
+    ap.add_argument("--fast-ratio", type=float, default=0.65, help="the fast mode's speed (the conv rollout: 0.65)")
+    ap.add_argument("--slowed", type=float, default=0.0, help="each run's share of processes slowed 1.2-1.6x, drawn up to this")
     ap.add_argument("--changes", default="0,0.05,0.10")
     ap.add_argument("--modes", default="against,stored")
     ap.add_argument("--seed", type=int, default=1)
@@ -82,7 +97,8 @@ def main() -> int:
     if args.gate_run_to_run is not None:
         gate = dataclasses.replace(gate, run_to_run=args.gate_run_to_run)
     print(f"between {args.between:.1%}, within {args.within:.1%}, machine {args.machine:.1%}, run-to-run "
-          f"{args.run_to_run:.1%}, stored baseline {args.base_processes} processes, {args.trials} trials")
+          f"{args.run_to_run:.1%}, stored baseline {args.base_processes} processes, {args.trials} trials, "
+          f"fast mode up to {args.fast_share:.0%} of a run at {args.fast_ratio:g}x, slowed up to {args.slowed:.0%}")
     print(f"{'mode':<8} {'change':>6} {'regression':>10} {'win':>5} {'inconclusive':>12} {'unchanged':>9} "
           f"{'processes (median)':>18} {'s':>5}")
     for mode in args.modes.split(","):

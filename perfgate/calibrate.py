@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,18 @@ class CaseNoise:
         return math.expm1(math.sqrt(statistics.fmean(math.log(r) ** 2 for r in self.aa_ratios)))
 
     @property
+    def run_to_run_estimate(self) -> float | None:
+        """The run-to-run term measured for this case: the A/A log ratios' mean square less what the
+        rounds' own sampling explains (2 x between-process variance / processes a round), as a relative
+        figure, never below the paired term (``GateSettings.run_to_run_paired``): two or three ratios are
+        a rough measurement, and a lucky pair must not make unpaired comparisons look paired."""
+        if not self.aa_ratios:
+            return None
+        per_round = statistics.median(len(r.processes) for r in self.rounds)
+        excess = statistics.fmean(math.log(r) ** 2 for r in self.aa_ratios) - 2 * self.between_sd ** 2 / per_round
+        return math.expm1(math.sqrt(max(excess, math.log1p(GateSettings.run_to_run_paired) ** 2)))
+
+    @property
     def needed_seconds(self) -> float | None:
         """About how long the processes needed for the threshold take, per side."""
         return None if self.needed_processes is None else self.needed_processes * self.seconds_per_process
@@ -154,7 +166,7 @@ class CaseNoise:
             "aa_verdicts": self.aa_verdicts,
             "aa_ratios": [round(r, 5) for r in self.aa_ratios],
             # what the gate adds to unpaired comparisons of this case (GateSettings.run_to_run_term)
-            "run_to_run": None if self.round_to_round is None else round(self.round_to_round, 5),
+            "run_to_run": None if self.run_to_run_estimate is None else round(self.run_to_run_estimate, 5),
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
 
@@ -174,11 +186,13 @@ def analyse(key: str, rounds: list[CaseResult], gate: GateSettings, threshold: f
             verdicts.append(judge_time(change, threshold, "threshold")[0])
             ratios.append(change.ratio)
     seconds = sum(r.duration_s for r in ok) / max(1, sum(len(r.processes) for r in ok))
-    return CaseNoise(key=key, rounds=ok, within_cv=within, between_sd=sd,
-                     smallest_change=smallest_detectable(sd, processes, gate.confidence, gate.run_to_run),
-                     processes=processes, threshold=threshold, aa_verdicts=verdicts,
-                     needed_processes=processes_needed(sd, threshold, gate.confidence, gate.run_to_run),
-                     seconds_per_process=seconds, aa_ratios=ratios, run_to_run=gate.run_to_run)
+    noise = CaseNoise(key=key, rounds=ok, within_cv=within, between_sd=sd, smallest_change=0.0, processes=processes,
+                      threshold=threshold, aa_verdicts=verdicts, needed_processes=None, seconds_per_process=seconds,
+                      aa_ratios=ratios, run_to_run=gate.run_to_run)
+    # the term the gate will add for this case once --write stores it: the one measured here, else the default
+    term = gate.run_to_run if noise.run_to_run_estimate is None else noise.run_to_run_estimate
+    return replace(noise, smallest_change=smallest_detectable(sd, processes, gate.confidence, term),
+                   needed_processes=processes_needed(sd, threshold, gate.confidence, term), run_to_run=term)
 
 
 def report_lines(noise: CaseNoise) -> list[str]:
@@ -193,9 +207,9 @@ def report_lines(noise: CaseNoise) -> list[str]:
     ]
     if noise.round_to_round is not None:
         lines.append(f"    A/A ratios between rounds: {', '.join(f'{r:.3f}x' for r in noise.aa_ratios)} (RMS "
-                     f"{noise.round_to_round * 100:.1f}%, sampling noise included; the gate adds "
-                     f"{noise.run_to_run * 100:g}% run to run against a stored baseline, [tool.perfgate.gate] "
-                     "run_to_run)")
+                     f"{noise.round_to_round * 100:.1f}%, sampling noise included; less that noise, "
+                     f"{noise.run_to_run * 100:.1f}% is the run-to-run term of this case's unpaired comparisons "
+                     "once --write stores it, and what the figures above assume)")
     if noise.needed_processes is not None:
         lines.append(f"    a {noise.threshold * 100:g}% threshold needs about {noise.needed_processes} processes a side "
                      f"here (~{noise.needed_seconds:.0f} s of measuring per side, twice that with --against)")

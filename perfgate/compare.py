@@ -25,6 +25,7 @@ settling the question is ``inconclusive``, with advice.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -67,7 +68,7 @@ class GateSettings:
     confidence: float = 0.95  # of the ratio's CI; alpha of the rank test is 1 - confidence
     # relative sd of the step-time ratio between repeated runs of the same change, which one run's samples
     # cannot see (the machine's state drifts between runs); added to the ratio's CI (docs/gate.md)
-    run_to_run: float = 0.01
+    run_to_run: float = 0.03
     # the same for `--against`: base and head sampled in lockstep on the same CPU, so the machine's drift
     # reaches both sides and cancels; what is left between repeated paired runs is smaller (docs/gate.md)
     run_to_run_paired: float = 0.005
@@ -93,6 +94,10 @@ class GateSettings:
     # time is settled or its budget is spent; adaptive = false measures exactly `processes` per case
     adaptive: bool = True
     max_processes: int = 16  # per side, per case
+    # an unpaired comparison (a stored baseline, not lockstep pairs) settles only from this many processes of
+    # the run: with fewer, performance modes cannot be seen (perfgate.compare.performance_modes needs 4), and
+    # two runs whose few processes landed in different modes looked settled (docs/gate.md)
+    unpaired_min_processes: int = 8
     max_case_s: float = 60.0  # wall seconds of sampling per case (per side pair with --against), roughly
     precision: float = 0.0  # a plain run's target CI half-width (relative); 0: half the threshold
     bootstrap_resamples: int = 4000
@@ -159,7 +164,8 @@ class GateSettings:
 _FLOAT_KEYS = ("threshold", "confidence", "run_to_run", "run_to_run_paired", "run_to_run_cuda", "process_quantile", "deterministic_tolerance", "memory_tolerance",
                "memory_floor_bytes", "compile_time_tolerance", "compile_time_floor_s", "max_case_s", "precision")
 _TABLE_KEYS = ("workloads", "toggles", "metrics")
-_VALID_KEYS = (*_FLOAT_KEYS, "remeasure", "settle_in_lockstep", "adaptive", "bootstrap_resamples", "seed", "max_processes", *_TABLE_KEYS)
+_VALID_KEYS = (*_FLOAT_KEYS, "remeasure", "settle_in_lockstep", "adaptive", "bootstrap_resamples", "seed", "max_processes", "unpaired_min_processes",
+               *_TABLE_KEYS)
 
 
 def _number(value: Any, what: str, low: float = 0.0, high: float | None = None) -> float:
@@ -199,7 +205,7 @@ def parse_gate(raw: Any) -> GateSettings:
             kw[k] = raw[k]
     if kw.get("max_case_s", 1.0) <= 0:
         raise ConfigError(f"[tool.perfgate.gate] max_case_s must be more than 0, got {raw['max_case_s']!r}")
-    lowest = {"bootstrap_resamples": 100, "seed": 0, "max_processes": 1}
+    lowest = {"bootstrap_resamples": 100, "seed": 0, "max_processes": 1, "unpaired_min_processes": 1}
     for k, low in lowest.items():
         if k in raw:
             v = raw[k]
@@ -270,20 +276,30 @@ SLOWED_MAX_SHARE = 0.25
 
 def performance_modes(logs: Sequence[float]) -> list[list[float]]:
     """The log per-process step times of one side split into performance modes: runs of sorted values
-    separated by a gap wider than ``max(SLOWED_MADS`` robust sds of the faster half, ``SLOWED_MIN_GAP)``.
-    One mode when nothing is that far apart, and always one for fewer than 4 processes (too few to tell a
-    mode from spread)."""
+    separated by a gap wider than ``max(SLOWED_MADS`` robust sds within the modes, ``SLOWED_MIN_GAP)``. The
+    within-mode sd is read from every value's distance to its own mode's median, so a mode holding a third
+    of the side is seen as well as one holding a tenth (the faster half alone mixes them). One mode when
+    nothing is that far apart, and always one for fewer than 4 processes (too few to tell a mode from
+    spread)."""
     ordered = sorted(logs)
     if len(ordered) < 4:
         return [ordered] if ordered else []
-    faster = ordered[:(len(ordered) + 1) // 2]
-    center = statistics.median(faster)
-    gap = max(SLOWED_MADS * 1.4826 * statistics.median(abs(x - center) for x in faster), math.log1p(SLOWED_MIN_GAP))
+    floor = math.log1p(SLOWED_MIN_GAP)
     modes = [[ordered[0]]]
-    for x in ordered[1:]:
-        if x - modes[-1][-1] > gap:
+    for x in ordered[1:]:  # candidates: split at every gap past the floor
+        if x - modes[-1][-1] > floor:
             modes.append([])
         modes[-1].append(x)
+    while len(modes) > 1:  # merge the narrowest gap while it is within SLOWED_MADS sds of the modes' spread
+        gaps = [modes[i + 1][0] - modes[i][-1] for i in range(len(modes) - 1)]
+        i = min(range(len(gaps)), key=gaps.__getitem__)
+        grouped = [m for m in modes if len(m) > 1]  # a lone value says nothing of a mode's spread
+        if 2 * sum(map(len, grouped)) >= len(ordered):
+            sd = 1.4826 * statistics.median(abs(x - statistics.median(m)) for m in grouped for x in m)
+            if gaps[i] > SLOWED_MADS * sd:
+                break
+        # else: too few values in groups to know the spread: wide spread, not modes, until they are
+        modes[i:i + 2] = [modes[i] + modes[i + 1]]
     return modes
 
 
@@ -300,6 +316,96 @@ def set_aside_slowed(logs: Sequence[float]) -> list[float]:
         return list(logs)
     fence = modes[-1][-1]
     return [x for x in logs if x <= fence]
+
+
+# Two sides whose processes fall into performance modes are compared mode by mode: the fast mode of the
+# base with the fast mode of the head, the slow with the slow, so that a side holding more processes of one
+# mode than the other does not read as a change (docs/gate.md, "Performance modes"). Which mode of one side
+# is which of the other is decided from the data: every order-keeping way to pair the modes that covers at
+# least this share of each side's processes is a reading of the data, and a verdict must hold in all of them.
+MATCH_MIN_SHARE = 0.3
+# ... and in a reading, the modes' own changes must agree within this many standard errors; a pairing whose
+# modes moved apart is not the same modes
+MATCH_AGREE_SDS = 3.0
+
+
+@dataclass(frozen=True)
+class ModeMatch:
+    """One reading of two multimodal sides: ``pairs`` of (base mode, head mode) indices, and the change it
+    gives (log scale): estimate, interval and p-value."""
+
+    pairs: tuple[tuple[int, int], ...]
+    estimate: float
+    low: float
+    high: float
+    p_value: float
+    agree: bool  # the paired modes' own changes agree (MATCH_AGREE_SDS)
+    base_n: tuple[int, ...]
+    head_n: tuple[int, ...]
+
+
+def _match_change(strata: Sequence[tuple[Any, Any]], confidence: float, resamples: int, rng: Any) -> tuple[float, float, float, float, bool]:
+    """The change over paired modes (log scale): each pair's Hodges-Lehmann shift, weighted by
+    nb * nh / (nb + nh); its interval the union of a bootstrap that resamples within each mode and a t
+    interval on the pooled within-mode spread; p from that t. And whether the pairs' shifts agree."""
+    import numpy as np
+    from scipy import stats as sps
+
+    w = np.array([len(b) * len(h) / (len(b) + len(h)) for b, h in strata])
+    shifts = np.array([float(shift_median(h, b)) for b, h in strata])
+    estimate = float(np.dot(w, shifts) / w.sum())
+    groups = [g for pair in strata for g in pair]
+    dof = sum(len(g) - 1 for g in groups)
+    ss = sum(float(np.sum((g - np.mean(g)) ** 2)) for g in groups)
+    sd = math.sqrt(ss / dof) if dof > 0 else math.nan
+    boot = np.zeros(resamples)
+    for (b, h), wi in zip(strata, w, strict=True):
+        bb = b[rng.integers(0, len(b), (resamples, len(b)))]
+        hh = h[rng.integers(0, len(h), (resamples, len(h)))]
+        boot += wi * shift_median(hh, bb)
+    boot /= w.sum()
+    alpha = 1.0 - confidence
+    low, high = (float(x) for x in np.quantile(boot, [alpha / 2, 1 - alpha / 2]))
+    if not (sd > 0):  # no spread inside any mode, or a process per mode: no t, and no significance claimed
+        return estimate, min(low, estimate), max(high, estimate), 1.0 if dof == 0 or estimate == 0 else 0.0, True
+    se = sd / math.sqrt(w.sum())
+    tq = float(sps.t.ppf(1 - alpha / 2, dof))
+    low, high = min(low, estimate - tq * se), max(high, estimate + tq * se)
+    p = float(2 * sps.t.sf(abs(estimate) / se, dof))
+    agree = all(abs(shifts[i] - shifts[j]) <= MATCH_AGREE_SDS * sd * math.sqrt(1 / w[i] + 1 / w[j])
+                for i, j in itertools.combinations(range(len(strata)), 2))
+    return estimate, low, high, p, agree
+
+
+def mode_matches(base_modes: Sequence[Sequence[float]], head_modes: Sequence[Sequence[float]], *,
+                 confidence: float = 0.95, resamples: int = 4000, seed: int = 0) -> list[ModeMatch]:
+    """Every reading of two sides' performance modes (``performance_modes``, fastest first): each
+    order-keeping pairing of every mode of the side with fewer to as many of the other's (a mode of one
+    process is no mode: it is left out of every pairing, like a process the machine slowed). A reading counts (see ``counted``) when its
+    paired modes hold at least MATCH_MIN_SHARE of each side and their own changes agree."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    bm = [(i, np.asarray(m, dtype=float)) for i, m in enumerate(base_modes) if len(m) > 1]
+    hm = [(j, np.asarray(m, dtype=float)) for j, m in enumerate(head_modes) if len(m) > 1]
+    out = []
+    k = min(len(bm), len(hm))
+    if k:
+        for bs in itertools.combinations(bm, k):
+            for hs in itertools.combinations(hm, k):
+                strata = [(b, h) for (_, b), (_, h) in zip(bs, hs, strict=True)]
+                est, low, high, p, agree = _match_change(strata, confidence, resamples, rng)
+                out.append(ModeMatch(tuple((i, j) for (i, _), (j, _) in zip(bs, hs, strict=True)), est, low, high,
+                                     p, agree, tuple(len(b) for b, _ in strata), tuple(len(h) for _, h in strata)))
+    return out
+
+
+def counted(matches: Sequence[ModeMatch], n_base: int, n_head: int) -> list[ModeMatch]:
+    """The readings that count: paired modes holding at least MATCH_MIN_SHARE of each side's processes,
+    whose own changes agree, and not a part of another such reading (which says the same with more)."""
+    fit = [m for m in matches if m.agree and sum(m.base_n) >= MATCH_MIN_SHARE * n_base
+           and sum(m.head_n) >= MATCH_MIN_SHARE * n_head]
+    return [m for m in fit if not any(set(m.pairs) < set(o.pairs) for o in fit)]
 
 
 def process_time(samples: Sequence[float], quantile: float = 0.5, layout_groups: Sequence[int] | None = None) -> float:
@@ -446,6 +552,9 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
             low, high = _widen(low, high, sps.ttest_1samp(diffs, 0.0), confidence)
         reachable = _rank_test_can_reach(alpha, len(diffs))
         test = "Wilcoxon signed-rank on per-pair log ratios"
+    elif max(modes) > 1:
+        estimate, low, high, p, test = _matched_modes(base, head, confidence, resamples, seed, quantile)
+        reachable = True
     else:
         paired = False
         estimate = float(shift_median(head, base))
@@ -466,8 +575,9 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
         if any(set_aside):
             test += (f" ({set_aside[0]} base and {set_aside[1]} head process(es) set aside as slowed by the "
                      "machine)")
-        if max(modes) > 1:
-            test += f" (the processes fall into {modes[0]} base and {modes[1]} head performance mode(s), all kept)"
+    if any(set_aside) and max(modes) > 1:
+        test += (f" ({set_aside[0]} base and {set_aside[1]} head process(es) set aside as slowed by the "
+                 "machine)")
     if run_to_run > 0:
         # One run's interval is about this run's minutes only; the same change measured again lands
         # elsewhere by about run_to_run (docs/gate.md). Add that spread in quadrature, in log space.
@@ -481,6 +591,35 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
         paired=paired, n_base=len(base_groups), n_head=len(head_groups), test=test, process_level=process_level,
         set_aside=set_aside, modes=modes, run_to_run=run_to_run, base_s=math.exp(float(np.median(base))), head_s=math.exp(float(np.median(head))),
     )
+
+
+def _matched_modes(base: Any, head: Any, confidence: float, resamples: int, seed: int,
+                   quantile: float) -> tuple[float, float, float, float, str]:
+    """``time_change`` for sides that fall into performance modes: (estimate, low, high, p, test) in log
+    scale, compared mode by mode (``mode_matches``). One reading that counts: its change. Several: the CI
+    spans them all and p is the largest, so a verdict holds in every reading. None: the modes cannot be
+    told apart from a change, and nothing is significant."""
+    base_modes, head_modes = performance_modes(base), performance_modes(head)
+    matches = mode_matches(base_modes, head_modes, confidence=confidence, resamples=resamples, seed=seed)
+    readings = counted(matches, len(base), len(head))
+    sizes = (f"base {'+'.join(str(len(m)) for m in base_modes)}, head {'+'.join(str(len(m)) for m in head_modes)} "
+             f"processes, fastest mode first")
+    per_process = quantile_name(quantile, plural=True)
+    if not readings:
+        estimate = float(shift_median(head, base))
+        low = min([estimate, *(m.low for m in matches)])
+        high = max([estimate, *(m.high for m in matches)])
+        return estimate, low, high, 1.0, (
+            f"per-process {per_process} in {len(base_modes)} base and {len(head_modes)} head performance modes "
+            f"({sizes}) that no pairing of modes explains (each holds less than {MATCH_MIN_SHARE:.0%} of a side, "
+            "or its modes moved apart): a change cannot be told from the modes, not significant")
+    best = max(readings, key=lambda m: (sum(m.base_n) + sum(m.head_n), -m.p_value))
+    low, high = min(m.low for m in readings), max(m.high for m in readings)
+    text = (f"per-process {per_process} compared mode by mode ({sizes}; {len(best.pairs)} mode(s) paired, "
+            "t on the pooled within-mode spread)")
+    if len(readings) > 1:
+        text += f"; {len(readings)} pairings of the modes fit the data, the CI spans them all"
+    return best.estimate, low, high, max(m.p_value for m in readings), text
 
 
 # The clocks-event reasons (perfgate.gpu_clocks, read through NVML) for which a GPU slows itself down: heat,

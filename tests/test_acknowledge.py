@@ -54,7 +54,7 @@ def entry(case: str = KEY, metric: str = "step_time", expires: dt.date | None = 
 
 def judged(*entries: Entry, today: dt.date = TODAY, **kw):
     cur, base = runs(**kw)
-    return apply(compare_runs(cur, base, GateSettings(bootstrap_resamples=1000)), entries, today)
+    return apply(compare_runs(cur, base, GateSettings(bootstrap_resamples=1000, run_to_run=0.01)), entries, today)
 
 
 def kind(comparison, key: str = KEY, metric: str = "step_time") -> str:
@@ -64,7 +64,7 @@ def kind(comparison, key: str = KEY, metric: str = "step_time") -> str:
 
 def test_the_crafted_runs_regress_without_an_acknowledgement():
     cur, base = runs()
-    cmp = compare_runs(cur, base, GateSettings(bootstrap_resamples=1000))
+    cmp = compare_runs(cur, base, GateSettings(bootstrap_resamples=1000, run_to_run=0.01))
     assert kind(cmp) == "regression" and kind(cmp, OPS_KEY, "aten_ops_per_step") == "regression"
     assert cmp.gate_failed
 
@@ -142,7 +142,7 @@ def test_the_first_entry_in_force_that_holds_covers():
 
 def test_no_entries_no_change():
     cur, base = runs()
-    cmp = compare_runs(cur, base, GateSettings(bootstrap_resamples=1000))
+    cmp = compare_runs(cur, base, GateSettings(bootstrap_resamples=1000, run_to_run=0.01))
     assert apply(cmp, (), TODAY) is cmp
     assert acknowledged(cmp, None) is cmp
 
@@ -169,7 +169,7 @@ def test_comparison_json_round_trips_and_shards_merge(tmp_path):
 
 def test_summary_and_report_list_in_force_expired_and_unmatched():
     cur, base = runs()
-    cmp = apply(compare_runs(cur, base, GateSettings(bootstrap_resamples=1000)),
+    cmp = apply(compare_runs(cur, base, GateSettings(bootstrap_resamples=1000, run_to_run=0.01)),
                 [entry(expires=TODAY), entry(OPS_KEY, "aten_ops_per_step", expires=TODAY - dt.timedelta(days=3), index=1),
                  entry("gone/*/*/*", "*", bound="ratio <= 2", index=2)], TODAY)
     report = ReportInput(cur, cmp)
@@ -191,7 +191,7 @@ def test_summary_and_report_list_in_force_expired_and_unmatched():
 
 def test_no_acknowledgements_no_section():
     cur, base = runs()
-    report = ReportInput(cur, compare_runs(cur, base, GateSettings(bootstrap_resamples=1000)))
+    report = ReportInput(cur, compare_runs(cur, base, GateSettings(bootstrap_resamples=1000, run_to_run=0.01)))
     assert "Acknowledge" not in MarkdownExporter().render(report).decode()
     assert 'id="acknowledgements"' not in HtmlExporter().render(report).decode()
 

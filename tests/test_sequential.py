@@ -9,7 +9,8 @@ import statistics
 
 import pytest
 
-from perfgate.compare import GateSettings
+from perfgate.compare import GateSettings, parse_gate
+from perfgate.config import ConfigError
 from perfgate.model import CaseResult, CaseSpec, ProcessSamples
 from perfgate.sequential import (
     Budget,
@@ -140,12 +141,14 @@ def test_the_time_budget_ends_sampling_before_a_look_that_would_not_fit():
     assert sampler.stopped.startswith("budget: 10 s")
 
 
-def simulate(change: float, between: float, paired: bool, trials: int, seed: int, rule_alpha: bool = True
-             ) -> dict[str, int]:
+def simulate(change: float, between: float, paired: bool, trials: int, seed: int, rule_alpha: bool = True,
+             unpaired_min_processes: int = GateSettings.unpaired_min_processes) -> dict[str, int]:
     """Sequential comparisons of synthetic processes: base and head per-process step times with a
     between-process spread ``between``; ``change`` the true relative slowdown of head."""
     rnd = random.Random(seed)
-    gate = GateSettings(bootstrap_resamples=300, max_processes=12)
+    # no run-to-run shift is simulated: the term is kept at 1% so the looks' own error rates show
+    gate = GateSettings(bootstrap_resamples=300, max_processes=12, unpaired_min_processes=unpaired_min_processes,
+                        run_to_run=0.01)
     counts: dict[str, int] = {}
     for _ in range(trials):
         base_procs = [process(rnd, 1e-3 * math.exp(rnd.gauss(0, between)), index=i) for i in range(12)]
@@ -177,9 +180,10 @@ def test_sequential_looks_keep_false_alarms_rare_and_catch_a_clear_regression(pa
 
 def test_spending_alpha_is_what_keeps_repeated_looks_honest():
     """The same A/A data judged at the nominal 95% at every look raises more false alarms than with the
-    error rate spent over the looks: the test fails if spending is switched off."""
-    spent = simulate(0.0, 0.03, False, trials=80, seed=21)
-    naive = simulate(0.0, 0.03, False, trials=80, seed=21, rule_alpha=False)
+    error rate spent over the looks: the test fails if spending is switched off. (Every look may settle
+    here: the unpaired floor of processes would hide the early looks that spending is about.)"""
+    spent = simulate(0.0, 0.03, False, trials=80, seed=21, unpaired_min_processes=1)
+    naive = simulate(0.0, 0.03, False, trials=80, seed=21, rule_alpha=False, unpaired_min_processes=1)
     alarms = lambda c: c.get("regression", 0) + c.get("win", 0)  # noqa: E731
     assert alarms(spent) < alarms(naive), (spent, naive)
 
@@ -198,6 +202,41 @@ def test_make_sampler_starts_comparisons_at_three_and_respects_adaptive_off():
     assert make_sampler(gate, 2, PrecisionRule(0.025)).budget.schedule[0] == 2
     fixed = make_sampler(GateSettings(adaptive=False), 2, rule)
     assert fixed.budget.schedule == [2] and fixed.rule is None
+
+
+def test_an_unpaired_comparison_settles_only_from_its_floor_of_processes():
+    """Unpaired, a look with fewer than ``unpaired_min_processes`` a side does not settle even a clear
+    change: with 3 or 5 processes, performance modes cannot be seen, and two runs whose few processes landed
+    in different modes looked settled (docs/gate.md). Lockstep pairs settle as soon as they can."""
+    rnd = random.Random(5)
+    gate = GateSettings(bootstrap_resamples=300)
+    base = case([process(rnd, 1e-3, index=i) for i in range(16)])
+    for paired, settles_at in ((False, 8), (True, 3)):
+        rule = ComparisonRule(gate, 0.05, "global threshold", paired=paired, base=base)
+        sampler = make_sampler(gate, 2, rule)
+        target, head = sampler.first, []
+        while target is not None:
+            head += [process(rnd, 1.5e-3, index=len(head)) for _ in range(target - len(head))]
+            target = sampler.next_target(len(head), 1.0, case(head), case(base.processes[:len(head)]) if paired else None)
+        assert sampler.stopped.startswith("settled: regression"), sampler.stopped
+        assert len(head) == settles_at, sampler.looks
+    assert "unpaired, it settles from 8 processes" in sampler_looks_first(gate, base)
+    # a stored baseline's processes are what they are: one of 5 does not hold the head back past 8
+    short = ComparisonRule(gate, 0.05, "global threshold", paired=False, base=case(base.processes[:5]))
+    sampler = make_sampler(gate, 2, short)
+    head = [process(rnd, 1.5e-3, index=i) for i in range(8)]
+    assert sampler.next_target(5, 1.0, case(head[:5])) == 8
+    assert sampler.next_target(8, 1.0, case(head)) is None and sampler.stopped.startswith("settled: regression")
+    with pytest.raises(ConfigError, match="unpaired_min_processes must be an integer >= 1"):
+        parse_gate({"unpaired_min_processes": 0})
+    assert parse_gate({"unpaired_min_processes": 3}).unpaired_min_processes == 3
+
+
+def sampler_looks_first(gate: GateSettings, base: CaseResult) -> str:
+    rnd = random.Random(6)
+    sampler = make_sampler(gate, 2, ComparisonRule(gate, 0.05, "global threshold", paired=False, base=base))
+    sampler.next_target(3, 1.0, case([process(rnd, 1.5e-3, index=i) for i in range(3)]))
+    return sampler.looks[0]["result"]
 
 
 def test_a_screen_is_one_look_at_the_full_error_rate():

@@ -1,0 +1,92 @@
+"""Are a workload's processes fast or slow by themselves? Fresh Python processes, no perfgate anywhere:
+each builds the conv rollout of the layout issue (3 Conv2d-InstanceNorm-GELU blocks, 64x64, 16 channels,
+batch 2, a 20-step unit, one torch thread), then times units for ``--seconds`` and prints the median of
+each second. A process whose every second sits far from the others' is in a *state* of its own; seconds
+that agree inside a process while processes disagree is what the gate calls performance modes
+(docs/gate.md, "Performance modes, compared mode by mode").
+
+    .venv/bin/python benchmarks/process_states.py --processes 30 --seconds 3 [--pin 0,1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+CHILD = r'''
+import json, sys, time
+import torch, torch.nn as nn
+torch.set_num_threads(1)
+torch.manual_seed(0)
+c = 16
+layers = [nn.Conv2d(2, c, 1)]
+for _ in range(3):
+    layers += [nn.Conv2d(c, c, 3, padding=1), nn.InstanceNorm2d(c, affine=True), nn.GELU()]
+model = nn.Sequential(*layers, nn.Conv2d(c, 2, 1)).eval()
+x = torch.randn(2, 2, 64, 64)
+
+def unit():
+    s = x
+    with torch.no_grad():
+        for _ in range(20):
+            s = 0.5 * model(s) + 0.5 * s
+    return s
+
+for _ in range(3):
+    unit()
+seconds = []
+for _ in range(int(sys.argv[1])):
+    ts, end = [], time.perf_counter() + 1.0
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        unit()
+        ts.append(time.perf_counter() - t)
+    seconds.append(sorted(ts)[len(ts) // 2] * 1e3)
+print(json.dumps(seconds))
+'''
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--processes", type=int, default=30)
+    ap.add_argument("--seconds", type=int, default=3, help="seconds timed per process (one median each)")
+    ap.add_argument("--pin", default="", help="comma-separated CPUs to pin the processes to in turn (taskset)")
+    ap.add_argument("--fast", type=float, default=0.8, help="a process below this share of the median is 'fast'")
+    ap.add_argument("--out", default=None, help="write every process's seconds as JSON here")
+    args = ap.parse_args()
+    pins = [c for c in args.pin.split(",") if c]
+    rows = []
+    print(f"load before: {os.getloadavg()}")
+    for i in range(args.processes):
+        cmd = [sys.executable, "-c", CHILD, str(args.seconds)]
+        cpu = pins[i % len(pins)] if pins else None
+        if cpu is not None:
+            cmd = ["taskset", "-c", cpu, *cmd]
+        started = time.strftime("%H:%M:%S", time.gmtime())
+        seconds = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout)
+        rows.append({"process": i, "cpu": cpu, "started_utc": started, "ms": [round(s, 2) for s in seconds]})
+        print(f"{i:>3} {started} cpu {cpu or '-'}  " + "  ".join(f"{s:6.2f}" for s in seconds) + " ms", flush=True)
+    medians = [statistics.median(r["ms"]) for r in rows]
+    mid = statistics.median(medians)
+    fast = [r for r, m in zip(rows, medians, strict=True) if m < args.fast * mid]
+    inside = statistics.median((max(r["ms"]) - min(r["ms"])) / statistics.median(r["ms"]) for r in rows)
+    print(f"\n{len(fast)} of {len(rows)} processes below {args.fast:g}x the median ({mid:.2f} ms): "
+          + ", ".join(f"{statistics.median(r['ms']) / mid:.2f}x" for r in fast))
+    print(f"a process's seconds spread (max-min over median): median {inside:.1%}")
+    for cpu in sorted({r["cpu"] for r in rows if r["cpu"] is not None}):
+        mine = [r for r in rows if r["cpu"] == cpu]
+        print(f"cpu {cpu}: {sum(r in fast for r in mine)} of {len(mine)} fast")
+    print(f"load after: {os.getloadavg()}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
