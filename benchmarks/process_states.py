@@ -5,7 +5,7 @@ each second. A process whose every second sits far from the others' is in a *sta
 that agree inside a process while processes disagree is what the gate calls performance modes
 (docs/gate.md, "Performance modes, compared mode by mode").
 
-    .venv/bin/python benchmarks/process_states.py --processes 30 --seconds 3 [--pin 0,1]
+    .venv/bin/python benchmarks/process_states.py --processes 30 --seconds 3 [--pin 0,1] [--kernels conv,mm,ew]
 """
 
 from __future__ import annotations
@@ -37,16 +37,33 @@ def unit():
             s = 0.5 * model(s) + 0.5 * s
     return s
 
-for _ in range(3):
-    unit()
-seconds = []
-for _ in range(int(sys.argv[1])):
-    ts, end = [], time.perf_counter() + 1.0
+a, v = torch.randn(192, 192), torch.randn(1 << 18)
+
+def mm():  # a matmul chain: compute-bound, small
+    b = a
+    for _ in range(8):
+        b = torch.mm(b, a) * 0.01
+
+def ew():  # elementwise over 1 MiB: memory-bound
+    u = v
+    for _ in range(30):
+        u = torch.sin(u) * 1.01 + 0.5
+
+kernels = {"conv": unit, "mm": mm, "ew": ew}
+chosen = sys.argv[2].split(",")
+for k in chosen:
+    for _ in range(3):
+        kernels[k]()
+seconds = {k: [] for k in chosen}
+for _ in range(int(sys.argv[1])):  # the kernels in turn, one median per second each
+    ts, end = {k: [] for k in chosen}, time.perf_counter() + 1.0
     while time.perf_counter() < end:
-        t = time.perf_counter()
-        unit()
-        ts.append(time.perf_counter() - t)
-    seconds.append(sorted(ts)[len(ts) // 2] * 1e3)
+        for k in chosen:
+            t = time.perf_counter()
+            kernels[k]()
+            ts[k].append(time.perf_counter() - t)
+    for k in chosen:
+        seconds[k].append(sorted(ts[k])[len(ts[k]) // 2] * 1e3)
 print(json.dumps(seconds))
 '''
 
@@ -57,30 +74,37 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=3, help="seconds timed per process (one median each)")
     ap.add_argument("--pin", default="", help="comma-separated CPUs to pin the processes to in turn (taskset)")
     ap.add_argument("--fast", type=float, default=0.8, help="a process below this share of the median is 'fast'")
+    ap.add_argument("--kernels", default="conv",
+                    help="timed in turn in each process: conv (the rollout), mm (a matmul chain), ew (elementwise "
+                         "over 1 MiB); several show whether a process's state is the machine's or each computation's")
     ap.add_argument("--out", default=None, help="write every process's seconds as JSON here")
     args = ap.parse_args()
     pins = [c for c in args.pin.split(",") if c]
+    kernels = args.kernels.split(",")
     rows = []
     print(f"load before: {os.getloadavg()}")
     for i in range(args.processes):
-        cmd = [sys.executable, "-c", CHILD, str(args.seconds)]
+        cmd = [sys.executable, "-c", CHILD, str(args.seconds), args.kernels]
         cpu = pins[i % len(pins)] if pins else None
         if cpu is not None:
             cmd = ["taskset", "-c", cpu, *cmd]
         started = time.strftime("%H:%M:%S", time.gmtime())
         seconds = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout)
-        rows.append({"process": i, "cpu": cpu, "started_utc": started, "ms": [round(s, 2) for s in seconds]})
-        print(f"{i:>3} {started} cpu {cpu or '-'}  " + "  ".join(f"{s:6.2f}" for s in seconds) + " ms", flush=True)
-    medians = [statistics.median(r["ms"]) for r in rows]
-    mid = statistics.median(medians)
-    fast = [r for r, m in zip(rows, medians, strict=True) if m < args.fast * mid]
-    inside = statistics.median((max(r["ms"]) - min(r["ms"])) / statistics.median(r["ms"]) for r in rows)
-    print(f"\n{len(fast)} of {len(rows)} processes below {args.fast:g}x the median ({mid:.2f} ms): "
-          + ", ".join(f"{statistics.median(r['ms']) / mid:.2f}x" for r in fast))
-    print(f"a process's seconds spread (max-min over median): median {inside:.1%}")
-    for cpu in sorted({r["cpu"] for r in rows if r["cpu"] is not None}):
-        mine = [r for r in rows if r["cpu"] == cpu]
-        print(f"cpu {cpu}: {sum(r in fast for r in mine)} of {len(mine)} fast")
+        rows.append({"process": i, "cpu": cpu, "started_utc": started,
+                     "ms": {k: [round(s, 2) for s in seconds[k]] for k in kernels}})
+        print(f"{i:>3} {started} cpu {cpu or '-'}  " + "   ".join(
+            f"{k} " + " ".join(f"{s:6.2f}" for s in seconds[k]) for k in kernels) + "  ms", flush=True)
+    print()
+    for k in kernels:
+        medians = [statistics.median(r["ms"][k]) for r in rows]
+        mid = statistics.median(medians)
+        fast = [i for i, m in enumerate(medians) if m < args.fast * mid]
+        inside = statistics.median((max(r["ms"][k]) - min(r["ms"][k])) / statistics.median(r["ms"][k]) for r in rows)
+        print(f"{k}: {len(fast)} of {len(rows)} processes below {args.fast:g}x the median ({mid:.2f} ms): processes "
+              f"{fast}; a process's seconds spread (max-min over median): median {inside:.1%}")
+        for cpu in sorted({r["cpu"] for r in rows if r["cpu"] is not None}):
+            mine = [i for i, r in enumerate(rows) if r["cpu"] == cpu]
+            print(f"    cpu {cpu}: {sum(i in fast for i in mine)} of {len(mine)} fast")
     print(f"load after: {os.getloadavg()}")
     if args.out:
         with open(args.out, "w") as f:

@@ -984,8 +984,10 @@ def _ratio_text(v: Verdict) -> str:
 
 def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSettings, remeasure: Remeasure,
                         calibration: dict[str, Any] | None = None,
-                        look_confidence: LookConfidence | None = None) -> tuple[Comparison, list[CaseResult]]:
-    """Re-measure each case whose step time regressed; it fails the gate only if it regresses again.
+                        look_confidence: LookConfidence | None = None,
+                        kinds: tuple[str, ...] = ("regression",)) -> tuple[Comparison, list[CaseResult]]:
+    """Re-measure each case whose step-time verdict is one of ``kinds`` (a regression; against a stored
+    baseline, a win too): it fails the gate only if it regresses again, and is a win only if it is again.
 
     ``remeasure(key)`` runs the case again and returns (new head case, new base case or None to keep the
     stored baseline's). Returns the updated comparison and the re-measured head cases.
@@ -994,7 +996,7 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
     remeasured: list[CaseResult] = []
     verdicts = list(comparison.verdicts)
     for i, v in enumerate(verdicts):
-        if v.metric != STEP_TIME or v.kind != "regression":
+        if v.metric != STEP_TIME or v.kind not in kinds:
             continue
         again = remeasure(v.case_key)
         if again is None:
@@ -1009,17 +1011,21 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
             continue
         n = new[0]
         first = f"first measurement {_ratio_text(v)}"
-        if n.kind == "regression":
+        was = "regressed" if v.kind == "regression" else "was faster"
+        if n.kind == v.kind:
             verdicts[i] = replace(n, rule=f"{n.rule}; confirmed by a re-measure ({first})")
-        elif n.kind == "win":  # two measurements that contradict each other decide nothing
+        elif n.kind in ("regression", "win"):  # two measurements that contradict each other decide nothing
             verdicts[i] = replace(n, kind="inconclusive",
-                                  rule=f"the {first} regressed, the re-measure was faster ({n.rule})",
+                                  rule=f"the {first} {was}, the re-measure "
+                                       f"{'was faster' if n.kind == 'win' else 'regressed'} ({n.rule})",
                                   advice="the two measurements disagree: the machine's speed changed while the "
                                          "case ran; `perfgate run --against` measures base and head in lockstep")
         else:
-            verdicts[i] = replace(n, rule=f"{n.rule}; the {first} regressed, the re-measure did not",
-                                  advice=n.advice or "a one-off slowdown: the machine was busy, or the change is "
-                                                     "near the threshold; `perfgate calibrate` measures the noise")
+            one_off = ("a one-off slowdown: the machine was busy" if v.kind == "regression"
+                       else "a one-off speed-up: the machine ran this case faster for a while")
+            verdicts[i] = replace(n, rule=f"{n.rule}; the {first} {was}, the re-measure did not",
+                                  advice=n.advice or f"{one_off}, or the change is near the threshold; "
+                                                     "`perfgate calibrate` measures the noise")
     return replace(comparison, verdicts=verdicts), remeasured
 
 

@@ -497,6 +497,30 @@ def test_a_re_measure_faster_than_the_baseline_makes_the_regression_inconclusive
     assert "regressed, the re-measure was faster" in v.rule and "disagree" in v.advice
 
 
+def test_a_stored_win_must_be_a_win_again_on_remeasure():
+    """Against a stored baseline a win is re-measured as a regression is (the gate passes kinds=("regression",
+    "win")): a gated run of +10% work measured in a fast minute came out 0.863x and was called a `win` on the
+    layout issue's conv rollout (docs/gate.md). A speed-up the re-measure does not repeat is no win; one it
+    repeats is; one that regresses on the re-measure is inconclusive. Without the kind, a win stands as before."""
+    rnd = random.Random(13)
+    g = lambda level: groups(rnd, 4, level, 0.002, 0.002)  # noqa: E731
+    base = run(case("eager", g(1e-3)), case("tf32", g(1e-3)), case("fp16", g(1e-3)))
+    cur = run(case("eager", g(0.7e-3)), case("tf32", g(0.7e-3)), case("fp16", g(0.7e-3)))
+    gate = GateSettings(bootstrap_resamples=1000, run_to_run=0.01)
+    cmp = compare_runs(cur, base, gate)
+    assert [v.kind for v in cmp.verdicts if v.metric == "step_time"] == ["win"] * 3
+    again = {"eager": 1e-3, "tf32": 0.7e-3, "fp16": 1.3e-3}  # a one-off, a real win, the machine turned
+    confirmed, measured = confirm_regressions(cmp, cur, gate, lambda key: (case(key.split("/")[2], g(again[key.split("/")[2]])), None),
+                                              kinds=("regression", "win"))
+    kinds = {v.case_key.split("/")[2]: v for v in confirmed.verdicts if v.metric == "step_time"}
+    assert kinds["eager"].kind != "win" and "was faster, the re-measure did not" in kinds["eager"].rule
+    assert kinds["tf32"].kind == "win" and "confirmed by a re-measure" in kinds["tf32"].rule
+    assert kinds["fp16"].kind == "inconclusive" and "was faster, the re-measure regressed" in kinds["fp16"].rule
+    assert len(measured) == 3
+    untouched, none = confirm_regressions(cmp, cur, gate, lambda key: (case(key.split("/")[2], g(1e-3)), None))
+    assert untouched.verdicts == cmp.verdicts and none == []
+
+
 def test_settling_in_lockstep_judges_paired_and_keeps_what_it_cannot_settle():
     """compare.settle_in_lockstep: every stored step-time verdict but `unchanged` goes to ``measure``; a pair
     judged paired replaces it (its rule naming the commit and the stored figures); a case the commit cannot
