@@ -366,8 +366,8 @@ def _match_change(strata: Sequence[tuple[Any, Any]], confidence: float, resample
     boot /= w.sum()
     alpha = 1.0 - confidence
     low, high = (float(x) for x in np.quantile(boot, [alpha / 2, 1 - alpha / 2]))
-    if not (sd > 0):  # no spread inside any mode, or a process per mode: no t, and no significance claimed
-        return estimate, min(low, estimate), max(high, estimate), 1.0 if dof == 0 or estimate == 0 else 0.0, True
+    if not sd > 0:  # every mode without spread (each holds 2 or more): the shift is exact, no t to widen it
+        return estimate, min(low, estimate), max(high, estimate), 0.0 if estimate else 1.0, True
     se = sd / math.sqrt(w.sum())
     tq = float(sps.t.ppf(1 - alpha / 2, dof))
     low, high = min(low, estimate - tq * se), max(high, estimate + tq * se)
@@ -381,8 +381,9 @@ def mode_matches(base_modes: Sequence[Sequence[float]], head_modes: Sequence[Seq
                  confidence: float = 0.95, resamples: int = 4000, seed: int = 0) -> list[ModeMatch]:
     """Every reading of two sides' performance modes (``performance_modes``, fastest first): each
     order-keeping pairing of every mode of the side with fewer to as many of the other's (a mode of one
-    process is no mode: it is left out of every pairing, like a process the machine slowed). A reading counts (see ``counted``) when its
-    paired modes hold at least MATCH_MIN_SHARE of each side and their own changes agree."""
+    process is no mode: it is left out of every pairing, like a process the machine slowed). A reading
+    counts (``counted``) when its paired modes hold at least MATCH_MIN_SHARE of each side and their own
+    changes agree."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -572,10 +573,7 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
         per_process = quantile_name(quantile, plural=True)
         test = (f"Mann-Whitney U on per-process {per_process}" if process_level
                 else "Mann-Whitney U on raw samples (one process on a side)")
-        if any(set_aside):
-            test += (f" ({set_aside[0]} base and {set_aside[1]} head process(es) set aside as slowed by the "
-                     "machine)")
-    if any(set_aside) and max(modes) > 1:
+    if any(set_aside):
         test += (f" ({set_aside[0]} base and {set_aside[1]} head process(es) set aside as slowed by the "
                  "machine)")
     if run_to_run > 0:
