@@ -205,7 +205,7 @@ def test_make_sampler_starts_comparisons_at_three_and_respects_adaptive_off():
 
 
 def test_an_unpaired_comparison_settles_only_from_its_floor_of_processes():
-    """Unpaired, a look with fewer than ``unpaired_min_processes`` a side does not settle even a clear
+    """Unpaired, a look with fewer than ``unpaired_min_processes`` of the run's own does not settle even a clear
     change: with 3 or 5 processes, performance modes cannot be seen, and two runs whose few processes landed
     in different modes looked settled (docs/gate.md). Lockstep pairs settle as soon as they can."""
     rnd = random.Random(5)
