@@ -1,20 +1,22 @@
-"""One GPU check anyone can run: does perfgate's CUDA half hold on this machine, in at most about 8 minutes?
+"""One GPU check anyone can run: does perfgate's CUDA half hold on this machine, in about 9 minutes?
 
     python benchmarks/gpu_check.py --out DIR
 
 On one CUDA GPU, every step bounded by its own timeout (a step that runs out keeps what it wrote):
   1. ceilings     peak FLOP/s and memory bandwidth (perfgate.ceilings, in a worker)
   2. workloads    every workload at pr size with the CUDA toggles (eager, amp-fp16, amp-bf16, tf32,
-                  cudnn-benchmark, channels-last, cuda-graphs, compile-reduce-overhead), 2 processes per case,
-                  one run and one time budget per workload: DIR/pr/<workload>
+                  cudnn-benchmark, channels-last, cuda-graphs; compile-reduce-overhead on the headline
+                  rollout, or everywhere with --compile-all), 1 process per case, one run and one time
+                  budget per workload: DIR/pr/<workload>
   3. lockstep     `run --against HEAD~1 --gate` on a small conv rollout in throwaway git repositories whose
                   head commit adds 0 (A/A), 5% and 10% of the work: DIR/lockstep-aa, -5pct, -10pct
 and writes ONE summary, DIR/gpu-check.json: device, driver, torch, CUDA; the ceilings; per case its status
 (failure class and first line of the message), step time, processes and why sampling stopped, speedup vs
-eager, drift (verdict, rel_l2, reason) and bound class; the cases a workload's budget did not reach;
+eager, drift (verdict, rel_l2, reason), bound class and wall time; the cases a workload's budget did not
+reach (not_reached) and those left out (not_run);
 per lockstep condition its step-time verdict and
 ratio; per step its wall time and whether it ran out. Without CUDA it exits 3 with one line saying so,
-and writes nothing. docs/gpu-validation.md records each such run.
+and writes nothing. --steps and --workloads run a part of it. docs/gpu-validation.md records each run.
 """
 
 from __future__ import annotations
@@ -37,9 +39,17 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 # compile-reduce-overhead last: a workload that runs out of its budget loses its slowest case first
 CUDA_TOGGLES = ("eager", "amp-fp16", "amp-bf16", "tf32", "cudnn-benchmark", "channels-last", "cuda-graphs",
                 "compile-reduce-overhead")
-# seconds per step (each workload's run is one step), about 8 minutes in all with the start-up of each;
-# the first GPU run took about 3 s per worker process on the pr rollout, so 2 processes per case
-BUDGET = {"ceilings": 30, "workload": 48, "lockstep": 50}
+COMPILE_TOGGLES = ("compile-reduce-overhead",)
+# the compiled toggle on the headline rollout only (--compile-all: on every workload; about a minute each)
+COMPILE_WORKLOADS = ("operator_rollout",)
+STEPS = ("ceilings", "workloads", "lockstep")
+# Seconds (caps; a step that finishes sooner ends sooner), from the GPU checks of 2026-11-26 on one H200
+# with 16 cores: a case of 2 worker processes took 8-12 s (the first process about 4 s to start, profile
+# and warm up, about 2 s each after it), message_passing's eager case 15.6 s with one process, the
+# rollout's compile-reduce-overhead 23.8 s with two, and the ceilings more than 27 s with torch's and
+# CUDA's start-up. So the workloads run 1 process per case (status, step time, speedup, drift, bound;
+# the statistics are the lockstep step's), whose pairs took 37-42 s per condition.
+BUDGET = {"ceilings": 75, "case": 20, "compile_case": 60, "workload_start": 10, "lockstep": 50}
 LOCKSTEP_CASE_S = 20  # --max-case-s of each lockstep run: its pairs stop there, inside the step's budget
 LOCKSTEP_EXTRAS = (0.0, 0.05, 0.10)
 
@@ -114,6 +124,7 @@ def case_rows(run_dir: Path) -> list[dict[str, Any]]:
             "peak_memory_bytes": r.memory_bytes,
             "drift": {k: acc.get(k) for k in ("verdict", "rel_l2", "amplified", "reason")} if acc else None,
             "bound": r.bound.bound if r.bound else None,
+            "wall_s": round(r.case.duration_s, 1),
         })
     return rows
 
@@ -153,7 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="folder for the summary and the run folders")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every step's time budget (default 1)")
+    ap.add_argument("--steps", default=",".join(STEPS),
+                    help=f"which steps, comma-separated, of {', '.join(STEPS)} (default: all)")
+    ap.add_argument("--workloads", default=None, help="only these workloads, comma-separated (default: all)")
+    ap.add_argument("--compile-all", action="store_true",
+                    help=f"compile-reduce-overhead on every workload (default: {', '.join(COMPILE_WORKLOADS)})")
     args = ap.parse_args(argv)
+    steps = [x for x in args.steps.split(",") if x]
+    if not steps or any(x not in STEPS for x in steps):
+        ap.error(f"--steps {args.steps!r}: give steps from {', '.join(STEPS)}, comma-separated")
     reason = no_cuda_reason()
     if reason:
         print(reason, file=sys.stderr)
@@ -173,48 +192,61 @@ def main(argv: list[str] | None = None) -> int:
     from perfgate import calibrate
 
     started = time.perf_counter()
-    try:
-        summary["ceilings"] = calibrate.measure_ceilings(1, budget_s=2.0, timeout_s=budget["ceilings"])
-        summary["steps"]["ceilings"] = {"wall_s": round(time.perf_counter() - started, 1), "timed_out": False}
-    except RuntimeError as exc:
-        summary["steps"]["ceilings"] = {"wall_s": round(time.perf_counter() - started, 1), "error": str(exc)}
-    save()
-
-    from perfgate.workload import discover
-
-    summary["cases"], summary["not_reached"] = [], []
-    for workload in sorted(discover([REPO / "workloads"]).workloads):
-        run_dir = out / "pr" / workload
-        cmd = perfgate_cmd("run", "--suite", "pr", "-w", workload, "--size", "pr", "--device", "cuda",
-                           "--processes", "2", "--timeout", str(int(budget["workload"])), "--out", str(run_dir),
-                           *(a for t in CUDA_TOGGLES for a in ("-t", t)))
-        run_dir.parent.mkdir(parents=True, exist_ok=True)
-        summary["steps"][workload] = bounded(cmd, REPO, budget["workload"], out / "pr" / f"{workload}.log")
-        rows = case_rows(run_dir)
-        summary["cases"].extend(rows)
-        reached = {r["case"].split("/")[2] for r in rows}
-        summary["not_reached"].extend(f"{workload}/pr/{t}/cuda" for t in CUDA_TOGGLES if t not in reached)
+    if "ceilings" in steps:
+        try:
+            summary["ceilings"] = calibrate.measure_ceilings(1, budget_s=2.0, timeout_s=budget["ceilings"])
+            summary["steps"]["ceilings"] = {"wall_s": round(time.perf_counter() - started, 1), "timed_out": False}
+        except RuntimeError as exc:
+            summary["steps"]["ceilings"] = {"wall_s": round(time.perf_counter() - started, 1), "error": str(exc)}
         save()
 
-    summary["lockstep"] = []
-    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
-        for extra in LOCKSTEP_EXTRAS:
-            label = "aa" if extra == 0 else f"{extra * 100:.0f}pct"
-            summary["lockstep"].append(
-                lockstep_condition(Path(tmp), extra, out / f"lockstep-{label}", budget["lockstep"]))
+    if "workloads" in steps:
+        from perfgate.workload import discover
+
+        found = sorted(discover([REPO / "workloads"]).workloads)
+        wanted = args.workloads.split(",") if args.workloads else found
+        unknown = [w for w in wanted if w not in found]
+        if unknown:
+            ap.error(f"--workloads: {', '.join(unknown)} not among {', '.join(found)}")
+        summary["cases"], summary["not_reached"], summary["not_run"] = [], [], []
+        for workload in wanted:
+            toggles = [t for t in CUDA_TOGGLES
+                       if t not in COMPILE_TOGGLES or args.compile_all or workload in COMPILE_WORKLOADS]
+            summary["not_run"].extend(f"{workload}/pr/{t}/cuda" for t in CUDA_TOGGLES if t not in toggles)
+            seconds = budget["workload_start"] + sum(
+                budget["compile_case"] if t in COMPILE_TOGGLES else budget["case"] for t in toggles)
+            run_dir = out / "pr" / workload
+            cmd = perfgate_cmd("run", "--suite", "pr", "-w", workload, "--size", "pr", "--device", "cuda",
+                               "--processes", "1", "--timeout", str(int(budget["compile_case"])), "--out",
+                               str(run_dir), *(a for t in toggles for a in ("-t", t)))
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            summary["steps"][workload] = bounded(cmd, REPO, seconds, out / "pr" / f"{workload}.log")
+            rows = case_rows(run_dir)
+            summary["cases"].extend(rows)
+            reached = {r["case"].split("/")[2] for r in rows}
+            summary["not_reached"].extend(f"{workload}/pr/{t}/cuda" for t in toggles if t not in reached)
             save()
+
+    if "lockstep" in steps:
+        summary["lockstep"] = []
+        with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+            for extra in LOCKSTEP_EXTRAS:
+                label = "aa" if extra == 0 else f"{extra * 100:.0f}pct"
+                summary["lockstep"].append(
+                    lockstep_condition(Path(tmp), extra, out / f"lockstep-{label}", budget["lockstep"]))
+                save()
     summary["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     summary["wall_s"] = round(time.perf_counter() - started, 1)
     save()
     print(f"gpu_check: {summary_path} ({summary['wall_s']:.0f} s)")
-    for row in summary["cases"]:
+    for row in summary.get("cases", []):
         st = (row["step_time_s"] or {}).get("median")
         sp = (row["speedup_vs_eager"] or {}).get("value")
         drift = (row["drift"] or {}).get("verdict")
         print(f"  {row['case']:<48} {row['status']:<8} {f'{st * 1e3:.3f} ms' if st else '-':>12} "
               f"{f'{sp:.2f}x' if sp else '-':>7} {row['processes']:>2} proc  drift {drift or '-'}  "
               f"{row['bound'] or '-'}  {row['failure_class'] or ''}")
-    for c in summary["lockstep"]:
+    for c in summary.get("lockstep", []):
         print(f"  lockstep +{c['extra']:.0%}: {c.get('verdict')} {c.get('ratio')}  ({c['wall_s']} s"
               f"{', ran out' if c['timed_out'] else ''})")
     return 0

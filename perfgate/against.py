@@ -188,9 +188,9 @@ def checkout(settings: Settings, ref: str) -> BaseCheckout:
     pkg_parent = Path(runner.package_parent())
     mapped_pkg = _map_into(pkg_parent, repo_top, path)
     if mapped_pkg is not None and (mapped_pkg / "perfgate" / "worker.py").is_file():
-        python_path = str(mapped_pkg)
+        python_path = base_python_path(str(mapped_pkg))
     else:
-        python_path = str(pkg_parent)
+        python_path = base_python_path(str(pkg_parent))
         notes.append(f"{ref} carries no perfgate package; its cases run with this perfgate")
     dirs = []
     for d in settings.workloads_dirs:
@@ -204,12 +204,22 @@ def checkout(settings: Settings, ref: str) -> BaseCheckout:
                         workloads_dirs=tuple(dirs), notes=notes, lock_fd=lock_fd)
 
 
+def base_python_path(base_package_parent: str) -> str:
+    """PYTHONPATH for base workers: the folder holding the base's perfgate first, then the user's own entries
+    (where packages the workloads or perfgate need may live: a head worker keeps them too, runner.worker_env),
+    less this perfgate's folder, which would otherwise stand in for the base's."""
+    head = Path(runner.package_parent()).resolve()
+    user = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != head]
+    return os.pathsep.join(dict.fromkeys([base_package_parent, *user]))
+
+
 def probe_base(base: BaseCheckout, threads: int) -> Catalog:
     """What the base checkout's own perfgate sees in its own workloads."""
     proc = runner.run_worker_command(runner.probe_args(base.workloads_dirs), threads, runner.PROBE_TIMEOUT_S,
                                      {"PYTHONPATH": base.python_path}, cwd=base.path)
     if proc.returncode != 0:
-        raise runner.InfrastructureError(f"the worker probe of {base.ref} failed: {proc.stderr.strip()[-400:]}")
+        raise runner.InfrastructureError(f"the worker probe of {base.ref} failed: {runner._tail(proc.stderr, 1)} "
+                                         f"(its workers' PYTHONPATH: {base.python_path})")
     data = parse_probe_answer(proc.stdout, f"the worker probe of {base.ref}")
     base.catalog = Catalog.from_probe(data)
     for err in base.catalog.errors:

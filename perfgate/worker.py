@@ -62,7 +62,8 @@ def torch_environment() -> dict[str, Any]:
 
 
 def probe(workloads_dirs: list[str]) -> dict[str, Any]:
-    from perfgate import toggles
+    # every module a case needs: an environment that lacks one of their packages fails here, with one line
+    from perfgate import measure, model, toggles  # noqa: F401
     from perfgate.workload import discover
 
     found = discover(workloads_dirs)

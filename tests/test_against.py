@@ -3,6 +3,8 @@ are pruned at the next start, and a running perfgate's are left alone."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -67,3 +69,42 @@ def test_stale_worktrees_are_pruned_and_a_running_perfgates_kept(tmp_path):
     finally:
         live.close()
     assert len(_worktrees(repo)) == 1
+
+
+def test_base_workers_keep_the_users_pythonpath(tmp_path):
+    """The base side's workers put the base's perfgate first and keep the rest of the user's PYTHONPATH, as
+    the head's do: on the first GPU check (2026-11-26, an H200 whose packages lay on PYTHONPATH) every base
+    worker failed to import pydantic, and the gate passed with the case called `fixed`. Here the workload
+    imports a module found only through the user's PYTHONPATH: both sides run it and are compared."""
+    deps = tmp_path / "userpkgs"
+    deps.mkdir()
+    (deps / "pg_userdep.py").write_text("FACTOR = 1\n")
+    repo = tmp_path / "repo"
+    (repo / "workloads").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text(
+        '[tool.perfgate]\nworkloads_dirs = ["workloads"]\nprocesses = 2\n[tool.perfgate.timing]\nsamples = 3\n'
+        '[tool.perfgate.suites.smoke]\nworkloads = ["scaled_work"]\ntoggles = ["eager"]\ndevice = "cpu"\n')
+    (repo / ".gitignore").write_text("runs/\n")
+    source = (REPO / "tests" / "workloads" / "scaled_work.py").read_text()
+    (repo / "workloads" / "scaled_work.py").write_text(source.replace("import torch\n", "import pg_userdep\nimport torch\n", 1))
+    for args in (("init", "-q"), ("add", "."), ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    env = cli_env()
+    env["PYTHONPATH"] = os.pathsep.join((env["PYTHONPATH"], str(deps)))
+    run_dir = repo / "runs" / "aa"
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "--against", "HEAD", "--out", str(run_dir)],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (base_case,) = json.loads((run_dir / "base" / "results.json").read_text())["cases"]
+    assert base_case["status"] == "ok", base_case.get("message")
+    kinds = {v["metric"]: v["kind"] for v in json.loads((run_dir / "comparison.json").read_text())["verdicts"]}
+    assert "step_time" in kinds and kinds.get("status") not in ("new", "fixed"), kinds
+
+
+def test_the_worker_probe_fails_where_a_case_could_not_run():
+    """The probe imports every perfgate module a case needs, so an environment that lacks one of their
+    packages (there: pydantic, for perfgate.model) fails at the probe with one line, before any case."""
+    code = "import sys; sys.modules['pydantic'] = None\nfrom perfgate import worker\nworker.probe([])\n"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=cli_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0 and "pydantic" in proc.stderr.strip().splitlines()[-1], proc.stderr

@@ -66,3 +66,24 @@ def test_the_summary_rows_of_the_first_gpu_run(tmp_path):
     assert graphs["status"] == "failed" and graphs["failure_class"] == "error"
     assert graphs["message"] == "RuntimeError: Attempt to increase offset for a CUDA generator not in capture mode."
     assert gpu_check.case_rows(tmp_path / "missing") == []
+
+
+def test_the_summary_rows_of_the_second_gpu_run_cuda_graphs_and_compile_on_the_rollout(tmp_path):
+    """The same rollout after the generator registration and the float64 drift reference landed (2026-11-26,
+    the H200 again): cuda-graphs runs, draws eager's numbers and pays on the overhead-bound step; the
+    compiled rollout's end differs only by the dynamics' amplification; every process's NVML readings name
+    the device by its PCI bus id."""
+    shutil.copyfile(REPO / "tests" / "data" / "gpu" / "h200-rollout-graphs-compile-pr-results.json",
+                    tmp_path / "results.json")
+    rows = {r["case"].split("/")[2]: r for r in gpu_check.case_rows(tmp_path)}
+    assert list(rows) == ["eager", "cuda-graphs", "compile-reduce-overhead"]
+    graphs, compiled = rows["cuda-graphs"], rows["compile-reduce-overhead"]
+    assert graphs["status"] == "ok" and graphs["drift"]["verdict"] == "ok" and graphs["drift"]["rel_l2"] == 0.0
+    assert graphs["speedup_vs_eager"]["value"] == pytest.approx(1.33, abs=0.01)
+    assert graphs["speedup_vs_eager"]["low"] > 1.3
+    assert compiled["status"] == "ok" and compiled["drift"]["verdict"] == "ok" and compiled["drift"]["amplified"]
+    assert compiled["wall_s"] == pytest.approx(23.8, abs=0.1)
+    from perfgate.model import load_results
+
+    clocks = [p.gpu_clocks for c in load_results(tmp_path / "results.json").cases for p in c.processes]
+    assert len(clocks) == 6 and all(g["nvml_device"].startswith("pci ") and g["error"] is None for g in clocks)

@@ -65,8 +65,10 @@ def fake_pynvml(*, clock=lambda: 1980, reasons=lambda: 0, old_api=False, fail=()
 
 @pytest.fixture
 def nvml(monkeypatch):
-    """Install a fake pynvml (``nvml(**options)``) for this test; CUDA_VISIBLE_DEVICES unset."""
+    """Install a fake pynvml (``nvml(**options)``) for this test; CUDA_VISIBLE_DEVICES unset, and no PCI bus
+    id from torch (on a machine with a GPU the real one would be tried first: 2026-11-26, an H200)."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(gpu_clocks, "_pci_bus_id", lambda device_index: None)
 
     def install(**options):
         module = fake_pynvml(**options)
