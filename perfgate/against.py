@@ -260,6 +260,11 @@ def lockstep_pair(base_job: runner.LockstepJob, head_job: runner.LockstepJob, se
     return (outs[0], outs[1]) if first_base else (outs[1], outs[0])
 
 
+def _unsampled(result: dict[str, Any]) -> bool:
+    """A worker that ended ok without a timed sample: stopped by its lockstep partner before sampling."""
+    return result.get("status") == STATUS_OK and not (result.get("process") or {}).get("samples_ns")
+
+
 def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Settings, run_dir: Path,
              base_dir: Path, sampler: Any = None) -> tuple[CaseResult, CaseResult | None]:
     """Run one case on head and base, processes alternating A B B A ...; base None when REF lacks the case.
@@ -292,6 +297,12 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
                 base_job = runner.LockstepJob(base_cfg, base_dir / ".work", base_env, base.path)
                 # base and head side by side, sampling in turns: the same moments of the machine for both
                 base_out, head_out = lockstep_pair(base_job, head_job, settings, i)
+                if base_out.result.get("status") != STATUS_OK and _unsampled(head_out.result):
+                    # the base failed before sampling and stopped the head with it: the head is measured
+                    # alone, as a plain run would, so a `fixed` verdict rests on a head that ran its steps
+                    t_head += head_out.wall_s
+                    head_out = runner.run_worker(head_job.cfg, settings.timeout_s, settings.threads,
+                                                 head_job.work_dir, head_env)
                 head_results.append(head_out.result)
                 base_results.append(base_out.result)
                 t_head += head_out.wall_s

@@ -108,3 +108,33 @@ def test_the_worker_probe_fails_where_a_case_could_not_run():
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=cli_env(), capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode != 0 and "pydantic" in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
+def test_a_fixed_case_rests_on_a_head_that_ran_its_steps(tmp_path):
+    """The base commit's step raises, the head's works: `fixed`, and the head's case holds timed samples
+    (in a lockstep pair the failing base stops its partner before sampling; the head is then measured
+    alone), so the report shows what the fix costs rather than an `ok` with no step time."""
+    repo = tmp_path / "repo"
+    (repo / "workloads").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text(
+        '[tool.perfgate]\nworkloads_dirs = ["workloads"]\nprocesses = 2\n[tool.perfgate.timing]\nsamples = 3\n'
+        '[tool.perfgate.suites.smoke]\nworkloads = ["scaled_work"]\ntoggles = ["eager"]\ndevice = "cpu"\n')
+    (repo / ".gitignore").write_text("runs/\n")
+    source = (REPO / "tests" / "workloads" / "scaled_work.py").read_text()
+    broken = source.replace("        y = state\n", "        raise ValueError('broken at the base')\n", 1)
+    assert broken != source
+    git = ("-c", "user.name=t", "-c", "user.email=t@t")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    for text, message in ((broken, "base: broken"), (source, "head: fixed")):
+        (repo / "workloads" / "scaled_work.py").write_text(text)
+        for args in (("add", "."), (*git, "commit", "-qm", message)):
+            subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    run_dir = repo / "runs" / "fix"
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "--against", "HEAD~1", "--gate", "--out",
+                           str(run_dir)], cwd=repo, env=cli_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    kinds = {v["metric"]: v["kind"] for v in json.loads((run_dir / "comparison.json").read_text())["verdicts"]}
+    assert kinds.get("status") == "fixed", kinds
+    (head_case,) = json.loads((run_dir / "results.json").read_text())["cases"]
+    assert head_case["status"] == "ok" and head_case["processes"]
+    assert all(p["samples_ns"] for p in head_case["processes"]), head_case["processes"]
