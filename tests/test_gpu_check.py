@@ -3,6 +3,7 @@ a run folder (here the first GPU run's results, 2026-11-26 on an H200). Its GPU 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -87,3 +88,19 @@ def test_the_summary_rows_of_the_second_gpu_run_cuda_graphs_and_compile_on_the_r
 
     clocks = [p.gpu_clocks for c in load_results(tmp_path / "results.json").cases for p in c.processes]
     assert len(clocks) == 6 and all(g["nvml_device"].startswith("pci ") and g["error"] is None for g in clocks)
+
+
+def test_the_spread_benchmark_runs_its_variants_in_turns_on_cpu(tmp_path):
+    """benchmarks/gpu_spread.py on CPU (it checks itself there): one process per variant, the second pinned to
+    one CPU, and a summary per variant."""
+    out = tmp_path / "spread.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_spread.py"), "--device", "cpu",
+                           "--workload", "operator_rollout", "--size", "smoke", "--processes", "1", "--seconds",
+                           "0.2", "--out", str(out)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert [r["variant"] for r in data["processes"]] == ["free", "pinned"]
+    free, pinned = data["processes"]
+    assert len(pinned["cpus"]) == 1 and (len(free["cpus"]) > 1 or os.cpu_count() == 1)
+    assert set(data["summary"]) == {"free", "pinned"} and all(s["median_s"] > 0 for s in data["summary"].values())
