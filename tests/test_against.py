@@ -82,7 +82,7 @@ def test_base_workers_keep_the_users_pythonpath(tmp_path):
     repo = tmp_path / "repo"
     (repo / "workloads").mkdir(parents=True)
     (repo / "pyproject.toml").write_text(
-        '[tool.perfgate]\nworkloads_dirs = ["workloads"]\nprocesses = 2\n[tool.perfgate.timing]\nsamples = 3\n'
+        '[tool.perfgate]\nworkloads_dirs = ["workloads"]\nprocesses = 1\n[tool.perfgate.timing]\nsamples = 3\n'
         '[tool.perfgate.suites.smoke]\nworkloads = ["scaled_work"]\ntoggles = ["eager"]\ndevice = "cpu"\n')
     (repo / ".gitignore").write_text("runs/\n")
     source = (REPO / "tests" / "workloads" / "scaled_work.py").read_text()
@@ -117,7 +117,7 @@ def test_a_fixed_case_rests_on_a_head_that_ran_its_steps(tmp_path):
     repo = tmp_path / "repo"
     (repo / "workloads").mkdir(parents=True)
     (repo / "pyproject.toml").write_text(
-        '[tool.perfgate]\nworkloads_dirs = ["workloads"]\nprocesses = 2\n[tool.perfgate.timing]\nsamples = 3\n'
+        '[tool.perfgate]\nworkloads_dirs = ["workloads"]\nprocesses = 1\n[tool.perfgate.timing]\nsamples = 3\n'
         '[tool.perfgate.suites.smoke]\nworkloads = ["scaled_work"]\ntoggles = ["eager"]\ndevice = "cpu"\n')
     (repo / ".gitignore").write_text("runs/\n")
     source = (REPO / "tests" / "workloads" / "scaled_work.py").read_text()
