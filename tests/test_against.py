@@ -71,6 +71,30 @@ def test_stale_worktrees_are_pruned_and_a_running_perfgates_kept(tmp_path):
     assert len(_worktrees(repo)) == 1
 
 
+SCALED_WORK = REPO / "tests" / "workloads" / "scaled_work.py"
+
+
+def _scaled_work_repo(repo: Path, *sources: str) -> Path:
+    """A git repository with one case (scaled_work, eager, one process pair) whose workload file is each of
+    ``sources`` in turn, one commit each."""
+    (repo / "workloads").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text(
+        '[tool.perfgate]\nworkloads_dirs = ["workloads"]\nprocesses = 1\n[tool.perfgate.timing]\nsamples = 3\n'
+        '[tool.perfgate.suites.smoke]\nworkloads = ["scaled_work"]\ntoggles = ["eager"]\ndevice = "cpu"\n')
+    (repo / ".gitignore").write_text("runs/\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    for i, text in enumerate(sources):
+        (repo / "workloads" / "scaled_work.py").write_text(text)
+        for args in (("add", "."), ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", f"commit {i}")):
+            subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    return repo
+
+
+def _against(repo: Path, ref: str, run_dir: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "perfgate", "run", "--against", ref, *extra, "--out", str(run_dir)],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+
+
 def test_base_workers_keep_the_users_pythonpath(tmp_path):
     """The base side's workers put the base's perfgate first and keep the rest of the user's PYTHONPATH, as
     the head's do: on the first GPU check (2026-11-26, an H200 whose packages lay on PYTHONPATH) every base
@@ -79,21 +103,12 @@ def test_base_workers_keep_the_users_pythonpath(tmp_path):
     deps = tmp_path / "userpkgs"
     deps.mkdir()
     (deps / "pg_userdep.py").write_text("FACTOR = 1\n")
-    repo = tmp_path / "repo"
-    (repo / "workloads").mkdir(parents=True)
-    (repo / "pyproject.toml").write_text(
-        '[tool.perfgate]\nworkloads_dirs = ["workloads"]\nprocesses = 1\n[tool.perfgate.timing]\nsamples = 3\n'
-        '[tool.perfgate.suites.smoke]\nworkloads = ["scaled_work"]\ntoggles = ["eager"]\ndevice = "cpu"\n')
-    (repo / ".gitignore").write_text("runs/\n")
-    source = (REPO / "tests" / "workloads" / "scaled_work.py").read_text()
-    (repo / "workloads" / "scaled_work.py").write_text(source.replace("import torch\n", "import pg_userdep\nimport torch\n", 1))
-    for args in (("init", "-q"), ("add", "."), ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")):
-        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    source = SCALED_WORK.read_text().replace("import torch\n", "import pg_userdep\nimport torch\n", 1)
+    repo = _scaled_work_repo(tmp_path / "repo", source)
     env = cli_env()
     env["PYTHONPATH"] = os.pathsep.join((env["PYTHONPATH"], str(deps)))
     run_dir = repo / "runs" / "aa"
-    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "--against", "HEAD", "--out", str(run_dir)],
-                          cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    proc = _against(repo, "HEAD", run_dir, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (base_case,) = json.loads((run_dir / "base" / "results.json").read_text())["cases"]
     assert base_case["status"] == "ok", base_case.get("message")
@@ -114,24 +129,12 @@ def test_a_fixed_case_rests_on_a_head_that_ran_its_steps(tmp_path):
     """The base commit's step raises, the head's works: `fixed`, and the head's case holds timed samples
     (in a lockstep pair the failing base stops its partner before sampling; the head is then measured
     alone), so the report shows what the fix costs rather than an `ok` with no step time."""
-    repo = tmp_path / "repo"
-    (repo / "workloads").mkdir(parents=True)
-    (repo / "pyproject.toml").write_text(
-        '[tool.perfgate]\nworkloads_dirs = ["workloads"]\nprocesses = 1\n[tool.perfgate.timing]\nsamples = 3\n'
-        '[tool.perfgate.suites.smoke]\nworkloads = ["scaled_work"]\ntoggles = ["eager"]\ndevice = "cpu"\n')
-    (repo / ".gitignore").write_text("runs/\n")
-    source = (REPO / "tests" / "workloads" / "scaled_work.py").read_text()
+    source = SCALED_WORK.read_text()
     broken = source.replace("        y = state\n", "        raise ValueError('broken at the base')\n", 1)
     assert broken != source
-    git = ("-c", "user.name=t", "-c", "user.email=t@t")
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    for text, message in ((broken, "base: broken"), (source, "head: fixed")):
-        (repo / "workloads" / "scaled_work.py").write_text(text)
-        for args in (("add", "."), (*git, "commit", "-qm", message)):
-            subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    repo = _scaled_work_repo(tmp_path / "repo", broken, source)
     run_dir = repo / "runs" / "fix"
-    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", "--against", "HEAD~1", "--gate", "--out",
-                           str(run_dir)], cwd=repo, env=cli_env(), capture_output=True, text=True, timeout=600)
+    proc = _against(repo, "HEAD~1", run_dir, cli_env(), "--gate")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     kinds = {v["metric"]: v["kind"] for v in json.loads((run_dir / "comparison.json").read_text())["verdicts"]}
     assert kinds.get("status") == "fixed", kinds
