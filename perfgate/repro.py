@@ -7,8 +7,9 @@ print them. Every piece is shell-quoted: case names and paths come from untruste
 What the command fixes and what it leaves to the checkout it runs in (docs/gate.md, "Reproducing a
 regression"): the case (workload, size, toggles, device), the suite, the sampling (a fixed number of
 processes, or the adaptive budget the case was measured with), samples per process, threads, the worker
-timeout and memory limit, and ``--config`` when the run read another file than the one found here;
-workloads folders and the compile cache come from that configuration.
+timeout and memory limit, ``--config`` when the run read another file than the one found here, and the
+workloads folders and compile cache the run was given beyond that configuration (where they exist inside
+the working folder).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfgate.config import ConfigError, find_pyproject
+from perfgate.config import ConfigError, find_pyproject, load
 from perfgate.model import CaseResult, Comparison, RunResult, SchemaError, load_results
 from perfgate.paths import component
 
@@ -154,6 +155,41 @@ def config_option(settings: dict[str, Any]) -> list[str]:
     return [] if path.name == "pyproject.toml" else ["--config", recorded]
 
 
+def folder_options(settings: dict[str, Any], config_args: list[str]) -> list[str]:
+    """``--workloads-dir`` for each workloads folder the run read that the configuration the command will read
+    does not list (one given on the run's command line), and ``--compile-cache`` when the run kept its compiler
+    caches elsewhere than that configuration says. Only folders that exist inside the working folder: a path
+    from another machine (CI's) names nothing to reproduce with, and one outside, read from an untrusted
+    file, could have the command import whatever Python files lie there."""
+    try:
+        here = load(config_args[1] if config_args else None)
+    except (ConfigError, OSError):
+        return []  # the command's own run will say what is wrong with the configuration
+    cwd = Path.cwd().resolve()
+
+    def usable(value: Any) -> Path | None:
+        if not isinstance(value, str) or not value or "\0" in value:
+            return None
+        try:
+            path = Path(value).resolve()
+            return path if path.is_dir() and path.is_relative_to(cwd) else None
+        except (OSError, RuntimeError, ValueError):
+            return None
+
+    known = {p.resolve() for p in here.workloads_dirs}
+    out: list[str] = []
+    recorded = settings.get("workloads_dirs")
+    for d in recorded if isinstance(recorded, list) else []:
+        path = usable(d)
+        if path is not None and path not in known:
+            known.add(path)
+            out += ["--workloads-dir", shown_path(path)]
+    cache = usable(settings.get("compile_cache"))
+    if cache is not None and (here.compile_cache is None or Path(here.compile_cache).resolve() != cache):
+        out += ["--compile-cache", shown_path(cache)]
+    return out
+
+
 def _glob_literal(name: str) -> str:
     """``name`` as a -w pattern that matches exactly that name."""
     return re.sub(r"([*?\[])", r"[\1]", name)
@@ -174,7 +210,8 @@ def run_command(case: CaseResult, run: RunResult, base: Base, *, gate: bool = Tr
                           ("--max-memory-mb", _count(settings.get("max_memory_mb")))):
         if value:
             argv += [option, value]
-    argv += config_option(settings)
+    config_args = config_option(settings)
+    argv += config_args + folder_options(settings, config_args)
     return argv + (["--gate"] if gate else [])
 
 

@@ -178,3 +178,28 @@ def test_the_console_prints_a_repro_under_each_regression_and_the_refresh_under_
             f"baselines/m/smoke.json --case {keys[1]}") in text
     # without the run (a caller that has none) the verdicts print as before, with no command
     assert "reproduce" not in console.comparison_text(comparison)
+
+
+def test_workloads_folders_and_a_compile_cache_given_on_the_command_line_are_repeated(tmp_path, monkeypatch):
+    """A run given `--workloads-dir` or `--compile-cache` beyond its configuration: the command repeats them,
+    where the folder exists inside the working folder. The configured folder, a folder elsewhere (a path
+    from an untrusted file could point the command at any Python files) and one that is not here are left out."""
+    project = tmp_path / "project"
+    for d in ("workloads", "extra", "cache"):
+        (project / d).mkdir(parents=True)
+    (project / "pyproject.toml").write_text('[tool.perfgate]\nworkloads_dirs = ["workloads"]\n')
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    monkeypatch.chdir(project)
+    recorded = {"config": str(project / "pyproject.toml"), "compile_cache": str(project / "cache"),
+                "workloads_dirs": [str(project / "workloads"), str(project / "extra"), str(outside),
+                                   str(project / "gone"), "../project/extra", 7]}
+    run = _run(["w/smoke/eager/cpu"], settings=recorded)
+    argv = repro.run_command(run.cases[0], run, repro.Base("main", "test"))
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--workloads-dir"] == ["extra"]
+    assert argv[argv.index("--compile-cache") + 1] == "cache"
+    # the configuration names the same cache: nothing to repeat
+    (project / "pyproject.toml").write_text('[tool.perfgate]\nworkloads_dirs = ["workloads", "extra"]\n'
+                                             'compile_cache = "cache"\n')
+    argv = repro.run_command(run.cases[0], run, repro.Base("main", "test"))
+    assert "--workloads-dir" not in argv and "--compile-cache" not in argv
