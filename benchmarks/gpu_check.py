@@ -177,6 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(reason, file=sys.stderr)
         return 3
+    from perfgate.workload import discover
+
+    found = sorted(discover([REPO / "workloads"]).workloads)
+    wanted = args.workloads.split(",") if args.workloads else found
+    unknown = [w for w in wanted if w not in found]
+    if unknown:
+        ap.error(f"--workloads: {', '.join(unknown)} not among {', '.join(found)}")
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     budget = {k: v * args.scale for k, v in BUDGET.items()}
@@ -201,13 +208,6 @@ def main(argv: list[str] | None = None) -> int:
         save()
 
     if "workloads" in steps:
-        from perfgate.workload import discover
-
-        found = sorted(discover([REPO / "workloads"]).workloads)
-        wanted = args.workloads.split(",") if args.workloads else found
-        unknown = [w for w in wanted if w not in found]
-        if unknown:
-            ap.error(f"--workloads: {', '.join(unknown)} not among {', '.join(found)}")
         summary["cases"], summary["not_reached"], summary["not_run"] = [], [], []
         for workload in wanted:
             toggles = [t for t in CUDA_TOGGLES
