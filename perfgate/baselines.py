@@ -205,12 +205,39 @@ def select_cases(run: RunResult, patterns: Sequence[str], source: str) -> list[C
     return chosen
 
 
+# A case of a baseline measured at another commit than the one its environment records (a case
+# `baseline update --case` kept) names its own in its metadata: lockstep settles it, and `perfgate repro`
+# reproduces it, against the commit its numbers come from.
+CASE_COMMIT_KEYS = ("git_commit", "git_dirty")
+
+
+def commit_of(run: RunResult, key: str) -> tuple[Any, Any]:
+    """(commit, dirty) the case ``key`` of ``run`` was measured at: its own where its metadata names one,
+    else the run's environment's. Read from a file: the caller validates both."""
+    case = run.case(key)
+    own = case.metadata if case is not None else {}
+    if "git_commit" in own:
+        return own.get("git_commit"), own.get("git_dirty")
+    return run.environment.get("git_commit"), run.environment.get("git_dirty")
+
+
+def with_commit(case: CaseResult, commit: tuple[Any, Any], environment: dict[str, Any]) -> CaseResult:
+    """``case`` marked as measured at ``commit`` (commit, dirty) inside a run whose environment is
+    ``environment``: its own commit in its metadata only where the two differ."""
+    metadata = {k: v for k, v in case.metadata.items() if k not in CASE_COMMIT_KEYS}
+    if commit != (environment.get("git_commit"), environment.get("git_dirty")):
+        metadata.update(zip(CASE_COMMIT_KEYS, commit, strict=True))
+    return case if metadata == case.metadata else replace(case, metadata=metadata)
+
+
 def with_cases_from(previous: Baseline, run: RunResult, patterns: Sequence[str], source: str, *,
                     allow_failed: bool = False) -> Baseline:
     """``previous`` with the cases ``patterns`` name replaced by (or, when new to it, added from) ``run``'s;
-    every other case, the calibration and the expectations stay. The environment's commit becomes the run's:
-    the replaced cases were measured there, and the others are the ones that did not change. ConfigError
-    when the run was measured in another environment (update the whole baseline then)."""
+    every other case, the calibration and the expectations stay. The environment's commit becomes the run's
+    (the replaced cases were measured there); each case kept names in its metadata the commit it was
+    measured at where that is another (``commit_of``), so a gate settles it against its own numbers' code,
+    never against a commit where an unaccepted change of it is already in. ConfigError when the run was
+    measured in another environment (update the whole baseline then)."""
     chosen = select_cases(run, patterns, source)
     if not allow_failed:
         refuse_failed(replace(run, cases=chosen), source)
@@ -219,9 +246,10 @@ def with_cases_from(previous: Baseline, run: RunResult, patterns: Sequence[str],
     if differ:
         raise ConfigError(f"cannot replace only some cases of {previous.path or 'the baseline'}: {source} was measured "
                           f"in another environment ({'; '.join(differ[:3])}); update the whole baseline (no --case)")
-    new_cases = {c.key: c for c in chosen}
-    cases = [new_cases.pop(c.key, c) for c in previous.run.cases] + list(new_cases.values())
-    env = {**old_env, **{k: new_env.get(k) for k in ("git_commit", "git_dirty") if k in new_env}}
+    env = {**old_env, **{k: new_env.get(k) for k in CASE_COMMIT_KEYS if k in new_env}}
+    new_cases = {c.key: with_commit(c, commit_of(run, c.key), env) for c in chosen}
+    cases = [new_cases.pop(c.key) if c.key in new_cases else with_commit(c, commit_of(previous.run, c.key), env)
+             for c in previous.run.cases] + list(new_cases.values())
     merged = replace(previous.run, cases=cases, environment=env)
     return Baseline(run=merged, machine_key=previous.machine_key, suite=previous.suite, calibration=previous.calibration,
                     updated_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -314,6 +342,9 @@ def describe(baseline: Baseline) -> list[str]:
         cal = baseline.calibration.get(c.key, {})
         extra = f"  calibrated threshold {cal['threshold'] * 100:.1f}%" if "threshold" in cal else ""
         what = format_seconds(med) + f" per step, {len(c.processes)} process(es)" if c.status == STATUS_OK else c.status
+        if "git_commit" in c.metadata:  # kept by `baseline update --case` from another commit
+            commit, dirty = commit_of(baseline.run, c.key)
+            extra += f"  measured at git {str(commit)[:12]}" + (" with uncommitted changes" if dirty else "")
         lines.append(f"  {c.key:<48} {what}{extra}")
     return lines
 

@@ -181,7 +181,7 @@ BASELINE_LINES = 8  # baseline files named one by one; the rest summed up in one
 
 def check_baselines(settings: Any) -> list[Finding]:
     """Per stored baseline: will `run --gate` settle its step times in lockstep against the baseline's
-    commit (gate.lockstep_commit), or judge them against the stored numbers alone, and why."""
+    commit (gate.lockstep_commits), or judge them against the stored numbers alone, and why."""
     from perfgate import gate
     from perfgate.baselines import list_baselines, load_baseline
     from perfgate.config import ConfigError
@@ -195,13 +195,13 @@ def check_baselines(settings: Any) -> list[Finding]:
     for f in files[:BASELINE_LINES]:
         name = f"{f.parent.name}/{f.name}"
         try:
-            commit, why = gate.lockstep_commit(settings, load_baseline(f))
+            lockstep, why = gate.lockstep_commits(settings, load_baseline(f))
         except (ConfigError, SchemaError) as exc:  # a broken file is named, doctor goes on
             found.append(Finding(WARN, "baselines", f"{name}: {exc}", "perfgate baseline update after a run"))
             continue
-        if commit:
-            found.append(Finding(OK, "baselines", f"{name}: step times settled in lockstep against its commit "
-                                                  f"{commit[:12]}"))
+        if lockstep:
+            against = lockstep.describe().replace("the baseline's", "its")
+            found.append(Finding(OK, "baselines", f"{name}: step times settled in lockstep against {against}"))
         elif why == "settle_in_lockstep = false":
             found.append(Finding(OK, "baselines", f"{name}: step times against the stored numbers alone ({why})"))
         else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -113,23 +113,63 @@ def load_stored(settings: Settings, run: RunResult, baseline_file: Path | None) 
 COMMIT_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256, as `git rev-parse HEAD` prints it
 
 
-def lockstep_commit(settings: Settings, baseline: baselines.Baseline) -> tuple[str | None, str]:
-    """The commit a stored comparison is settled against in lockstep (docs/gate.md, "Settling in lockstep
-    against the baseline's commit"), or None and why not. The baseline file is untrusted: its commit must
-    be a full hash, recorded from a clean tree, and a commit of this repository."""
+@dataclass(frozen=True)
+class Lockstep:
+    """The commits a stored comparison is settled against in lockstep: the baseline's (``commit``), and per
+    case the one its numbers were measured at (``by_case``; another where `baseline update --case` kept the
+    case from an earlier commit)."""
+
+    commit: str
+    by_case: dict[str, str]
+
+    def commit_for(self, key: str) -> str:
+        return self.by_case.get(key, self.commit)
+
+    @property
+    def commits(self) -> list[str]:
+        """Each commit once, the baseline's first."""
+        return list(dict.fromkeys([self.commit, *self.by_case.values()]))
+
+    def describe(self) -> str:
+        if len(self.commits) == 1:
+            return f"the baseline's commit {self.commit[:12]}"
+        counts = [(c, sum(1 for v in self.by_case.values() if v == c)) for c in self.commits]
+        return "the commits the baseline's cases were measured at: " + ", ".join(
+            f"{c[:12]} ({n} case{'s' if n != 1 else ''})" for c, n in counts)
+
+
+def lockstep_commits(settings: Settings, baseline: baselines.Baseline) -> tuple[Lockstep | None, str]:
+    """The commits a stored comparison is settled against in lockstep (docs/gate.md, "Settling in lockstep
+    against the baseline's commit"), or None and why not. The baseline file is untrusted: each commit, the
+    environment's and any a case names (``baselines.commit_of``), must be a full hash, recorded from a clean
+    tree, and a commit of this repository; one that is not leaves every case to the stored numbers."""
     if not gate_settings(settings).settle_in_lockstep:
         return None, "settle_in_lockstep = false"
-    env = baseline.run.environment
-    commit = env.get("git_commit")
-    if not isinstance(commit, str) or not COMMIT_HASH.fullmatch(commit):
-        return None, "the baseline records no git commit"
-    if env.get("git_dirty") is not False:
-        return None, f"the baseline was recorded with uncommitted changes to {commit[:12]}"
     from perfgate import against
 
-    if not against.has_commit(settings.root, commit):
-        return None, f"the baseline's commit {commit[:12]} is not in this repository (a shallow clone? fetch it)"
-    return commit, ""
+    known: dict[str, bool] = {}
+
+    def why_not(commit: Any, dirty: Any, whose: str) -> str:
+        if not isinstance(commit, str) or not COMMIT_HASH.fullmatch(commit):
+            return f"{whose} records no git commit"
+        if dirty is not False:
+            return f"{whose} was recorded with uncommitted changes to {commit[:12]}"
+        if commit not in known:
+            known[commit] = against.has_commit(settings.root, commit)
+        return "" if known[commit] else f"{whose}'s commit {commit[:12]} is not in this repository (a shallow clone? fetch it)"
+
+    env = baseline.run.environment
+    why = why_not(env.get("git_commit"), env.get("git_dirty"), "the baseline")
+    if why:
+        return None, why
+    by_case = {}
+    for case in baseline.run.cases:
+        commit, dirty = baselines.commit_of(baseline.run, case.key)
+        why = why_not(commit, dirty, f"the baseline's case {case.key}")
+        if why:
+            return None, why
+        by_case[case.key] = commit
+    return Lockstep(env["git_commit"], by_case), ""
 
 
 def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline | None = None,
@@ -159,9 +199,9 @@ def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline 
 
 def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Path, baselines.Baseline], *,
              strict_env: bool, gate: bool, cases: list[CaseSpec], workload_files: dict[str, str],
-             echo: Echo, lockstep: str | None = None) -> int:
+             echo: Echo, lockstep: Lockstep | None = None) -> int:
     """After `perfgate run`: compare with the stored baseline, settle what it did not in lockstep against
-    the baseline's commit ``lockstep`` (when there is one), re-measure the other time regressions, exit code."""
+    the baseline's commits ``lockstep`` (when it has them), re-measure the other time regressions, exit code."""
     gs = gate_settings(settings)
     path, base = stored
     baselines.check_covers(base, run)
@@ -199,46 +239,57 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Pa
     return conclude(comparison, gate, echo, run, run_dir)
 
 
-def settle_stored(comparison: Comparison, run: RunResult, run_dir: Path, settings: Settings, commit: str,
+def settle_stored(comparison: Comparison, run: RunResult, run_dir: Path, settings: Settings, lockstep: Lockstep,
                   cases: list[CaseSpec], workload_files: dict[str, str], calibration: dict[str, Any],
                   echo: Echo) -> tuple[Comparison, set[str]]:
-    """Settle each stored step-time verdict in LOCKSTEP_SETTLES by lockstep pairs against ``commit`` (checked
-    out once, only when some case needs it); returns the comparison and the keys settled. A checkout that
-    fails leaves the stored verdicts (and the re-measure) in charge, with a warning. The pairs' samples go to
-    lockstep/results.json (head) and lockstep/base/results.json."""
+    """Settle each stored step-time verdict in LOCKSTEP_SETTLES by lockstep pairs against the commit its
+    case was measured at (each commit checked out once, only when some case needs it); returns the
+    comparison and the keys settled. A checkout that fails leaves its cases' stored verdicts (and the
+    re-measure) in charge, with a warning. The pairs' samples go to lockstep/results.json (head) and
+    lockstep/base/results.json (each base case with the commit it ran at, ``baselines.commit_of``)."""
     from perfgate import against
 
     specs = {s.key: s for s in cases}
-    if not any(v.metric == "step_time" and v.kind in LOCKSTEP_SETTLES and v.case_key in specs
-               for v in comparison.verdicts):  # nothing to settle: no checkout
-        return comparison, set()
+    needed = [v.case_key for v in comparison.verdicts
+              if v.metric == "step_time" and v.kind in LOCKSTEP_SETTLES and v.case_key in specs]
     gs = gate_settings(settings)
     head_dir, base_dir = run_dir / "lockstep", run_dir / "lockstep" / "base"
-    try:
-        with against.interruptible(), against.checked_out(settings, commit) as base:
-            probe_base(base, settings, echo)
-            sampler_for = sampler_factory(settings, "against")
+    pairs: list[tuple[CaseResult, CaseResult]] = []
+    settled: set[str] = set()
+    sampler_for = sampler_factory(settings, "against")
+    for commit in lockstep.commits:
+        group = {key for key in needed if lockstep.commit_for(key) == commit}
+        if not group:  # nothing to settle there: no checkout
+            continue
+        try:
+            with against.interruptible(), against.checked_out(settings, commit) as base:
+                probe_base(base, settings, echo)
 
-            def measure(key: str) -> tuple[CaseResult, CaseResult | None] | None:
-                spec = specs.get(key)
-                if spec is None:
-                    return None
-                echo(f"settling {key} in lockstep against the baseline's commit {commit[:12]}")
-                head, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings, head_dir,
-                                                   base_dir, sampler=sampler_for(spec))
-                echo(f"      lockstep {console.outcome_text(head)}")
-                return head, base_case
+                def measure(key: str, group: set[str] = group, base: Any = base,
+                            commit: str = commit) -> tuple[CaseResult, CaseResult | None] | None:
+                    if key not in group:
+                        return None
+                    spec = specs[key]
+                    echo(f"settling {key} in lockstep against the baseline's commit {commit[:12]}")
+                    head, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings,
+                                                       head_dir, base_dir, sampler=sampler_for(spec))
+                    echo(f"      lockstep {console.outcome_text(head)}")
+                    return head, base_case
 
-            comparison, pairs, settled = settle_in_lockstep(
-                comparison, measure, gs, commit=commit, calibration=calibration,
-                look_confidence=sequential.look_confidence(gs, settings.processes))
-    except ConfigError as exc:
-        echo(f"perfgate: warning: could not settle in lockstep against the baseline's commit: {exc}")
-        return comparison, set()
+                comparison, got, done = settle_in_lockstep(
+                    comparison, measure, gs, commit=commit, calibration=calibration,
+                    look_confidence=sequential.look_confidence(gs, settings.processes))
+        except ConfigError as exc:
+            echo(f"perfgate: warning: could not settle in lockstep against the baseline's commit {commit[:12]}: {exc}")
+            continue
+        pairs += got
+        settled |= done
     if pairs:
         runner.write_results(replace(run, cases=[h for h, _ in pairs]), head_dir / "results.json")
-        runner.write_results(replace(run, run_id=f"{run.run_id}-base", cases=[b for _, b in pairs],
-                                     environment={**run.environment, "git_commit": commit, "git_dirty": False}),
+        env = {**run.environment, "git_commit": lockstep.commit, "git_dirty": False}
+        runner.write_results(replace(run, run_id=f"{run.run_id}-base", environment=env,
+                                     cases=[baselines.with_commit(b, (lockstep.commit_for(b.key), False), env)
+                                            for _, b in pairs]),
                              base_dir / "results.json")
     return comparison, settled
 

@@ -62,21 +62,21 @@ class Base:
         return self.ref != PLACEHOLDER
 
 
-def _recorded_environment(comparison: Comparison | None, run_dir: Path | None) -> dict[str, Any] | None:
-    """The base side's environment: the comparison's base run when in memory, else read from the run folder
+def _recorded_base(comparison: Comparison | None, run_dir: Path | None) -> RunResult | None:
+    """The base side's run: the comparison's base run when in memory, else read from the run folder
     (``base/results.json`` of `run --against`) or the stored baseline file the comparison names."""
     if comparison is None:
         return None
     if comparison.baseline is not None:
-        return comparison.baseline.environment
+        return comparison.baseline
     try:
         if comparison.mode == "against" and run_dir is not None and (run_dir / "base" / "results.json").is_file():
-            return load_results(run_dir / "base" / "results.json").environment
+            return load_results(run_dir / "base" / "results.json")
         source = comparison.baseline_source
         if comparison.mode == "baseline" and source and is_baseline_file(source):
             from perfgate.baselines import load_baseline
 
-            return load_baseline(source).environment
+            return load_baseline(source).run
     except (SchemaError, OSError):
         return None
     return None
@@ -88,16 +88,25 @@ def is_baseline_file(source: str) -> bool:
     return p.name != "results.json" and p.suffix == ".json" and not p.is_dir()
 
 
-def base_of(run: RunResult, comparison: Comparison | None, run_dir: Path | None = None) -> Base:
-    """The base a reproduction checks out: the commit the comparison's base side recorded (`--against`: the
-    base ref's commit; a stored baseline: the commit it was measured at), else `--against`'s ref as given,
-    else PLACEHOLDER."""
-    env = _recorded_environment(comparison, run_dir) or {}
-    commit = env.get("git_commit")
+def base_of(run: RunResult, comparison: Comparison | None, run_dir: Path | None = None,
+            case_key: str | None = None) -> Base:
+    """The base a reproduction of ``case_key`` checks out: the commit the comparison's base side recorded for
+    it (`--against`: the base ref's commit; a stored baseline: the commit the case was measured at, its own
+    where `baseline update --case` kept it from another), else `--against`'s ref as given, else PLACEHOLDER."""
+    return _base_in(run, comparison, _recorded_base(comparison, run_dir), case_key)
+
+
+def _base_in(run: RunResult, comparison: Comparison | None, recorded: RunResult | None, case_key: str | None) -> Base:
+    from perfgate.baselines import commit_of
+
+    commit, dirty = None, None
+    if recorded is not None:
+        env = recorded.environment
+        commit, dirty = commit_of(recorded, case_key) if case_key else (env.get("git_commit"), env.get("git_dirty"))
     against = comparison is not None and comparison.mode == "against"
     if isinstance(commit, str) and FULL_COMMIT.fullmatch(commit):
         origin = "the --against base's commit" if against else "the stored baseline's commit"
-        if env.get("git_dirty"):
+        if dirty:
             origin += ", measured with uncommitted changes"
         return Base(commit, origin)
     ref = run.settings.get("against") if isinstance(run.settings, dict) else None
@@ -270,8 +279,8 @@ def regression_repros(run: RunResult, comparison: Comparison | None, run_dir: Pa
     cases = {c.key: c for c in run.cases}
     if not any(k in cases for k in keys):
         return {}
-    base = base_of(run, comparison, run_dir)
-    return {k: repro_for(cases[k], run, base) for k in keys if k in cases}
+    recorded = _recorded_base(comparison, run_dir)
+    return {k: repro_for(cases[k], run, _base_in(run, comparison, recorded, k)) for k in keys if k in cases}
 
 
 def matching_cases(pattern: str, run: RunResult, source: str) -> list[CaseResult]:
@@ -301,10 +310,10 @@ def command_lines(pattern: str, run: RunResult, comparison: Comparison | None, r
     """`perfgate repro CASE`: for each case the pattern matches, its reproduction (``traces_only``: only the
     form that keeps both traces)."""
     cases = matching_cases(pattern, run, str(run_dir))
-    base = base_of(run, comparison, run_dir)
+    recorded = _recorded_base(comparison, run_dir)
     out: list[str] = []
     for case in cases:
-        r = repro_for(case, run, base)
+        r = repro_for(case, run, _base_in(run, comparison, recorded, case.key))
         if traces_only:
             out += r.lines(verdict_summary(case.key, comparison))[:2] + r.lines()[3:]
         else:

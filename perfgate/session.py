@@ -284,13 +284,13 @@ def run_measured(options: RunOptions, cases: list[CaseSpec], files: dict[str, st
                  write_reports: Callable[[RunResult], None]) -> int:
     """The cases measured one after the other, then judged against ``stored`` (settling in lockstep against
     its commit where it can), or by the expectations alone (``no_baseline``), or not judged."""
-    lockstep = None
+    lockstep: gate_mod.Lockstep | None = None
     if no_baseline:
         echo(f"perfgate: no baseline at {no_baseline}: --gate judges the expectations alone")
     if stored:  # settle what the stored comparison does not in lockstep against the baseline's commit
-        lockstep, why_not = gate_mod.lockstep_commit(settings, stored[1])
+        lockstep, why_not = gate_mod.lockstep_commits(settings, stored[1])
         echo(f"perfgate: step-time changes the stored comparison does not settle at its first look are "
-             f"settled in lockstep against the baseline's commit {lockstep[:12]}" if lockstep else
+             f"settled in lockstep against {lockstep.describe()}" if lockstep else
              f"perfgate: step times are judged against the stored baseline alone ({why_not})")
     sampler_for = gate_mod.sampler_factory(settings, "stored" if stored else "plain", stored[1] if stored else None,
                                            screen=bool(lockstep))

@@ -141,6 +141,28 @@ def test_update_with_case_replaces_only_those_cases(tmp_path):
         baselines.updated(RunResult.from_json(other), old, "run2", ["*/compile/*"])
 
 
+def test_a_case_kept_from_another_commit_names_its_own(tmp_path):
+    """`--case` at commit b keeps the eager case measured at a: it names a in its metadata (written and
+    read back), the replaced case names none; a later `--case` at a takes the mark off again, and a case
+    that already had its own commit keeps it through a third update."""
+    path, data = _two_case_baseline(tmp_path)
+    eager, compiled = "scaled_work/smoke/eager/cpu", "scaled_work/smoke/compile/cpu"
+    at_b = baselines.updated(RunResult.from_json(_faster(data, "b" * 40)), baselines.load_baseline(path), "run2",
+                             [compiled])
+    baselines.write_baseline(at_b, path)
+    read = baselines.load_baseline(path)
+    assert baselines.commit_of(read.run, eager) == ("a" * 40, False)
+    assert baselines.commit_of(read.run, compiled) == ("b" * 40, False)
+    assert "git_commit" not in read.run.case(compiled).metadata
+    assert any(eager in line and f"measured at git {'a' * 12}" in line for line in baselines.describe(read))
+    at_c = baselines.updated(RunResult.from_json(_faster(data, "c" * 40)), read, "run3", [compiled])
+    assert baselines.commit_of(at_c.run, eager) == ("a" * 40, False)  # still where its numbers come from
+    assert baselines.commit_of(at_c.run, compiled) == ("c" * 40, False)
+    back = baselines.updated(RunResult.from_json(_faster(data, "a" * 40)), at_c, "run4", [compiled])
+    assert back.environment["git_commit"] == "a" * 40
+    assert all("git_commit" not in c.metadata for c in back.run.cases)  # one commit again: no marks
+
+
 def test_baseline_update_case_through_the_cli_writes_atomically(tmp_path):
     from conftest import run_cli
 

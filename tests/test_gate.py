@@ -25,6 +25,7 @@ processes = 3
 
 [tool.perfgate.timing]
 samples = 5
+min_time_s = 0.1  # the changes these tests make are 1.5x and more; 0.5 s per process buys nothing here
 
 [tool.perfgate.suites.smoke]
 workloads = ["scaled_work"]
@@ -251,12 +252,71 @@ def test_a_stored_regression_is_settled_in_lockstep_against_the_baselines_commit
     assert "re-measuring" in off.stdout and "settling" not in off.stdout
 
 
+def test_a_case_kept_by_baseline_update_case_is_settled_against_its_own_commit(tmp_path):
+    """Commit Y makes two cases 30x slower; `baseline update --case` accepts one of them. The other's stored
+    numbers still come from commit X, so its regression is settled in lockstep against X, never against Y
+    (where its slowdown is already in and would pass as `unchanged`); `baseline show` and `perfgate repro`
+    name X for it."""
+    repo = tmp_path / "repo"
+    (repo / "workloads").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text(PYPROJECT.format(workloads="workloads").replace(
+        'workloads = ["scaled_work"]', 'workloads = ["*"]') + "remeasure = false\n")
+    source = (TEST_WORKLOADS / "scaled_work.py").read_text()
+    other = source.replace('name = "scaled_work"', 'name = "other_work"').replace("class ScaledWork", "class OtherWork")
+    (repo / ".gitignore").write_text("reports/\nruns/\n")
+    slow = ('"PERFGATE_TEST_WORK_SCALE", "1.0"', '"PERFGATE_TEST_WORK_SCALE", "30.0"')
+    commits = []
+    for k, (a, b) in enumerate(((source, other), (source.replace(*slow), other.replace(*slow)))):
+        (repo / "workloads" / "scaled_work.py").write_text(a)
+        (repo / "workloads" / "other_work.py").write_text(b)
+        if k == 0:
+            _git(repo, "init", "-q")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-qm", f"commit {k}")
+        commits.append(subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
+                                      text=True).stdout.strip())
+        if k == 0:
+            for cmd in (("run", "--out", "runs/x"), ("baseline", "update", "runs/x")):
+                proc = run_cli(*cmd, cwd=repo)
+                assert proc.returncode == 0, proc.stdout + proc.stderr
+            _git(repo, "add", "-A")
+            _git(repo, "commit", "-qm", "baseline at x")
+    x, y = commits
+    other_case = "other_work/smoke/eager/cpu"
+    for cmd in (("run", "--out", "runs/y"), ("baseline", "update", "runs/y", "--case", CASE)):
+        proc = run_cli(*cmd, cwd=repo)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    _git(repo, "commit", "-qam", "accept scaled_work's slowdown only")
+    (stored,) = (repo / "baselines").glob("*/smoke.json")
+    data = json.loads(stored.read_text())
+    assert data["environment"]["git_commit"] == y
+    meta = {c["key"]: c["metadata"] for c in data["results"]["cases"]}
+    assert (meta[other_case]["git_commit"], meta[other_case]["git_dirty"]) == (x, False)
+    assert "git_commit" not in meta[CASE]
+    shown = run_cli("baseline", "show", cwd=repo)
+    assert f"measured at git {x[:12]}" in shown.stdout, shown.stdout + shown.stderr
+
+    run_dir = repo / "runs" / "gate"
+    proc = run_cli("run", "--gate", "--out", str(run_dir), cwd=repo)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"the commits the baseline's cases were measured at: {y[:12]} (1 case), {x[:12]} (1 case)" in proc.stdout
+    assert f"settling {other_case} in lockstep against the baseline's commit {x[:12]}" in proc.stdout
+    kinds = {v["case_key"]: v["kind"] for v in json.loads((run_dir / "comparison.json").read_text())["verdicts"]
+             if v["metric"] == "step_time"}
+    assert kinds == {CASE: "unchanged", other_case: "regression"}, kinds
+    base = json.loads((run_dir / "lockstep" / "base" / "results.json").read_text())
+    assert [c["metadata"].get("git_commit") for c in base["cases"]] == [x]
+    repro = run_cli("repro", other_case, "--results", str(run_dir), cwd=repo)
+    assert f"perfgate run --against {x}" in repro.stdout, repro.stdout + repro.stderr
+
+
 def test_the_baselines_commit_is_untrusted_input(tmp_path):
-    """lockstep_commit reads the commit from the baseline file: anything but a full hash of a clean commit
-    this repository has is refused (never handed to git as an option or a ref), with the reason said."""
+    """lockstep_commits reads the commits from the baseline file, its environment's and any a case names in
+    its metadata: anything but a full hash of a clean commit this repository has is refused (never handed
+    to git as an option or a ref), with the reason said."""
     from perfgate import config, gate
     from perfgate.baselines import Baseline
-    from perfgate.model import RunResult
+    from perfgate.model import CaseResult, CaseSpec, RunResult
 
     repo = tmp_path / "r"
     repo.mkdir()
@@ -267,9 +327,10 @@ def test_the_baselines_commit_is_untrusted_input(tmp_path):
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     settings = config.load(cwd=repo)
 
-    def verdict(settings=settings, **env):
-        return gate.lockstep_commit(settings, Baseline(RunResult(run_id="b", suite="smoke", environment=env),
-                                                       "m", "smoke"))
+    def verdict(settings=settings, cases=(), **env):
+        lockstep, why = gate.lockstep_commits(settings, Baseline(RunResult(run_id="b", suite="smoke", environment=env,
+                                                                           cases=list(cases)), "m", "smoke"))
+        return (lockstep.commit if lockstep else None), why
 
     assert verdict(git_commit=head, git_dirty=False) == (head, "")
     for bad in ("--output=/tmp/x", "HEAD", head[:12], head.upper(), head + "\n", "../" + head[:37], 42, None,
@@ -284,6 +345,22 @@ def test_the_baselines_commit_is_untrusted_input(tmp_path):
     (repo / "pyproject.toml").write_text(PYPROJECT.format(workloads=TEST_WORKLOADS) + "settle_in_lockstep = false\n")
     off = config.load(cwd=repo)
     assert verdict(off, git_commit=head, git_dirty=False) == (None, "settle_in_lockstep = false")
+
+    # a case's own commit (kept by `baseline update --case`) is read the same way
+    def case(**own):
+        return CaseResult(spec=CaseSpec("w", "smoke", ("eager",), "cpu"), status="ok", metadata=own)
+
+    mine = case(git_commit=head, git_dirty=False)
+    lockstep, why = gate.lockstep_commits(settings, Baseline(RunResult(
+        run_id="b", suite="smoke", environment={"git_commit": head, "git_dirty": False}, cases=[mine]), "m", "smoke"))
+    assert why == "" and lockstep.commit_for(mine.key) == head and lockstep.commits == [head]
+    for bad in ("--output=/tmp/x", "HEAD~1", head[:12], None, 7):
+        got = verdict(cases=[case(git_commit=bad, git_dirty=False)], git_commit=head, git_dirty=False)
+        assert got == (None, f"the baseline's case {mine.key} records no git commit"), bad
+    got = verdict(cases=[case(git_commit=head, git_dirty=True)], git_commit=head, git_dirty=False)
+    assert got[1].startswith(f"the baseline's case {mine.key} was recorded with uncommitted changes")
+    got = verdict(cases=[case(git_commit="1" * 40, git_dirty=False)], git_commit=head, git_dirty=False)
+    assert "is not in this repository" in got[1] and mine.key in got[1]
 
 
 def tiny_project(workload: str = "tiny", toggle: str = "eager", workloads: str | Path = TEST_WORKLOADS) -> str:
