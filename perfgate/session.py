@@ -103,12 +103,16 @@ def run_settings(settings: Settings, options: RunOptions) -> Settings:
                          max_processes=options.max_processes, max_case_s=options.max_case_s)
 
 
-def run_folder(settings: Settings, options: RunOptions, suite: Suite) -> tuple[Path, bool]:
-    """The run's folder and whether this run creates it, checked writable (with the compile cache) before
-    the probe and any case: fail fast."""
+def run_folder(settings: Settings, options: RunOptions, suite: Suite) -> tuple[Path, list[Path]]:
+    """The run's folder and the folders this run creates for it (the run's, then each missing parent up),
+    checked writable (with the compile cache) before the probe and any case: fail fast."""
     run_dir = Path(options.out).resolve() if options.out else runner.unique_run_dir(
         settings.reports_dir, runner.new_run_id(suite.name))
-    created = not run_dir.exists()
+    created = []
+    missing = run_dir
+    while not missing.exists() and missing.parent != missing:
+        created.append(missing)
+        missing = missing.parent
     problem = check_writable_dir(run_dir)
     if problem is None and settings.compile_cache:
         problem = check_writable_dir(settings.compile_cache)
@@ -119,13 +123,19 @@ def run_folder(settings: Settings, options: RunOptions, suite: Suite) -> tuple[P
 
 
 @contextmanager
-def removed_on_error(run_dir: Path, created: bool) -> Iterator[None]:
-    """Leave no empty run folder behind a usage error: remove ``run_dir`` if this run created it."""
+def removed_on_error(run_dir: Path, created: list[Path]) -> Iterator[None]:
+    """Leave no empty run folder behind a usage error: remove ``run_dir`` if this run created it, and each
+    parent it created (a first run's reports/) that is empty again."""
     try:
         yield
     except BaseException:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
+            for parent in created[1:]:
+                try:
+                    parent.rmdir()
+                except OSError:  # another run put something there meanwhile: keep it
+                    break
         raise
 
 
@@ -139,6 +149,11 @@ def plan(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path | 
     catalog = Catalog.from_probe(probe)
     if catalog.errors:
         raise ConfigError(catalog.errors[0]["error"])
+    if not catalog.workloads:  # not "unknown workload '*'": the user named none
+        where = f"[tool.perfgate] workloads_dirs of {settings.source}" if settings.source else \
+            "the default; no pyproject.toml with [tool.perfgate] here or above"
+        raise ConfigError(f"no workloads found in {', '.join(str(d) for d in settings.workloads_dirs)} ({where}); "
+                          "run perfgate from a project's root, pass --workloads-dir DIR, or start one with `perfgate init`")
     cases = plan_cases(suite, catalog, options.workloads, options.toggles, options.size, options.device)
     if not cases:
         raise ConfigError(f"suite {suite.name!r} selects no cases")

@@ -114,6 +114,23 @@ def test_unknown_names_exit_2_listing_valid_ones(tmp_path, args, needles):
     assert not (tmp_path / "r").exists()  # no empty run folder left behind
 
 
+def test_a_folder_without_workloads_says_where_it_looked_and_leaves_no_reports_folder(tmp_path):
+    """`perfgate run` outside a project (or in one whose workloads folder is empty): one line naming the
+    folders searched and what to do, exit 2, and no reports/ (or --out parents) left behind."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    proc = run_cli("run", cwd=outside)
+    assert_one_line_usage_error(proc, f"no workloads found in {outside / 'workloads'}", "no pyproject.toml",
+                                "perfgate init")
+    assert list(outside.iterdir()) == []
+    project = tmp_path / "project"
+    (project / "wl").mkdir(parents=True)
+    (project / "pyproject.toml").write_text('[tool.perfgate]\nworkloads_dirs = ["wl"]\n')
+    proc = run_cli("run", "--out", str(project / "a" / "b"), cwd=project)
+    assert_one_line_usage_error(proc, f"no workloads found in {project / 'wl'}", str(project / "pyproject.toml"))
+    assert sorted(p.name for p in project.iterdir()) == ["pyproject.toml", "wl"]
+
+
 def test_a_workload_file_that_fails_to_import_names_the_file(tmp_path):
     bad = tmp_path / "broken_workload.py"
     bad.write_text("import torch\nraise RuntimeError('this workload is broken')\n")

@@ -101,11 +101,18 @@ def test_a_run_that_fails_before_its_first_case_leaves_no_folder_it_created(tmp_
     from perfgate.session import removed_on_error
 
     made, kept = tmp_path / "made", tmp_path / "kept"
-    for folder, created in ((made, True), (kept, False)):
+    for folder, created in ((made, [made]), (kept, [])):
         folder.mkdir()
         with pytest.raises(ConfigError), removed_on_error(folder, created):
             raise ConfigError("no cases")
     assert not made.exists() and kept.is_dir()
-    with removed_on_error(made, True):
+    with removed_on_error(made, [made]):
         Path(made).mkdir()
     assert made.is_dir()
+    # parents it made go too, unless something else landed there meanwhile
+    deep = tmp_path / "a" / "b" / "run"
+    deep.mkdir(parents=True)
+    (tmp_path / "a" / "other").mkdir()
+    with pytest.raises(ConfigError), removed_on_error(deep, [deep, deep.parent, deep.parent.parent]):
+        raise ConfigError("no cases")
+    assert not deep.parent.exists() and (tmp_path / "a" / "other").is_dir()
