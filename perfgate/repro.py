@@ -99,10 +99,7 @@ def base_of(run: RunResult, comparison: Comparison | None, run_dir: Path | None 
 def _base_in(run: RunResult, comparison: Comparison | None, recorded: RunResult | None, case_key: str | None) -> Base:
     from perfgate.baselines import commit_of
 
-    commit, dirty = None, None
-    if recorded is not None:
-        env = recorded.environment
-        commit, dirty = commit_of(recorded, case_key) if case_key else (env.get("git_commit"), env.get("git_dirty"))
+    commit, dirty = commit_of(recorded, case_key or "") if recorded is not None else (None, None)
     against = comparison is not None and comparison.mode == "against"
     if isinstance(commit, str) and FULL_COMMIT.fullmatch(commit):
         origin = "the --against base's commit" if against else "the stored baseline's commit"
