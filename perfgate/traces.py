@@ -18,8 +18,10 @@ folder), holding the recorded ``ProfilerStep#N`` windows. Here:
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import os
+import statistics
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +31,16 @@ from perfgate.config import ConfigError
 from perfgate.formatting import format_count
 from perfgate.model import STATUS_OK, CaseResult, Comparison, RunResult, load_results
 from perfgate.stats import format_seconds
-from perfgate.validation import Document, NonNegative, SchemaError, Text, check, expected, read_json_file
+from perfgate.validation import (
+    Document,
+    NonNegative,
+    Number,
+    SchemaError,
+    Text,
+    check,
+    expected,
+    read_json_file,
+)
 
 TRACE_SUFFIX = ".pt.trace.json"
 PERFETTO_URL = "https://ui.perfetto.dev"
@@ -61,6 +72,7 @@ class SliceDocument(Document):
 
     name: Text
     dur: NonNegative
+    ts: Number | None = None  # its start, microseconds: which profiler step a host op ran in
 
 
 @dataclass(frozen=True)
@@ -79,14 +91,22 @@ class TraceTotals:
         return sum(self.time_us.values())
 
 
+# host ops (CPU) per step: the median of the steps' times from this many recorded steps on, so one step in
+# which the shared machine preempted an op does not make that op a top mover
+ROBUST_STEPS = 3
+
+
 def read_trace(path: Path, category: str, steps_per_profiler_step: int = 1) -> TraceTotals:
-    """Per name: total duration and count of the ``category`` events (``kernel`` or ``cpu_op``) of the
-    trace at ``path``, divided by the workload steps it recorded (its ``ProfilerStep#N`` windows times
-    ``steps_per_profiler_step``). SchemaError naming the file and the event for anything malformed."""
+    """Per name: time and count of the ``category`` events (``kernel`` or ``cpu_op``) of the trace at
+    ``path`` per workload step (its ``ProfilerStep#N`` windows times ``steps_per_profiler_step``). The
+    time is the total divided by the steps; for host ops (``cpu_op``) in at least ROBUST_STEPS windows, each
+    of whose events lies inside one, the median of the windows' times (a preempted step is one window). A
+    count is always the total divided by the steps. SchemaError naming the file and the event for anything
+    malformed."""
     source = str(path)
     doc = check(TraceDocument, read_json_file(path, "profiler trace"), source)
-    time_us: dict[str, float] = {}
-    count: dict[str, float] = {}
+    pieces: list[SliceDocument] = []
+    windows: list[tuple[float, float]] = []
     steps, step_us = 0, 0.0
     for i, event in enumerate(doc.traceEvents):
         cat = event.get("cat")
@@ -97,13 +117,38 @@ def read_trace(path: Path, category: str, steps_per_profiler_step: int = 1) -> T
             if piece.name.startswith("ProfilerStep#"):
                 steps += 1
                 step_us += piece.dur
+                if piece.ts is not None:
+                    windows.append((piece.ts, piece.ts + piece.dur))
             continue
+        pieces.append(piece)
+    time_us: dict[str, float] = {}
+    count: dict[str, float] = {}
+    for piece in pieces:
         time_us[piece.name] = time_us.get(piece.name, 0.0) + piece.dur
         count[piece.name] = count.get(piece.name, 0.0) + 1
     per = max(int(steps_per_profiler_step), 1)
     divide = max(steps, 1) * per
-    return TraceTotals(category, steps, per, {k: v / divide for k, v in time_us.items()},
-                       {k: v / divide for k, v in count.items()}, step_us / (steps * per) if steps else None)
+    time_us = {k: v / divide for k, v in time_us.items()}
+    if category == "cpu_op" and len(windows) == steps >= ROBUST_STEPS:
+        time_us.update({k: v / per for k, v in _median_step_times(pieces, windows).items()})
+    return TraceTotals(category, steps, per, time_us, {k: v / divide for k, v in count.items()},
+                       step_us / (steps * per) if steps else None)
+
+
+def _median_step_times(pieces: list[SliceDocument], windows: list[tuple[float, float]]) -> dict[str, float]:
+    """Per name whose every event starts inside one of ``windows``: the median over the windows of its time
+    in each (0 in a window without it)."""
+    windows = sorted(windows)
+    starts = [w[0] for w in windows]
+    per_window: dict[str, list[float]] = {}
+    outside: set[str] = set()
+    for piece in pieces:
+        k = bisect.bisect_right(starts, piece.ts) - 1 if piece.ts is not None else -1
+        if k < 0 or piece.ts > windows[k][1]:
+            outside.add(piece.name)
+            continue
+        per_window.setdefault(piece.name, [0.0] * len(windows))[k] += piece.dur
+    return {name: statistics.median(times) for name, times in per_window.items() if name not in outside}
 
 
 @dataclass(frozen=True)

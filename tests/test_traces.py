@@ -235,6 +235,31 @@ def test_the_diff_puts_the_top_movers_first_and_leaves_out_what_did_not_move(tmp
     assert traces.format_delta_us(changes[3].delta_us) == "-5 us"
 
 
+def test_one_preempted_step_does_not_make_a_host_op_a_top_mover(tmp_path):
+    """On a shared machine one step's op can be descheduled for milliseconds: a host op's time per step is
+    the median of the recorded steps' times, so the op whose count grew stays the top mover; an op with an
+    event outside every step window keeps the plain per-step total."""
+    base = traces.read_trace(_write(tmp_path / "b.pt.trace.json", chrome_trace(
+        {"aten::tanh": (20, 0.5), "aten::add": (1, 1.0)})), "cpu_op")
+    slow = chrome_trace({"aten::tanh": (600, 0.5), "aten::add": (1, 1.0)})  # inside the 500 us windows
+    adds = [e for e in slow["traceEvents"] if e.get("name") == "aten::add"]
+    adds[1]["dur"] = 4000.0  # preempted once, in the second of three steps
+    head = traces.read_trace(_write(tmp_path / "h.pt.trace.json", slow), "cpu_op")
+    assert head.time_us["aten::add"] == 1.0 and head.count["aten::add"] == 1
+    assert head.time_us["aten::tanh"] == 300.0
+    changes = traces.kernel_diff(base, head)
+    assert [c.name for c in changes] == ["aten::tanh"]  # add's median did not move at all
+    # an event outside the step windows: that name is the total over the steps, as before
+    slow["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1,
+                                "ts": 1.0, "dur": 3.0})
+    head = traces.read_trace(_write(tmp_path / "h2.pt.trace.json", slow), "cpu_op")
+    assert head.time_us["aten::add"] == pytest.approx((1.0 + 4000.0 + 1.0 + 3.0) / 3)
+    # fewer than three steps: the total over the steps
+    two = traces.read_trace(_write(tmp_path / "t.pt.trace.json", chrome_trace({"aten::add": (1, 1.0)}, steps=2)),
+                            "cpu_op")
+    assert two.time_us == {"aten::add": 1.0} and two.steps == 2
+
+
 @pytest.mark.parametrize("content, words", [
     ("{not json", "not valid JSON"),
     ('{"traceEvents": {}}', "traceEvents must be an array of objects"),
