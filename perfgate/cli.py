@@ -226,6 +226,10 @@ def baseline_update_cmd(config: str | None, results: str | None, allow_failed: b
     for line in baselines.changes(previous, new, only=[c.key for c in baselines.select_cases(run, cases, results)]
                                   if cases else None):
         echo(line)
+    kept = [c.key for c in new.run.cases if "git_commit" in c.metadata] if cases else []
+    if kept:  # baselines.with_cases_from: each is settled against the commit its numbers come from
+        echo(f"{len(kept)} case(s) kept from another commit than {results}'s keep theirs, and a gate settles each "
+             f"against it ({', '.join(kept[:3])}{', ...' if len(kept) > 3 else ''}; `perfgate baseline show`)")
 
 
 @baseline_group.command("show")

@@ -173,7 +173,9 @@ def test_baseline_update_case_through_the_cli_writes_atomically(tmp_path):
     (run_dir / "results.json").write_text(json.dumps(_faster(data)))
     proc = run_cli("baseline", "update", str(run_dir), "--case", "scaled_work/smoke/compile/cpu", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "compile/cpu: step time" in proc.stdout and "eager/cpu" not in proc.stdout
+    *changed, kept = proc.stdout.strip().splitlines()
+    assert "compile/cpu: step time" in proc.stdout and not any("eager/cpu" in line for line in changed)
+    assert kept.startswith("1 case(s) kept from another commit") and "scaled_work/smoke/eager/cpu" in kept  # a's
     stored = baselines.load_baseline(path)
     assert [c.key for c in stored.run.cases] == ["scaled_work/smoke/eager/cpu", "scaled_work/smoke/compile/cpu"]
     assert stored.run.cases[1].processes[0].samples_ns == [s // 2 for s in data["cases"][1]["processes"][0]["samples_ns"]]

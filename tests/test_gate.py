@@ -286,6 +286,7 @@ def test_a_case_kept_by_baseline_update_case_is_settled_against_its_own_commit(t
     for cmd in (("run", "--out", "runs/y"), ("baseline", "update", "runs/y", "--case", CASE)):
         proc = run_cli(*cmd, cwd=repo)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 case(s) kept from another commit than runs/y's keep theirs" in proc.stdout, proc.stdout
     _git(repo, "commit", "-qam", "accept scaled_work's slowdown only")
     (stored,) = (repo / "baselines").glob("*/smoke.json")
     data = json.loads(stored.read_text())
