@@ -98,6 +98,8 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
     echo(f"torch {env['torch']}  cuda available: {env['cuda_available']}"
                + (f"  device: {env['device_name']}" if env.get("device_name") else ""))
     echo("\nWorkloads:")
+    if not probe["workloads"]:
+        echo(f"  ({settings.no_workloads(dirs)}; `perfgate init` starts a project)")
     for name, info in probe["workloads"].items():
         echo(f"  {name}: {info['description']}")
         for size, params in info["sizes"].items():

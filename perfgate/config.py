@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -114,6 +115,13 @@ class Settings:
         if name not in self.suites:
             raise ConfigError(f"unknown suite {name!r}; valid suites: {', '.join(sorted(self.suites)) or '(none)'}")
         return self.suites[name]
+
+    def no_workloads(self, dirs: Sequence[Path] | None = None) -> str:
+        """What `run` and `list` say where the workload folders (``dirs``, default ``workloads_dirs``) hold
+        none: the folders, and whether a configuration named them."""
+        where = f"[tool.perfgate] workloads_dirs of {self.source}" if self.source else \
+            "the default; no pyproject.toml with [tool.perfgate] here or above"
+        return f"no workloads found in {', '.join(str(d) for d in (dirs or self.workloads_dirs))} ({where})"
 
     def with_overrides(self, **kw: Any) -> Settings:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})

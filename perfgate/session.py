@@ -150,10 +150,8 @@ def plan(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path | 
     if catalog.errors:
         raise ConfigError(catalog.errors[0]["error"])
     if not catalog.workloads:  # not "unknown workload '*'": the user named none
-        where = f"[tool.perfgate] workloads_dirs of {settings.source}" if settings.source else \
-            "the default; no pyproject.toml with [tool.perfgate] here or above"
-        raise ConfigError(f"no workloads found in {', '.join(str(d) for d in settings.workloads_dirs)} ({where}); "
-                          "run perfgate from a project's root, pass --workloads-dir DIR, or start one with `perfgate init`")
+        raise ConfigError(f"{settings.no_workloads()}; run perfgate from a project's root, pass --workloads-dir DIR, "
+                          "or start one with `perfgate init`")
     cases = plan_cases(suite, catalog, options.workloads, options.toggles, options.size, options.device)
     if not cases:
         raise ConfigError(f"suite {suite.name!r} selects no cases")

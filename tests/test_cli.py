@@ -129,6 +129,8 @@ def test_a_folder_without_workloads_says_where_it_looked_and_leaves_no_reports_f
     proc = run_cli("run", "--out", str(project / "a" / "b"), cwd=project)
     assert_one_line_usage_error(proc, f"no workloads found in {project / 'wl'}", str(project / "pyproject.toml"))
     assert sorted(p.name for p in project.iterdir()) == ["pyproject.toml", "wl"]
+    listed = run_cli("list", cwd=project)  # `list` says the same where its Workloads: section is empty
+    assert listed.returncode == 0 and f"(no workloads found in {project / 'wl'} ([tool.perfgate]" in listed.stdout
 
 
 def test_a_workload_file_that_fails_to_import_names_the_file(tmp_path):
