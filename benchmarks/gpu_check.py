@@ -17,6 +17,10 @@ reach (not_reached) and those left out (not_run);
 per lockstep condition its step-time verdict and
 ratio; per step its wall time and whether it ran out. Without CUDA it exits 3 with one line saying so,
 and writes nothing. --steps and --workloads run a part of it. docs/gpu-validation.md records each run.
+
+--rehearse runs the same steps on the CPU at smoke size (the CUDA-only toggles skipped with their reason,
+the compiled toggle only with --compile-all) so the script itself is proven before a lent GPU's minutes
+are spent on it: every perfgate command it builds, the summary it reads back, the lockstep repositories.
 """
 
 from __future__ import annotations
@@ -129,12 +133,12 @@ def case_rows(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def lockstep_condition(root: Path, extra: float, out: Path, timeout_s: float) -> dict[str, Any]:
+def lockstep_condition(root: Path, extra: float, out: Path, timeout_s: float, device: str = "cuda") -> dict[str, Any]:
     """``run --against HEAD~1 --gate --device cuda`` in a throwaway repository whose head adds ``extra``."""
     from gate_accuracy import make_repo, step_verdict
 
     repo = make_repo(root / f"repo-{extra:.2f}", extra, None, None, "rollout")
-    step = bounded(perfgate_cmd("run", "--against", "HEAD~1", "--gate", "--device", "cuda",
+    step = bounded(perfgate_cmd("run", "--against", "HEAD~1", "--gate", "--device", device,
                                 "--max-case-s", str(LOCKSTEP_CASE_S), "--out", str(out)),
                    repo, timeout_s, out.parent / f"{out.name}.log")
     try:
@@ -145,9 +149,12 @@ def lockstep_condition(root: Path, extra: float, out: Path, timeout_s: float) ->
     return {"extra": extra, **step}
 
 
-def environment() -> dict[str, Any]:
+def environment(device: str = "cuda") -> dict[str, Any]:
     import torch
 
+    if device == "cpu":  # a rehearsal
+        return {"device": "cpu (rehearsal)", "torch": torch.__version__, "cuda": torch.version.cuda,
+                "cpu_count": os.cpu_count(), "driver": None}
     env: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
                            "gpu_count": torch.cuda.device_count(), "cpu_count": os.cpu_count()}
@@ -169,11 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default=None, help="only these workloads, comma-separated (default: all)")
     ap.add_argument("--compile-all", action="store_true",
                     help=f"compile-reduce-overhead on every workload (default: {', '.join(COMPILE_WORKLOADS)})")
+    ap.add_argument("--rehearse", action="store_true",
+                    help="the same steps on the CPU at smoke size, to prove the script without a GPU")
     args = ap.parse_args(argv)
+    device, size = ("cpu", "smoke") if args.rehearse else ("cuda", "pr")
     steps = [x for x in args.steps.split(",") if x]
     if not steps or any(x not in STEPS for x in steps):
         ap.error(f"--steps {args.steps!r}: give steps from {', '.join(STEPS)}, comma-separated")
-    reason = no_cuda_reason()
+    reason = None if args.rehearse else no_cuda_reason()
     if reason:
         print(reason, file=sys.stderr)
         return 3
@@ -187,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     budget = {k: v * args.scale for k, v in BUDGET.items()}
-    summary: dict[str, Any] = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "environment": environment(),
+    summary: dict[str, Any] = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "environment": environment(device),
                                "budget_s": budget, "steps": {}}
     summary_path = out / "gpu-check.json"
 
@@ -210,13 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     if "workloads" in steps:
         summary["cases"], summary["not_reached"], summary["not_run"] = [], [], []
         for workload in wanted:
-            toggles = [t for t in CUDA_TOGGLES
-                       if t not in COMPILE_TOGGLES or args.compile_all or workload in COMPILE_WORKLOADS]
-            summary["not_run"].extend(f"{workload}/pr/{t}/cuda" for t in CUDA_TOGGLES if t not in toggles)
+            compiled = args.compile_all or (workload in COMPILE_WORKLOADS and not args.rehearse)
+            toggles = [t for t in CUDA_TOGGLES if t not in COMPILE_TOGGLES or compiled]
+            summary["not_run"].extend(f"{workload}/{size}/{t}/{device}" for t in CUDA_TOGGLES if t not in toggles)
             seconds = budget["workload_start"] + sum(
                 budget["compile_case"] if t in COMPILE_TOGGLES else budget["case"] for t in toggles)
             run_dir = out / "pr" / workload
-            cmd = perfgate_cmd("run", "--suite", "pr", "-w", workload, "--size", "pr", "--device", "cuda",
+            cmd = perfgate_cmd("run", "--suite", "pr", "-w", workload, "--size", size, "--device", device,
                                "--processes", "1", "--timeout", str(int(budget["compile_case"])), "--out",
                                str(run_dir), *(a for t in toggles for a in ("-t", t)))
             run_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -224,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = case_rows(run_dir)
             summary["cases"].extend(rows)
             reached = {r["case"].split("/")[2] for r in rows}
-            summary["not_reached"].extend(f"{workload}/pr/{t}/cuda" for t in toggles if t not in reached)
+            summary["not_reached"].extend(f"{workload}/{size}/{t}/{device}" for t in toggles if t not in reached)
             save()
 
     if "lockstep" in steps:
@@ -233,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             for extra in LOCKSTEP_EXTRAS:
                 label = "aa" if extra == 0 else f"{extra * 100:.0f}pct"
                 summary["lockstep"].append(
-                    lockstep_condition(Path(tmp), extra, out / f"lockstep-{label}", budget["lockstep"]))
+                    lockstep_condition(Path(tmp), extra, out / f"lockstep-{label}", budget["lockstep"], device))
                 save()
     summary["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     summary["wall_s"] = round(time.perf_counter() - started, 1)

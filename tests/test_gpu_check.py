@@ -104,3 +104,24 @@ def test_the_spread_benchmark_runs_its_variants_in_turns_on_cpu(tmp_path):
     free, pinned = data["processes"]
     assert len(pinned["cpus"]) == 1 and (len(free["cpus"]) > 1 or os.cpu_count() == 1)
     assert set(data["summary"]) == {"free", "pinned"} and all(s["median_s"] > 0 for s in data["summary"].values())
+
+
+def test_the_rehearsal_runs_the_workloads_step_on_cpu_and_reads_its_summary_back(tmp_path):
+    """``--rehearse``: the check's own commands, run on the CPU at smoke size, so a lent GPU's minutes are not
+    spent finding a broken flag. The CUDA-only toggles come back skipped with their reason, the compiled one
+    is left out (listed in not_run) and nothing is unreached."""
+    out = tmp_path / "check"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--rehearse", "--out", str(out),
+                           "--steps", "workloads", "--workloads", "operator_rollout"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((out / "gpu-check.json").read_text())
+    assert summary["environment"]["device"] == "cpu (rehearsal)"
+    rows = {r["case"]: r for r in summary["cases"]}
+    assert rows["operator_rollout/smoke/eager/cpu"]["status"] == "ok"
+    assert rows["operator_rollout/smoke/eager/cpu"]["step_time_s"]["median"] > 0
+    graphs = rows["operator_rollout/smoke/cuda-graphs/cpu"]
+    assert graphs["status"] == "skipped" and "cuda" in (graphs["message"] or "").lower()
+    assert summary["not_run"] == ["operator_rollout/smoke/compile-reduce-overhead/cpu"]
+    assert summary["not_reached"] == [] and summary["steps"]["operator_rollout"]["timed_out"] is False
+    assert "operator_rollout/smoke/eager/cpu" in proc.stdout
