@@ -806,6 +806,15 @@ def judge_metric(key: str, metric: str, base: float | None, cur: float | None, g
     if cur is None:
         return Verdict(key, metric, "missing", baseline=base, rule="metric in the baseline, not measured now")
     base, cur = float(base), float(cur)
+    if not math.isfinite(base):  # NaN or an infinity: nothing to compare with (NaN - x is neither worse nor not)
+        if (math.isnan(base) and math.isnan(cur)) or base == cur:
+            return Verdict(key, metric, "unchanged", baseline=base, current=cur,
+                           rule=f"not a finite number in the baseline nor now ({base:g}, {cur:g})")
+        return Verdict(key, metric, "new", baseline=base, current=cur,
+                       rule=f"not a finite number in the baseline ({base:g}): nothing to compare with")
+    if not math.isfinite(cur):  # was measured, is not a number now: the gate cannot vouch for it
+        return Verdict(key, metric, "regression", baseline=base, current=cur,
+                       rule=f"not a finite number now ({cur:g}; {base:g} in the baseline): the measurement broke")
     if kind == "deterministic":
         tol = gate.metrics.get(metric, gate.deterministic_tolerance)
         what = "deterministic count, exact" if tol == 0 else f"deterministic count, tolerance {tol * 100:g}%"
@@ -971,6 +980,10 @@ def acknowledged(comparison: Comparison, settings: Settings | None, today: date 
 
 Remeasure = Callable[[str], "tuple[CaseResult, CaseResult | None] | None"]
 
+# Verdicts of a re-measure or a lockstep pair that carry no step time (a side skipped, no samples): they
+# neither confirm nor contradict the verdict being checked, which therefore stands.
+NO_TIME = ("skipped", "missing", "new")
+
 
 def _ratio_text(v: Verdict) -> str:
     """A step-time verdict's ratio and CI as rule texts quote it: '1.106x [1.079, 1.131]'."""
@@ -1010,6 +1023,10 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
         n = new[0]
         first = f"first measurement {_ratio_text(v)}"
         was = "regressed" if v.kind == "regression" else "was faster"
+        if n.kind in NO_TIME:  # skipped, or no samples: nothing contradicts the first measurement
+            verdicts[i] = replace(v, rule=f"{v.rule}; the re-measure gave no step time to confirm it "
+                                          f"({n.kind}: {n.rule}), so the {first} stands")
+            continue
         if n.kind == v.kind:
             verdicts[i] = replace(n, rule=f"{n.rule}; confirmed by a re-measure ({first})")
         elif n.kind in ("regression", "win"):  # two measurements that contradict each other decide nothing
@@ -1050,7 +1067,7 @@ def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSet
         pairs.append((head, base))
         new = [n for n in judge_case(v.case_key, base, head, gate, paired=True, calibration=calibration,
                                      look_confidence=look_confidence) if n.metric == STEP_TIME]
-        if new:  # else a side failed or skipped in lockstep: the stored verdict stands
+        if new and new[0].kind not in NO_TIME:  # else a side failed, skipped or had no samples: the stored verdict stands
             n = new[0]
             verdicts[i] = replace(n, rule=f"{n.rule}; settled in lockstep against the baseline's commit "
                                          f"{commit[:12]} (the stored comparison: {v.kind} at {_ratio_text(v)})")

@@ -696,3 +696,42 @@ def test_a_process_that_sampled_several_layouts_is_the_median_of_them():
     grouped = time_change(base, head, resamples=500, quantile=0.1, head_layouts=[[3, 3, 3, 3]] * 6)
     assert grouped.ratio == pytest.approx(1.0)
     assert time_change(base, head, resamples=500, quantile=0.1).ratio == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize("metric", ["kernels_per_step", "peak_rss_bytes", "compile_cold_s", "construction_cache_hits"])
+def test_a_metric_that_is_not_a_number_is_never_a_win(metric):
+    """results.json allows NaN and infinities in metrics (the drift of a broken toggle). Before 2026-11-26 a
+    NaN on either side made `cur - base` NaN, which compared as neither within the tolerance nor worse, so
+    the verdict came out `win`: a peak memory or a kernel count that stopped being measurable passed as an
+    improvement. Now a value that is no finite number now, against a finite baseline, is a regression (the
+    gate cannot vouch for it); a baseline that is no finite number compares with nothing (`new`)."""
+    g, nan, inf = GateSettings(), float("nan"), float("inf")
+    for cur in (nan, inf, -inf):
+        v = judge_metric("k", metric, 10.0, cur, g)
+        assert v.kind == "regression" and "not a finite number now" in v.rule, (cur, v)
+    for base in (nan, inf):
+        v = judge_metric("k", metric, base, 10.0, g)
+        assert v.kind == "new" and "not a finite number in the baseline" in v.rule, (base, v)
+    assert judge_metric("k", metric, nan, nan, g).kind == "unchanged"
+
+
+def test_a_re_measure_or_lockstep_pair_that_yields_no_step_time_never_clears_a_regression():
+    """Before 2026-11-26 a stored regression whose re-measure came back skipped (or ok with no samples) took
+    the re-measure's `skipped` / `missing` verdict, and a lockstep pair whose head had no samples settled the
+    case as `missing`: the gate passed on a regression nothing contradicted. The first measurement stands."""
+    rnd = random.Random(21)
+    base = run(case("eager", groups(rnd, 4, 1e-3, 0.002, 0.002)))
+    cur = run(case("eager", groups(rnd, 4, 1.3e-3, 0.002, 0.002)))
+    gate = GateSettings(bootstrap_resamples=1000, run_to_run=0.01)
+    cmp = compare_runs(cur, base, gate)
+    assert [v.kind for v in cmp.verdicts] == ["regression"]
+    for again in (case("eager", status="skipped"), case("eager", [])):
+        confirmed, _ = confirm_regressions(cmp, cur, gate, lambda key, again=again: (again, None))
+        (v,) = confirmed.verdicts
+        assert v.kind == "regression" and v.metric == "step_time" and "the re-measure" in v.rule, v
+        assert confirmed.gate_failed
+    failed, _ = confirm_regressions(cmp, cur, gate, lambda key: (case("eager", status="failed"), None))
+    assert failed.gate_failed  # a re-measure that fails: newly failing, as before
+    settled, _, keys = settle_in_lockstep(cmp, lambda key: (case("eager", []), base.cases[0]), gate, commit="a" * 40)
+    (v,) = settled.verdicts
+    assert v.kind == "regression" and not keys and settled.gate_failed
