@@ -41,6 +41,7 @@ from perfgate.model import (
     STATUS_OK,
     STATUS_SKIPPED,
     CaseResult,
+    CaseSpec,
     Comparison,
     ProcessSamples,
     RunResult,
@@ -924,7 +925,40 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
         v = judge_metric(key, metric, base.metrics.get(metric), cur.metrics.get(metric), gate)
         if v is not None:
             out.append(v)
+    differs = spec_difference(base.spec, cur.spec)
+    if differs:
+        out = [_other_parameters(v, differs) for v in out]
     return out
+
+
+def spec_difference(base: CaseSpec, cur: CaseSpec) -> str:
+    """What of a case's spec differs between the baseline and now beyond its key (the size's parameters,
+    the dtype): 'T=100 -> T=50, dtype float32 -> bfloat16'; '' when nothing does."""
+    parts = []
+    if base.params != cur.params:
+        b, c = base.param_dict, cur.param_dict
+        names = [k for k in dict.fromkeys([*b, *c]) if b.get(k, _ABSENT) != c.get(k, _ABSENT)]
+        parts.append(", ".join(f"{k}={b.get(k, '(none)')} -> {k}={c.get(k, '(none)')}" for k in names))
+    if base.dtype != cur.dtype:
+        parts.append(f"dtype {base.dtype} -> {cur.dtype}")
+    return ", ".join(parts)
+
+
+_ABSENT = object()
+
+
+def _other_parameters(v: Verdict, differs: str) -> Verdict:
+    """A verdict of a case the baseline measured with other parameters (``spec_difference``): a win is no
+    evidence that the code got faster (the problem may have shrunk), so it is ``inconclusive``; a regression
+    stays one (it fails loudly; the baseline needs updating); every verdict's rule says what differs."""
+    note = f"the baseline measured this case with other parameters ({differs})"
+    if v.kind == "win":
+        return replace(v, kind="inconclusive", rule=f"{v.rule}; but {note}: a win cannot be told from a smaller problem",
+                       advice="the case's size parameters or dtype changed: `perfgate baseline update` once the "
+                              "change is merged, or compare with `perfgate run --against REF`")
+    if v.kind in ("regression", "unchanged", "inconclusive"):
+        return replace(v, rule=f"{v.rule}; {note}")
+    return v
 
 
 def environment_diff(base_env: dict[str, Any], cur_env: dict[str, Any]) -> dict[str, list[Any]]:
@@ -953,6 +987,12 @@ def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | N
                               "refusing with --strict-env; update the baseline on this machine")
         warnings.append(f"WARNING: the baseline was measured in a different environment ({text}); "
                         "time verdicts may reflect the environment, not the change")
+    others = [(c.key, spec_difference(b.spec, c.spec)) for c in current.cases
+              for b in [baseline.case(c.key)] if b is not None]
+    others = [(k, d) for k, d in others if d]
+    if others:
+        warnings.append("WARNING: the baseline measured " + "; ".join(f"{k} with other parameters ({d})" for k, d in others)
+                        + ": its wins are inconclusive; update the baseline once the change is merged")
     keys = [c.key for c in current.cases] + [c.key for c in baseline.cases if current.case(c.key) is None]
     verdicts: list[Verdict] = []
     for key in keys:

@@ -735,3 +735,30 @@ def test_a_re_measure_or_lockstep_pair_that_yields_no_step_time_never_clears_a_r
     settled, _, keys = settle_in_lockstep(cmp, lambda key: (case("eager", []), base.cases[0]), gate, commit="a" * 40)
     (v,) = settled.verdicts
     assert v.kind == "regression" and not keys and settled.gate_failed
+
+
+def test_a_case_measured_with_other_parameters_is_never_a_silent_win():
+    """A case's key (workload/size/toggles/device) does not hold the size's parameters or the dtype: a pull
+    request that edits a workload's `smoke` size (T = 100 -> 50) halves its step time under the same key.
+    Before 2026-11-26 that was a confident `win` with no word about it (and it hides a real regression of
+    the code at the same time). Now the comparison warns, naming the case and what differs, and a `win` of
+    such a case is `inconclusive`; a `regression` stays one, its rule saying the parameters differ."""
+    rnd = random.Random(22)
+    g = GateSettings(bootstrap_resamples=1000, run_to_run=0.01)
+
+    def with_params(c: CaseResult, **params) -> CaseResult:
+        return replace(c, spec=replace(c.spec, params=tuple(sorted(params.items()))))
+
+    base = run(with_params(case("eager", groups(rnd, 6, 1e-3, 0.002, 0.002), metrics={"aten_ops_per_step": 20}), T=100),
+               with_params(case("tf32", groups(rnd, 6, 1e-3, 0.002, 0.002)), T=100))
+    cur = run(with_params(case("eager", groups(rnd, 6, 0.5e-3, 0.002, 0.002), metrics={"aten_ops_per_step": 10}), T=50),
+              with_params(case("tf32", groups(rnd, 6, 2e-3, 0.002, 0.002)), T=200))
+    cmp = compare_runs(cur, base, g)
+    kinds = {(v.case_key.split("/")[2], v.metric): v for v in cmp.verdicts}
+    assert kinds[("eager", "step_time")].kind == "inconclusive"
+    assert kinds[("eager", "aten_ops_per_step")].kind == "inconclusive"
+    assert "T=100 -> T=50" in kinds[("eager", "step_time")].rule
+    assert kinds[("tf32", "step_time")].kind == "regression" and "T=100 -> T=200" in kinds[("tf32", "step_time")].rule
+    assert any("w/smoke/eager/cpu" in w and "parameters" in w for w in cmp.warnings)
+    same = compare_runs(run(cur.cases[0]), run(cur.cases[0]), g)
+    assert not same.warnings and all("parameters" not in v.rule for v in same.verdicts)
