@@ -61,8 +61,11 @@ def conclude(comparison: Comparison, gate: bool, echo: Echo, run: RunResult | No
     the gate's exit code; NoEvidence (exit 3) for a gate whose cases all went unjudged (skipped, or failing
     as in the base) and that nothing else failed."""
     found = evidence(run, comparison) if run is not None else None
-    echo(console.comparison_text(comparison, gate=gate, evidence=found, run=run, run_dir=run_dir))
-    missed = expectations_failed(run, echo) if gate else False
+    said: list[str] = []
+    missed = expectations_failed(run, said.append) if gate else False
+    # the missed expectations go into the text before its banner, which must agree with the exit code
+    echo(console.comparison_text(comparison, gate=gate, evidence=found, run=run, run_dir=run_dir,
+                                 expectations_missed=said))
     if gate and (comparison.gate_failed or missed):
         return EXIT_GATE
     if gate and found is not None and found.carried == 0:
