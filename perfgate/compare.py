@@ -900,8 +900,19 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
     # case's metadata records was written by the measuring side, which may be the pull request's code
     confidence = look_confidence(cur) if look_confidence is not None else gate.confidence
     run_to_run, run_to_run_source = gate.run_to_run_term(cur, key, calibration, paired)
-    change = case_time_change(base, cur, gate, paired=paired, confidence=confidence, run_to_run=run_to_run)
-    if change is None:
+    # a process whose step time is 0 (a sample of 0 ns is valid JSON): its log is -inf, and the statistics
+    # would come out NaN, "not significant", so `unchanged` at a ratio of inf; no ratio can be judged
+    zero = [side for side, c in (("baseline", base), ("now", cur))
+            if any(p.samples_ns and not p.step_time(gate.process_quantile) > 0 for p in c.processes)]
+    change = None if zero else case_time_change(base, cur, gate, paired=paired, confidence=confidence,
+                                                run_to_run=run_to_run)
+    if zero:
+        out.append(Verdict(key, STEP_TIME, "inconclusive",
+                           rule=f"a step time of 0 {' and '.join(zero)} (a process whose samples are 0 ns): "
+                                "no ratio can be judged",
+                           advice="a timer that reads 0 is broken, or the unit of work is too small to time: "
+                                  "check the run's results.json (and the baseline's) samples_ns"))
+    elif change is None:
         out.append(Verdict(key, STEP_TIME, "missing", rule="no step-time samples on one side"))
     else:
         kind, rule, advice = judge_time(change, threshold, source)

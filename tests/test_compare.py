@@ -762,3 +762,21 @@ def test_a_case_measured_with_other_parameters_is_never_a_silent_win():
     assert any("w/smoke/eager/cpu" in w and "parameters" in w for w in cmp.warnings)
     same = compare_runs(run(cur.cases[0]), run(cur.cases[0]), g)
     assert not same.warnings and all("parameters" not in v.rule for v in same.verdicts)
+
+
+def test_a_step_time_of_zero_is_never_unchanged():
+    """results.json allows a sample of 0 ns. Before 2026-11-26 a baseline whose samples were 0 (a broken
+    timer, a hand-edited file) made every head `unchanged` at a ratio of inf, and a head of 0 ns was
+    `unchanged` at 0.0x: log(0) turned the statistics into NaN, which is "not significant". A side with a
+    sample that is not positive is now `inconclusive`, saying which side and why."""
+    rnd = random.Random(23)
+    g = GateSettings(bootstrap_resamples=200)
+    real = groups(rnd, 8, 1e-3, 0.01, 0.01)
+    zeros = [[0.0] * 8 for _ in range(8)]
+    for side, base, head in (("baseline", zeros, real), ("now", real, zeros)):
+        (v,) = [x for x in judge_case("k", case("eager", base), case("eager", head), g) if x.metric == "step_time"]
+        assert v.kind == "inconclusive" and f"a step time of 0 {side}" in v.rule, (side, v)
+    slow = [[t * 1.5 for t in p] for p in real]
+    slow[3][2] = 0.0  # one glitched sample of one process: its 10th percentile is still a time
+    (v,) = [x for x in judge_case("k", case("eager", real), case("eager", slow), g) if x.metric == "step_time"]
+    assert v.kind == "regression"
