@@ -831,10 +831,23 @@ def judge_metric(key: str, metric: str, base: float | None, cur: float | None, g
                              f"one timing per run, tolerance {tol * 100:g}% with a floor of {gate.compile_time_floor_s:g} s")
 
 
-def judge_accuracy(key: str, base: dict[str, Any], cur: dict[str, Any]) -> Verdict | None:
-    """Drift of the toggle's output from the eager fp32 reference, past the workload's tolerance."""
+def judge_accuracy(key: str, base: dict[str, Any], cur: dict[str, Any], errors: Sequence[Any] = ()) -> Verdict | None:
+    """Drift of the toggle's output from the eager fp32 reference, past the workload's tolerance. ``errors``:
+    the current case's profile["errors"], where a reference check that raised is recorded (``accuracy: ...``)."""
     if not cur.get("verdict"):
-        return None
+        if not base.get("verdict"):
+            return None
+        failed = next((str(e) for e in errors if str(e).startswith("accuracy:")), None)
+        common = dict(case_key=key, metric=ACCURACY, baseline=base.get("rel_l2"))
+        if failed is None:
+            return Verdict(kind="missing", rule="accuracy checked in the baseline, not reported now", **common)
+        if base.get("verdict") == "drift":
+            return Verdict(kind="unchanged", rule=f"the reference check fails now ({failed[:200]}); it drifted in the "
+                                                  "baseline", **common)
+        return Verdict(kind="regression", rule=f"the reference check ran within tolerance in the baseline and fails "
+                                               f"now: {failed[:200]}",
+                       advice="the toggled output can no longer be compared with the eager reference "
+                              "(its type or shape changed?): see the case's profile errors", **common)
     tol = cur.get("tolerance")
     tol_value = tol.get("rel_l2") if isinstance(tol, dict) else tol if isinstance(tol, (int, float)) else None
     b, c = base.get("rel_l2"), cur.get("rel_l2")
@@ -929,7 +942,8 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
             ratio=change.ratio, ratio_low=change.low, ratio_high=change.high, p_value=change.p_value,
             threshold=threshold, rule=rule, advice=advice,
         ))
-    acc = judge_accuracy(key, base.accuracy, cur.accuracy)
+    errors = cur.profile.get("errors") if isinstance(cur.profile, dict) else None
+    acc = judge_accuracy(key, base.accuracy, cur.accuracy, errors if isinstance(errors, list) else ())
     if acc is not None:
         out.append(acc)
     for metric in [m for m in METRIC_KINDS if m in cur.metrics or m in base.metrics]:

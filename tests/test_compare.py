@@ -780,3 +780,28 @@ def test_a_step_time_of_zero_is_never_unchanged():
     slow[3][2] = 0.0  # one glitched sample of one process: its 10th percentile is still a time
     (v,) = [x for x in judge_case("k", case("eager", real), case("eager", slow), g) if x.metric == "step_time"]
     assert v.kind == "regression"
+
+
+def test_an_accuracy_check_that_fails_now_is_not_silently_dropped():
+    """The worker's reference check is a section that, when it raises (the toggled output is no tensor any
+    more, say), costs only its own figures: accuracy {} and `accuracy: ...` under profile["errors"]. Before
+    2026-11-26 judge_accuracy then gave no verdict at all: a case whose output the baseline found within
+    tolerance passed with its accuracy unjudged. Now a check that ran ok in the baseline and fails now is a
+    regression naming the error; one merely not reported now is `missing`."""
+    rnd = random.Random(24)
+    gs = groups(rnd, 3, 1e-3, 0.001, 0.001)
+    ok = {"verdict": "ok", "rel_l2": 1e-4, "tolerance": {"rel_l2": 1e-2}}
+    drift = {"verdict": "drift", "rel_l2": 0.2, "tolerance": {"rel_l2": 1e-2}}
+    broken = replace(case("amp-bf16", gs), profile={"errors": ["accuracy: AttributeError: 'tuple' object has no "
+                                                              "attribute 'detach'"]})
+
+    def acc(base, cur):
+        return [v for v in judge_case("k", base, cur, GateSettings(bootstrap_resamples=200)) if v.metric == "accuracy"]
+
+    (v,) = acc(case("amp-bf16", gs, accuracy=ok), broken)
+    assert v.kind == "regression" and "AttributeError" in v.rule and v.baseline == 1e-4
+    (v,) = acc(case("amp-bf16", gs, accuracy=ok), case("amp-bf16", gs))
+    assert v.kind == "missing"
+    (v,) = acc(case("amp-bf16", gs, accuracy=drift), broken)
+    assert v.kind == "unchanged" and "AttributeError" in v.rule  # it drifted already: no news, said
+    assert acc(case("amp-bf16", gs), case("amp-bf16", gs)) == []  # never checked: nothing to say
