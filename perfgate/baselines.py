@@ -169,12 +169,19 @@ def load_baseline(path: str | Path) -> Baseline:
 
 def check_covers(baseline: Baseline, run: RunResult) -> None:
     """SchemaError when the baseline holds none of the run's cases: the wrong file, or another suite's."""
-    keys = {c.key for c in baseline.run.cases}
+    check_shares(baseline.run, run, str(baseline.path or "baseline"), "baseline", baseline.suite,
+                 "pass the right --baseline or update it")
+
+
+def check_shares(base: RunResult, run: RunResult, where: str, what: str = "baseline", suite: str | None = None,
+                 fix: str = "compare with a run of the same suite") -> None:
+    """SchemaError when ``base`` (a baseline's run, or another run's results) holds none of ``run``'s cases:
+    every case would be `new` to it, and a gate would pass having compared nothing."""
+    keys = {c.key for c in base.cases}
     if run.cases and not any(c.key in keys for c in run.cases):
-        where = baseline.path or "baseline"
-        sample = ", ".join(sorted(keys)[:3])
-        raise SchemaError(f"{where}: baseline lacks this run's cases (it holds {len(keys)} case(s) of suite "
-                          f"{baseline.suite!r}, e.g. {sample}); pass the right --baseline or update it")
+        sample = ", ".join(sorted(keys)[:3]) or "none"
+        raise SchemaError(f"{where}: {what} lacks this run's cases (it holds {len(keys)} case(s) of suite "
+                          f"{suite if suite is not None else base.suite!r}, e.g. {sample}); {fix}")
 
 
 def from_run(run: RunResult, previous: Baseline | None = None, source: str | None = None) -> Baseline:

@@ -389,6 +389,8 @@ def compare_files(current: str, baseline: str, settings: Settings, *, strict_env
         base_run, calibration = b.run, b.calibration
     else:
         base_run = load_results(base_path)
+        # as a baseline file must: one that shares no case would make every case `new`, and a gate pass
+        baselines.check_shares(base_run, cur, str(base_path), "results")
     gs: GateSettings = gate_settings(settings)
     # CURRENT's file is evidence only: its cases are judged at the levels `run --gate` with these settings
     # gives the looks that end at their process counts, never at a level the file states

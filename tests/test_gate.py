@@ -471,3 +471,26 @@ def test_an_a_a_pair_in_folders_of_other_lengths_is_neither_a_regression_nor_a_w
     (v,) = [v for v in data["verdicts"] if v["metric"] == "step_time"]
     assert v["kind"] in ("unchanged", "inconclusive"), v
     assert cmp.returncode == 0, cmp.stdout + cmp.stderr
+
+
+def test_compare_with_another_runs_results_that_share_no_case_is_refused(tmp_path):
+    """`perfgate compare CURRENT BASELINE --gate` refuses a baseline file holding none of CURRENT's cases
+    (exit 2), but before 2026-11-26 another run's results.json as BASELINE was not checked: every case came
+    out `new` (which carries evidence) and the gate passed, exit 0, having compared nothing. Now both
+    refuse it the same way; a results.json sharing a case is compared as before."""
+    from perfgate import config, gate
+    from perfgate.model import CaseResult, CaseSpec, ProcessSamples, RunResult, SchemaError
+
+    def results(path: Path, workload: str) -> str:
+        spec = CaseSpec(workload, "smoke", ("eager",), "cpu")
+        procs = [ProcessSamples([1_000_000 + i for i in range(5)], process_index=p) for p in range(4)]
+        run = RunResult("r", "smoke", {}, [CaseResult(spec, "ok", procs)])
+        path.mkdir()
+        (path / "results.json").write_text(run.dumps())
+        return str(path)
+
+    settings = config.load(cwd=tmp_path)
+    cur, other, same = results(tmp_path / "cur", "a"), results(tmp_path / "other", "b"), results(tmp_path / "same", "a")
+    with pytest.raises(SchemaError, match="lacks this run's cases"):
+        gate.compare_files(cur, other, settings, strict_env=False, gate=True, echo=lambda _: None)
+    assert gate.compare_files(cur, same, settings, strict_env=False, gate=True, echo=lambda _: None) == 0
