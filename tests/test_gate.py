@@ -494,3 +494,24 @@ def test_compare_with_another_runs_results_that_share_no_case_is_refused(tmp_pat
     with pytest.raises(SchemaError, match="lacks this run's cases"):
         gate.compare_files(cur, other, settings, strict_env=False, gate=True, echo=lambda _: None)
     assert gate.compare_files(cur, same, settings, strict_env=False, gate=True, echo=lambda _: None) == 0
+
+
+def test_baseline_update_from_a_workload_filtered_run_is_refused_end_to_end(tmp_path):
+    """`run --suite smoke -w tiny` within a suite of two workloads records settings.filters, and `baseline
+    update` of that run is refused (exit 2) rather than dropping scaled_work's case from the baseline;
+    `--case` replaces tiny's case only (perfgate.baselines.refuse_dropping)."""
+    (tmp_path / "pyproject.toml").write_text(
+        PYPROJECT.format(workloads=TEST_WORKLOADS).replace('["scaled_work"]', '["scaled_work", "tiny"]'))
+    for cmd in (("run", "--out", "runs/all"), ("baseline", "update", "runs/all"),
+                ("run", "--suite", "smoke", "-w", "tiny", "--out", "runs/part")):
+        proc = run_cli(*cmd, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((tmp_path / "runs/part/results.json").read_text())["settings"]["filters"] == "workloads tiny"
+    refused = run_cli("baseline", "update", "runs/part", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "would drop 1 case(s)" in refused.stderr and CASE in refused.stderr and "Traceback" not in refused.stderr
+    kept = run_cli("baseline", "update", "runs/part", "--case", "tiny/*", cwd=tmp_path)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    (baseline,) = (tmp_path / "baselines").glob("*/smoke.json")
+    keys = [c["spec"]["workload"] for c in json.loads(baseline.read_text())["results"]["cases"]]
+    assert sorted(keys) == ["scaled_work", "tiny"]
