@@ -883,6 +883,12 @@ def _status_verdict(key: str, base: CaseResult | None, cur: CaseResult | None) -
             return Verdict(key, STATUS, "newly-failing",
                            rule=f"ran in the baseline, fails now ({cur.failure_class}): "
                                 f"{(cur.message or '').strip().splitlines()[-1:] or ''}"[:300])
+        if base.status == STATUS_SKIPPED:  # never ran there: runnable now, and failing, is news
+            return Verdict(key, STATUS, "newly-failing",
+                           rule=(f"skipped in the baseline ({(base.message or '').strip()[:100]}), fails now "
+                                 f"({cur.failure_class}): {(cur.message or '').strip().splitlines()[-1:] or ''}")[:300],
+                           advice="the case can run here now and fails: fix it, or if it cannot run on this "
+                                  "machine, make its toggle's requirements say so (a skip with a reason)")
         return Verdict(key, STATUS, "unchanged", rule=f"failed in the baseline and now ({cur.failure_class})")
     if base.status == STATUS_FAILED:
         return Verdict(key, STATUS, "fixed", rule=f"failed in the baseline ({base.failure_class}), runs now")

@@ -805,3 +805,14 @@ def test_an_accuracy_check_that_fails_now_is_not_silently_dropped():
     (v,) = acc(case("amp-bf16", gs, accuracy=drift), broken)
     assert v.kind == "unchanged" and "AttributeError" in v.rule  # it drifted already: no news, said
     assert acc(case("amp-bf16", gs), case("amp-bf16", gs)) == []  # never checked: nothing to say
+
+
+def test_a_case_skipped_in_the_baseline_that_fails_now_is_newly_failing():
+    """Before 2026-11-26 a case skipped in the baseline (its toggle could not run there) that fails now was
+    `unchanged`, its rule saying "failed in the baseline and now", which it had not: a toggle the change
+    made runnable, and that crashes, passed the gate as no news. It never ran in the baseline either, so it
+    is now `newly-failing`, its rule naming the skip."""
+    (v,) = judge_case("k", case("compile", status="skipped"), case("compile", status="failed"), GateSettings())
+    assert v.kind == "newly-failing" and v.fails_gate and "skipped in the baseline" in v.rule, v
+    (v,) = judge_case("k", case("compile", status="failed"), case("compile", status="failed"), GateSettings())
+    assert v.kind == "unchanged" and "failed in the baseline and now" in v.rule
