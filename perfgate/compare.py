@@ -703,9 +703,15 @@ def judge_time(change: TimeChange, threshold: float, threshold_source: str) -> t
         rule = f"the processes fall into {max(change.modes)} performance modes: {rule}"
         advice = ADVICE_MODES
     if kind in ("regression", "win") and not change.process_level:
-        return ("inconclusive", f"{rule}; but one process on a side hides the between-process noise",
-                "run at least 2 worker processes per case (--processes 2 or more) so the gate can see "
-                "how much processes differ")
+        sides = [side for side, n in (("the baseline", change.n_base), ("this run", change.n_head)) if n < 2]
+        fix = ("run at least 2 worker processes per case (--processes 2 or more) so the gate can see how much "
+               "processes differ")
+        if "the baseline" in sides:  # more processes now cannot help: every later gate would stay inconclusive
+            fix = ("the baseline holds one worker process for this case, so no run can settle a change against "
+                   "it: update the baseline from a run with 2 or more processes per case"
+                   + ("; and " + fix if "this run" in sides else ""))
+        return ("inconclusive", f"{rule}; but one process in {' and '.join(sides)} hides the between-process "
+                                "noise", fix)
     return kind, rule, advice
 
 

@@ -214,3 +214,19 @@ def test_a_whole_update_from_part_of_the_suite_is_refused_where_it_would_drop_ca
     whole = json.loads(json.dumps(data))
     whole["cases"] = whole["cases"][:1]  # a full run of a suite that no longer has the compile case
     assert len(baselines.updated(RunResult.from_json(whole), old, "run2").run.cases) == 1
+
+
+def test_baseline_update_warns_about_cases_of_one_process(tmp_path):
+    """compare.judge_time: a one-process baseline case never settles a step-time change; `baseline update`
+    says so when it stores one (the update itself goes ahead)."""
+    from conftest import run_cli
+
+    data = json.loads((FIXTURES / "baseline-v1.json").read_text())["run"]
+    data["cases"][0]["processes"] = data["cases"][0]["processes"][:1]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text(RunResult.from_json(data).dumps())
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nbaselines_dir = "baselines"\n')
+    proc = run_cli("baseline", "update", str(run_dir), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 case(s) of the baseline hold one worker process (scaled_work/smoke/eager/cpu)" in proc.stdout

@@ -816,3 +816,20 @@ def test_a_case_skipped_in_the_baseline_that_fails_now_is_newly_failing():
     assert v.kind == "newly-failing" and v.fails_gate and "skipped in the baseline" in v.rule, v
     (v,) = judge_case("k", case("compile", status="failed"), case("compile", status="failed"), GateSettings())
     assert v.kind == "unchanged" and "failed in the baseline and now" in v.rule
+
+
+def test_a_one_process_baseline_says_the_baseline_is_what_cannot_settle():
+    """A baseline made from a `--processes 1` run holds one process per case: against it every step-time
+    change is `inconclusive` (a 2x slowdown too), and the gate passes. Before 2026-11-26 the advice told the
+    gated run to use 2 or more processes, which it already did and which cannot help; now it names the
+    baseline and says to update it (and `baseline update` warns when it stores such cases)."""
+    rnd = random.Random(25)
+    g = GateSettings(bootstrap_resamples=200)
+    one, many = groups(rnd, 1, 1e-3, 0.01, 0.01), groups(rnd, 16, 2e-3, 0.01, 0.01)
+    (v,) = [x for x in judge_case("k", case("eager", one), case("eager", many), g) if x.metric == "step_time"]
+    assert v.kind == "inconclusive" and "one process in the baseline" in v.rule
+    assert "update the baseline from a run with 2 or more processes" in v.advice
+    (v,) = [x for x in judge_case("k", case("eager", groups(rnd, 16, 1e-3, 0.01, 0.01)),
+                                  case("eager", groups(rnd, 1, 2e-3, 0.01, 0.01)), g) if x.metric == "step_time"]
+    assert v.kind == "inconclusive" and "one process in this run" in v.rule and "--processes 2" in v.advice
+    assert "baseline holds one" not in v.advice
