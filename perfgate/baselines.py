@@ -169,12 +169,19 @@ def load_baseline(path: str | Path) -> Baseline:
 
 def check_covers(baseline: Baseline, run: RunResult) -> None:
     """SchemaError when the baseline holds none of the run's cases: the wrong file, or another suite's."""
-    keys = {c.key for c in baseline.run.cases}
+    check_shares(baseline.run, run, str(baseline.path or "baseline"), "baseline", baseline.suite,
+                 "pass the right --baseline or update it")
+
+
+def check_shares(base: RunResult, run: RunResult, where: str, what: str = "baseline", suite: str | None = None,
+                 fix: str = "compare with a run of the same suite") -> None:
+    """SchemaError when ``base`` (a baseline's run, or another run's results) holds none of ``run``'s cases:
+    every case would be `new` to it, and a gate would pass having compared nothing."""
+    keys = {c.key for c in base.cases}
     if run.cases and not any(c.key in keys for c in run.cases):
-        where = baseline.path or "baseline"
-        sample = ", ".join(sorted(keys)[:3])
-        raise SchemaError(f"{where}: baseline lacks this run's cases (it holds {len(keys)} case(s) of suite "
-                          f"{baseline.suite!r}, e.g. {sample}); pass the right --baseline or update it")
+        sample = ", ".join(sorted(keys)[:3]) or "none"
+        raise SchemaError(f"{where}: {what} lacks this run's cases (it holds {len(keys)} case(s) of suite "
+                          f"{suite if suite is not None else base.suite!r}, e.g. {sample}); {fix}")
 
 
 def from_run(run: RunResult, previous: Baseline | None = None, source: str | None = None) -> Baseline:
@@ -263,11 +270,41 @@ def updated(run: RunResult, previous: Baseline | None, source: str, patterns: Se
     if not patterns:
         if not allow_failed:
             refuse_failed(run, source)
+        refuse_dropping(run, previous, source)
         return from_run(run, previous, source=source)
     if previous is None:
         raise ConfigError("--case replaces cases in a stored baseline, and there is none yet; run "
                           "`perfgate baseline update` without --case to make one")
     return with_cases_from(previous, run, patterns, source, allow_failed=allow_failed)
+
+
+def part_of_suite(run: RunResult) -> str:
+    """Why ``run`` holds only part of its suite's cases, in words ('shard 1/3', 'a selection (workloads x)',
+    'a merge missing 2 planned case(s)'), or '' for a run of the whole suite."""
+    settings = run.settings if isinstance(run.settings, dict) else {}
+    shard = settings.get("shard")
+    if isinstance(shard, dict):
+        if shard.get("index") is not None:
+            return f"shard {shard.get('index')}/{shard.get('count')}"
+        missing = shard.get("missing_cases")
+        if isinstance(missing, list) and missing:
+            return f"a merge missing {len(missing)} planned case(s)"
+    chosen = settings.get("selection") or settings.get("filters")
+    return f"a selection ({chosen})" if chosen else ""
+
+
+def refuse_dropping(run: RunResult, previous: Baseline | None, source: str) -> None:
+    """ConfigError when ``run`` is part of its suite (``part_of_suite``) and making it the whole baseline would
+    drop cases ``previous`` holds: they would be `new` to every later gate, never judged again."""
+    part = part_of_suite(run)
+    if previous is None or not part:
+        return
+    dropped = [c.key for c in previous.run.cases if run.case(c.key) is None]
+    if dropped:
+        raise ConfigError(f"{source} is {part} of suite {run.suite!r}: making it the whole baseline would drop "
+                          f"{len(dropped)} case(s) of {previous.path or 'the baseline'} ({', '.join(dropped[:3])}"
+                          f"{', ...' if len(dropped) > 3 else ''}); replace only its cases with --case PATTERN, or "
+                          "update from a run of the whole suite (`perfgate merge` of every shard)")
 
 
 def refuse_failed(run: RunResult, source: str) -> None:

@@ -228,6 +228,11 @@ def baseline_update_cmd(config: str | None, results: str | None, allow_failed: b
     for line in baselines.changes(previous, new, only=[c.key for c in baselines.select_cases(run, cases, results)]
                                   if cases else None):
         echo(line)
+    single = [c.key for c in new.run.cases if c.status == "ok" and len(c.processes) < 2]
+    if single:  # compare.judge_time: a one-process side never settles a step-time change
+        echo(f"perfgate: warning: {len(single)} case(s) of the baseline hold one worker process "
+             f"({', '.join(single[:3])}{', ...' if len(single) > 3 else ''}): against them a step-time change is "
+             "always inconclusive, never a regression; update from a run with 2 or more processes per case")
     kept = [c.key for c in new.run.cases if "git_commit" in c.metadata] if cases else []
     if kept:  # baselines.with_cases_from: each is settled against the commit its numbers come from
         echo(f"{len(kept)} case(s) kept from another commit than {results}'s keep theirs, and a gate settles each "

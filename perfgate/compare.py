@@ -41,6 +41,7 @@ from perfgate.model import (
     STATUS_OK,
     STATUS_SKIPPED,
     CaseResult,
+    CaseSpec,
     Comparison,
     ProcessSamples,
     RunResult,
@@ -702,9 +703,15 @@ def judge_time(change: TimeChange, threshold: float, threshold_source: str) -> t
         rule = f"the processes fall into {max(change.modes)} performance modes: {rule}"
         advice = ADVICE_MODES
     if kind in ("regression", "win") and not change.process_level:
-        return ("inconclusive", f"{rule}; but one process on a side hides the between-process noise",
-                "run at least 2 worker processes per case (--processes 2 or more) so the gate can see "
-                "how much processes differ")
+        sides = [side for side, n in (("the baseline", change.n_base), ("this run", change.n_head)) if n < 2]
+        fix = ("run at least 2 worker processes per case (--processes 2 or more) so the gate can see how much "
+               "processes differ")
+        if "the baseline" in sides:  # more processes now cannot help: every later gate would stay inconclusive
+            fix = ("the baseline holds one worker process for this case, so no run can settle a change against "
+                   "it: update the baseline from a run with 2 or more processes per case"
+                   + ("; and " + fix if "this run" in sides else ""))
+        return ("inconclusive", f"{rule}; but one process in {' and '.join(sides)} hides the between-process "
+                                "noise", fix)
     return kind, rule, advice
 
 
@@ -806,6 +813,15 @@ def judge_metric(key: str, metric: str, base: float | None, cur: float | None, g
     if cur is None:
         return Verdict(key, metric, "missing", baseline=base, rule="metric in the baseline, not measured now")
     base, cur = float(base), float(cur)
+    if not math.isfinite(base):  # NaN or an infinity: nothing to compare with (NaN - x is neither worse nor not)
+        if (math.isnan(base) and math.isnan(cur)) or base == cur:
+            return Verdict(key, metric, "unchanged", baseline=base, current=cur,
+                           rule=f"not a finite number in the baseline nor now ({base:g}, {cur:g})")
+        return Verdict(key, metric, "new", baseline=base, current=cur,
+                       rule=f"not a finite number in the baseline ({base:g}): nothing to compare with")
+    if not math.isfinite(cur):  # was measured, is not a number now: the gate cannot vouch for it
+        return Verdict(key, metric, "regression", baseline=base, current=cur,
+                       rule=f"not a finite number now ({cur:g}; {base:g} in the baseline): the measurement broke")
     if kind == "deterministic":
         tol = gate.metrics.get(metric, gate.deterministic_tolerance)
         what = "deterministic count, exact" if tol == 0 else f"deterministic count, tolerance {tol * 100:g}%"
@@ -821,10 +837,23 @@ def judge_metric(key: str, metric: str, base: float | None, cur: float | None, g
                              f"one timing per run, tolerance {tol * 100:g}% with a floor of {gate.compile_time_floor_s:g} s")
 
 
-def judge_accuracy(key: str, base: dict[str, Any], cur: dict[str, Any]) -> Verdict | None:
-    """Drift of the toggle's output from the eager fp32 reference, past the workload's tolerance."""
+def judge_accuracy(key: str, base: dict[str, Any], cur: dict[str, Any], errors: Sequence[Any] = ()) -> Verdict | None:
+    """Drift of the toggle's output from the eager fp32 reference, past the workload's tolerance. ``errors``:
+    the current case's profile["errors"], where a reference check that raised is recorded (``accuracy: ...``)."""
     if not cur.get("verdict"):
-        return None
+        if not base.get("verdict"):
+            return None
+        failed = next((str(e) for e in errors if str(e).startswith("accuracy:")), None)
+        common = dict(case_key=key, metric=ACCURACY, baseline=base.get("rel_l2"))
+        if failed is None:
+            return Verdict(kind="missing", rule="accuracy checked in the baseline, not reported now", **common)
+        if base.get("verdict") == "drift":
+            return Verdict(kind="unchanged", rule=f"the reference check fails now ({failed[:200]}); it drifted in the "
+                                                  "baseline", **common)
+        return Verdict(kind="regression", rule=f"the reference check ran within tolerance in the baseline and fails "
+                                               f"now: {failed[:200]}",
+                       advice="the toggled output can no longer be compared with the eager reference "
+                              "(its type or shape changed?): see the case's profile errors", **common)
     tol = cur.get("tolerance")
     tol_value = tol.get("rel_l2") if isinstance(tol, dict) else tol if isinstance(tol, (int, float)) else None
     b, c = base.get("rel_l2"), cur.get("rel_l2")
@@ -860,6 +889,12 @@ def _status_verdict(key: str, base: CaseResult | None, cur: CaseResult | None) -
             return Verdict(key, STATUS, "newly-failing",
                            rule=f"ran in the baseline, fails now ({cur.failure_class}): "
                                 f"{(cur.message or '').strip().splitlines()[-1:] or ''}"[:300])
+        if base.status == STATUS_SKIPPED:  # never ran there: runnable now, and failing, is news
+            return Verdict(key, STATUS, "newly-failing",
+                           rule=(f"skipped in the baseline ({(base.message or '').strip()[:100]}), fails now "
+                                 f"({cur.failure_class}): {(cur.message or '').strip().splitlines()[-1:] or ''}")[:300],
+                           advice="the case can run here now and fails: fix it, or if it cannot run on this "
+                                  "machine, make its toggle's requirements say so (a skip with a reason)")
         return Verdict(key, STATUS, "unchanged", rule=f"failed in the baseline and now ({cur.failure_class})")
     if base.status == STATUS_FAILED:
         return Verdict(key, STATUS, "fixed", rule=f"failed in the baseline ({base.failure_class}), runs now")
@@ -890,8 +925,19 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
     # case's metadata records was written by the measuring side, which may be the pull request's code
     confidence = look_confidence(cur) if look_confidence is not None else gate.confidence
     run_to_run, run_to_run_source = gate.run_to_run_term(cur, key, calibration, paired)
-    change = case_time_change(base, cur, gate, paired=paired, confidence=confidence, run_to_run=run_to_run)
-    if change is None:
+    # a process whose step time is 0 (a sample of 0 ns is valid JSON): its log is -inf, and the statistics
+    # would come out NaN, "not significant", so `unchanged` at a ratio of inf; no ratio can be judged
+    zero = [side for side, c in (("baseline", base), ("now", cur))
+            if any(p.samples_ns and not p.step_time(gate.process_quantile) > 0 for p in c.processes)]
+    change = None if zero else case_time_change(base, cur, gate, paired=paired, confidence=confidence,
+                                                run_to_run=run_to_run)
+    if zero:
+        out.append(Verdict(key, STEP_TIME, "inconclusive",
+                           rule=f"a step time of 0 {' and '.join(zero)} (a process whose samples are 0 ns): "
+                                "no ratio can be judged",
+                           advice="a timer that reads 0 is broken, or the unit of work is too small to time: "
+                                  "check the run's results.json (and the baseline's) samples_ns"))
+    elif change is None:
         out.append(Verdict(key, STEP_TIME, "missing", rule="no step-time samples on one side"))
     else:
         kind, rule, advice = judge_time(change, threshold, source)
@@ -908,14 +954,48 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
             ratio=change.ratio, ratio_low=change.low, ratio_high=change.high, p_value=change.p_value,
             threshold=threshold, rule=rule, advice=advice,
         ))
-    acc = judge_accuracy(key, base.accuracy, cur.accuracy)
+    errors = cur.profile.get("errors") if isinstance(cur.profile, dict) else None
+    acc = judge_accuracy(key, base.accuracy, cur.accuracy, errors if isinstance(errors, list) else ())
     if acc is not None:
         out.append(acc)
     for metric in [m for m in METRIC_KINDS if m in cur.metrics or m in base.metrics]:
         v = judge_metric(key, metric, base.metrics.get(metric), cur.metrics.get(metric), gate)
         if v is not None:
             out.append(v)
+    differs = spec_difference(base.spec, cur.spec)
+    if differs:
+        out = [_other_parameters(v, differs) for v in out]
     return out
+
+
+def spec_difference(base: CaseSpec, cur: CaseSpec) -> str:
+    """What of a case's spec differs between the baseline and now beyond its key (the size's parameters,
+    the dtype): 'T=100 -> T=50, dtype float32 -> bfloat16'; '' when nothing does."""
+    parts = []
+    if base.params != cur.params:
+        b, c = base.param_dict, cur.param_dict
+        names = [k for k in dict.fromkeys([*b, *c]) if b.get(k, _ABSENT) != c.get(k, _ABSENT)]
+        parts.append(", ".join(f"{k}={b.get(k, '(none)')} -> {k}={c.get(k, '(none)')}" for k in names))
+    if base.dtype != cur.dtype:
+        parts.append(f"dtype {base.dtype} -> {cur.dtype}")
+    return ", ".join(parts)
+
+
+_ABSENT = object()
+
+
+def _other_parameters(v: Verdict, differs: str) -> Verdict:
+    """A verdict of a case the baseline measured with other parameters (``spec_difference``): a win is no
+    evidence that the code got faster (the problem may have shrunk), so it is ``inconclusive``; a regression
+    stays one (it fails loudly; the baseline needs updating); every verdict's rule says what differs."""
+    note = f"the baseline measured this case with other parameters ({differs})"
+    if v.kind == "win":
+        return replace(v, kind="inconclusive", rule=f"{v.rule}; but {note}: a win cannot be told from a smaller problem",
+                       advice="the case's size parameters or dtype changed: `perfgate baseline update` once the "
+                              "change is merged, or compare with `perfgate run --against REF`")
+    if v.kind in ("regression", "unchanged", "inconclusive"):
+        return replace(v, rule=f"{v.rule}; {note}")
+    return v
 
 
 def environment_diff(base_env: dict[str, Any], cur_env: dict[str, Any]) -> dict[str, list[Any]]:
@@ -944,6 +1024,12 @@ def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | N
                               "refusing with --strict-env; update the baseline on this machine")
         warnings.append(f"WARNING: the baseline was measured in a different environment ({text}); "
                         "time verdicts may reflect the environment, not the change")
+    others = [(c.key, spec_difference(b.spec, c.spec)) for c in current.cases
+              for b in [baseline.case(c.key)] if b is not None]
+    others = [(k, d) for k, d in others if d]
+    if others:
+        warnings.append("WARNING: the baseline measured " + "; ".join(f"{k} with other parameters ({d})" for k, d in others)
+                        + ": its wins are inconclusive; update the baseline once the change is merged")
     keys = [c.key for c in current.cases] + [c.key for c in baseline.cases if current.case(c.key) is None]
     verdicts: list[Verdict] = []
     for key in keys:
@@ -970,6 +1056,10 @@ def acknowledged(comparison: Comparison, settings: Settings | None, today: date 
 
 
 Remeasure = Callable[[str], "tuple[CaseResult, CaseResult | None] | None"]
+
+# Verdicts of a re-measure or a lockstep pair that carry no step time (a side skipped, no samples): they
+# neither confirm nor contradict the verdict being checked, which therefore stands.
+NO_TIME = ("skipped", "missing", "new")
 
 
 def _ratio_text(v: Verdict) -> str:
@@ -1010,6 +1100,10 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
         n = new[0]
         first = f"first measurement {_ratio_text(v)}"
         was = "regressed" if v.kind == "regression" else "was faster"
+        if n.kind in NO_TIME:  # skipped, or no samples: nothing contradicts the first measurement
+            verdicts[i] = replace(v, rule=f"{v.rule}; the re-measure gave no step time to confirm it "
+                                          f"({n.kind}: {n.rule}), so the {first} stands")
+            continue
         if n.kind == v.kind:
             verdicts[i] = replace(n, rule=f"{n.rule}; confirmed by a re-measure ({first})")
         elif n.kind in ("regression", "win"):  # two measurements that contradict each other decide nothing
@@ -1050,7 +1144,7 @@ def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSet
         pairs.append((head, base))
         new = [n for n in judge_case(v.case_key, base, head, gate, paired=True, calibration=calibration,
                                      look_confidence=look_confidence) if n.metric == STEP_TIME]
-        if new:  # else a side failed or skipped in lockstep: the stored verdict stands
+        if new and new[0].kind not in NO_TIME:  # else a side failed, skipped or had no samples: the stored verdict stands
             n = new[0]
             verdicts[i] = replace(n, rule=f"{n.rule}; settled in lockstep against the baseline's commit "
                                          f"{commit[:12]} (the stored comparison: {v.kind} at {_ratio_text(v)})")

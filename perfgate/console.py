@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate import acknowledge
@@ -145,7 +146,8 @@ VERDICT_HEADER = ["verdict", "case", "metric", "baseline", "current", "ratio [95
 
 
 def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidence | None = None,
-                    run: RunResult | None = None, run_dir: Path | None = None) -> str:
+                    run: RunResult | None = None, run_dir: Path | None = None,
+                    expectations_missed: Sequence[str] = ()) -> str:
     """Regressions (and newly failing cases) first with the rule that made them and, with ``run``, the
     command that reproduces each case; then wins (with the command that refreshes the baseline for them),
     then a count of the rest, the advice for inconclusive verdicts, and how many cases carried ``evidence``."""
@@ -197,8 +199,13 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
         out.extend(lines)
     if evidence is not None:
         out.append("\n" + evidence.text[0].upper() + evidence.text[1:])
-    if gate and comparison.gate_failed:
-        out.append("\nGATE FAILED: " + ", ".join(f"{v.case_key} ({v.kind} {v.metric})" for v in failing))
+    if expectations_missed:  # said before the banner, which counts them (gate.conclude's exit code does)
+        out.append("")
+        out.extend(expectations_missed)
+    if gate and (comparison.gate_failed or expectations_missed):
+        out.append("\nGATE FAILED: " + ", ".join([f"{v.case_key} ({v.kind} {v.metric})" for v in failing]
+                                                  + ([f"{len(expectations_missed)} fail expectation(s) missed"]
+                                                     if expectations_missed else [])))
     elif gate and evidence is not None and evidence.carried == 0:
         out.append("\nNO EVIDENCE: no case ran to be judged; the gate cannot pass.")
     elif gate:

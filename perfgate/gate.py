@@ -61,8 +61,11 @@ def conclude(comparison: Comparison, gate: bool, echo: Echo, run: RunResult | No
     the gate's exit code; NoEvidence (exit 3) for a gate whose cases all went unjudged (skipped, or failing
     as in the base) and that nothing else failed."""
     found = evidence(run, comparison) if run is not None else None
-    echo(console.comparison_text(comparison, gate=gate, evidence=found, run=run, run_dir=run_dir))
-    missed = expectations_failed(run, echo) if gate else False
+    said: list[str] = []
+    missed = expectations_failed(run, said.append) if gate else False
+    # the missed expectations go into the text before its banner, which must agree with the exit code
+    echo(console.comparison_text(comparison, gate=gate, evidence=found, run=run, run_dir=run_dir,
+                                 expectations_missed=said))
     if gate and (comparison.gate_failed or missed):
         return EXIT_GATE
     if gate and found is not None and found.carried == 0:
@@ -386,6 +389,8 @@ def compare_files(current: str, baseline: str, settings: Settings, *, strict_env
         base_run, calibration = b.run, b.calibration
     else:
         base_run = load_results(base_path)
+        # as a baseline file must: one that shares no case would make every case `new`, and a gate pass
+        baselines.check_shares(base_run, cur, str(base_path), "results")
     gs: GateSettings = gate_settings(settings)
     # CURRENT's file is evidence only: its cases are judged at the levels `run --gate` with these settings
     # gives the looks that end at their process counts, never at a level the file states

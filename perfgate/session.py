@@ -82,6 +82,12 @@ class RunOptions:
                          (("workloads", self.workloads), ("size", (self.size,) if self.size else ()),
                           ("toggles", self.toggles)) if chosen)
 
+    def filters(self) -> str | None:
+        """The command line's narrowing of the suite's cases (-w, -t, --size, --device) in words, or None."""
+        chosen = (("workloads", self.workloads), ("size", (self.size,) if self.size else ()),
+                  ("toggles", self.toggles), ("device", (self.device,) if self.device else ()))
+        return "; ".join(f"{label} {', '.join(c)}" for label, c in chosen if c) or None
+
     @property
     def stored_gate(self) -> bool:
         """Compared with a stored baseline (not --against)?"""
@@ -172,6 +178,8 @@ def new_run(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path
     selection = options.selection()
     if selection:  # not the suite: say so (RunResult.what_ran)
         recorded["selection"] = selection
+    elif options.filters():  # the suite, narrowed: `baseline update` must not make it the whole baseline
+        recorded["filters"] = options.filters()
     return RunResult(run_id=run_dir.name, suite=suite.name, environment=env,
                      started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settings=recorded,
                      expectations=expect.rules_json(settings, catalog.workloads, cases),

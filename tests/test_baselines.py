@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,48 @@ def test_baseline_update_case_through_the_cli_writes_atomically(tmp_path):
     bad = run_cli("baseline", "update", str(run_dir), "--case", "x/*", cwd=tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "'x/*'" in bad.stderr
     assert path.read_text() == written  # a refused update leaves the baseline as it was
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"shard": {"index": 1, "count": 2, "plan": []}}, "shard 1/2"),
+    ({"shard": {"merged": [1], "count": 2, "plan": [], "missing_cases": ["scaled_work/smoke/compile/cpu"]}},
+     "a merge missing 1 planned case"),
+    ({"selection": "workloads scaled_work"}, "a selection (workloads scaled_work)"),
+    ({"filters": "toggles eager"}, "a selection (toggles eager)"),
+])
+def test_a_whole_update_from_part_of_the_suite_is_refused_where_it_would_drop_cases(tmp_path, settings, words):
+    """`baseline update RUN` (no --case) makes RUN the whole baseline. Before 2026-11-26 a RUN that was one
+    shard, a merge with shards missing, or a -w/-t/--size selection replaced the suite's baseline with its
+    few cases: every other case was dropped (one `- removed` line each) and from then on was `new` to
+    every gate, never judged again. Now that is refused (exit 2) naming what would be dropped; --case
+    replaces only the run's cases, and a full run may still drop cases that are gone."""
+    path, data = _two_case_baseline(tmp_path)
+    old = baselines.load_baseline(path)
+    part = json.loads(json.dumps(data))
+    part["cases"] = part["cases"][:1]  # eager only
+    part["settings"] = {**part.get("settings", {}), **settings}
+    run = RunResult.from_json(part)
+    with pytest.raises(ConfigError, match=rf"{re.escape(words)}.*would drop 1 case.*scaled_work/smoke/compile/cpu.*--case"):
+        baselines.updated(run, old, "run2")
+    assert [c.key for c in baselines.updated(run, old, "run2", ["*/eager/*"]).run.cases] == [
+        "scaled_work/smoke/eager/cpu", "scaled_work/smoke/compile/cpu"]
+    assert len(baselines.updated(run, None, "run2").run.cases) == 1  # no baseline yet: nothing to drop
+    whole = json.loads(json.dumps(data))
+    whole["cases"] = whole["cases"][:1]  # a full run of a suite that no longer has the compile case
+    assert len(baselines.updated(RunResult.from_json(whole), old, "run2").run.cases) == 1
+
+
+def test_baseline_update_warns_about_cases_of_one_process(tmp_path):
+    """compare.judge_time: a one-process baseline case never settles a step-time change; `baseline update`
+    says so when it stores one (the update itself goes ahead)."""
+    from conftest import run_cli
+
+    data = json.loads((FIXTURES / "baseline-v1.json").read_text())["run"]
+    data["cases"][0]["processes"] = data["cases"][0]["processes"][:1]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text(RunResult.from_json(data).dumps())
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nbaselines_dir = "baselines"\n')
+    proc = run_cli("baseline", "update", str(run_dir), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 case(s) of the baseline hold one worker process (scaled_work/smoke/eager/cpu)" in proc.stdout

@@ -116,3 +116,14 @@ def test_a_run_that_fails_before_its_first_case_leaves_no_folder_it_created(tmp_
     with pytest.raises(ConfigError), removed_on_error(deep, [deep, deep.parent, deep.parent.parent]):
         raise ConfigError("no cases")
     assert not deep.parent.exists() and (tmp_path / "a" / "other").is_dir()
+
+
+def test_a_run_narrowed_within_a_suite_records_its_filters():
+    """`run --suite S -w W` is not a selection (its suite is S) but holds only part of S's cases: it records
+    `settings.filters`, so `baseline update` does not make it the whole baseline (perfgate.baselines)."""
+    from perfgate.session import RunOptions
+
+    assert RunOptions(suite="smoke").filters() is None and RunOptions(suite="smoke").selection() is None
+    narrowed = RunOptions(suite="smoke", workloads=("rollout",), toggles=("eager", "compile"), device="cpu")
+    assert narrowed.selection() is None
+    assert narrowed.filters() == "workloads rollout; toggles eager, compile; device cpu"

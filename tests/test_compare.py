@@ -696,3 +696,140 @@ def test_a_process_that_sampled_several_layouts_is_the_median_of_them():
     grouped = time_change(base, head, resamples=500, quantile=0.1, head_layouts=[[3, 3, 3, 3]] * 6)
     assert grouped.ratio == pytest.approx(1.0)
     assert time_change(base, head, resamples=500, quantile=0.1).ratio == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize("metric", ["kernels_per_step", "peak_rss_bytes", "compile_cold_s", "construction_cache_hits"])
+def test_a_metric_that_is_not_a_number_is_never_a_win(metric):
+    """results.json allows NaN and infinities in metrics (the drift of a broken toggle). Before 2026-11-26 a
+    NaN on either side made `cur - base` NaN, which compared as neither within the tolerance nor worse, so
+    the verdict came out `win`: a peak memory or a kernel count that stopped being measurable passed as an
+    improvement. Now a value that is no finite number now, against a finite baseline, is a regression (the
+    gate cannot vouch for it); a baseline that is no finite number compares with nothing (`new`)."""
+    g, nan, inf = GateSettings(), float("nan"), float("inf")
+    for cur in (nan, inf, -inf):
+        v = judge_metric("k", metric, 10.0, cur, g)
+        assert v.kind == "regression" and "not a finite number now" in v.rule, (cur, v)
+    for base in (nan, inf):
+        v = judge_metric("k", metric, base, 10.0, g)
+        assert v.kind == "new" and "not a finite number in the baseline" in v.rule, (base, v)
+    assert judge_metric("k", metric, nan, nan, g).kind == "unchanged"
+
+
+def test_a_re_measure_or_lockstep_pair_that_yields_no_step_time_never_clears_a_regression():
+    """Before 2026-11-26 a stored regression whose re-measure came back skipped (or ok with no samples) took
+    the re-measure's `skipped` / `missing` verdict, and a lockstep pair whose head had no samples settled the
+    case as `missing`: the gate passed on a regression nothing contradicted. The first measurement stands."""
+    rnd = random.Random(21)
+    base = run(case("eager", groups(rnd, 4, 1e-3, 0.002, 0.002)))
+    cur = run(case("eager", groups(rnd, 4, 1.3e-3, 0.002, 0.002)))
+    gate = GateSettings(bootstrap_resamples=1000, run_to_run=0.01)
+    cmp = compare_runs(cur, base, gate)
+    assert [v.kind for v in cmp.verdicts] == ["regression"]
+    for again in (case("eager", status="skipped"), case("eager", [])):
+        confirmed, _ = confirm_regressions(cmp, cur, gate, lambda key, again=again: (again, None))
+        (v,) = confirmed.verdicts
+        assert v.kind == "regression" and v.metric == "step_time" and "the re-measure" in v.rule, v
+        assert confirmed.gate_failed
+    failed, _ = confirm_regressions(cmp, cur, gate, lambda key: (case("eager", status="failed"), None))
+    assert failed.gate_failed  # a re-measure that fails: newly failing, as before
+    settled, _, keys = settle_in_lockstep(cmp, lambda key: (case("eager", []), base.cases[0]), gate, commit="a" * 40)
+    (v,) = settled.verdicts
+    assert v.kind == "regression" and not keys and settled.gate_failed
+
+
+def test_a_case_measured_with_other_parameters_is_never_a_silent_win():
+    """A case's key (workload/size/toggles/device) does not hold the size's parameters or the dtype: a pull
+    request that edits a workload's `smoke` size (T = 100 -> 50) halves its step time under the same key.
+    Before 2026-11-26 that was a confident `win` with no word about it (and it hides a real regression of
+    the code at the same time). Now the comparison warns, naming the case and what differs, and a `win` of
+    such a case is `inconclusive`; a `regression` stays one, its rule saying the parameters differ."""
+    rnd = random.Random(22)
+    g = GateSettings(bootstrap_resamples=1000, run_to_run=0.01)
+
+    def with_params(c: CaseResult, **params) -> CaseResult:
+        return replace(c, spec=replace(c.spec, params=tuple(sorted(params.items()))))
+
+    base = run(with_params(case("eager", groups(rnd, 6, 1e-3, 0.002, 0.002), metrics={"aten_ops_per_step": 20}), T=100),
+               with_params(case("tf32", groups(rnd, 6, 1e-3, 0.002, 0.002)), T=100))
+    cur = run(with_params(case("eager", groups(rnd, 6, 0.5e-3, 0.002, 0.002), metrics={"aten_ops_per_step": 10}), T=50),
+              with_params(case("tf32", groups(rnd, 6, 2e-3, 0.002, 0.002)), T=200))
+    cmp = compare_runs(cur, base, g)
+    kinds = {(v.case_key.split("/")[2], v.metric): v for v in cmp.verdicts}
+    assert kinds[("eager", "step_time")].kind == "inconclusive"
+    assert kinds[("eager", "aten_ops_per_step")].kind == "inconclusive"
+    assert "T=100 -> T=50" in kinds[("eager", "step_time")].rule
+    assert kinds[("tf32", "step_time")].kind == "regression" and "T=100 -> T=200" in kinds[("tf32", "step_time")].rule
+    assert any("w/smoke/eager/cpu" in w and "parameters" in w for w in cmp.warnings)
+    same = compare_runs(run(cur.cases[0]), run(cur.cases[0]), g)
+    assert not same.warnings and all("parameters" not in v.rule for v in same.verdicts)
+
+
+def test_a_step_time_of_zero_is_never_unchanged():
+    """results.json allows a sample of 0 ns. Before 2026-11-26 a baseline whose samples were 0 (a broken
+    timer, a hand-edited file) made every head `unchanged` at a ratio of inf, and a head of 0 ns was
+    `unchanged` at 0.0x: log(0) turned the statistics into NaN, which is "not significant". A side with a
+    sample that is not positive is now `inconclusive`, saying which side and why."""
+    rnd = random.Random(23)
+    g = GateSettings(bootstrap_resamples=200)
+    real = groups(rnd, 8, 1e-3, 0.01, 0.01)
+    zeros = [[0.0] * 8 for _ in range(8)]
+    for side, base, head in (("baseline", zeros, real), ("now", real, zeros)):
+        (v,) = [x for x in judge_case("k", case("eager", base), case("eager", head), g) if x.metric == "step_time"]
+        assert v.kind == "inconclusive" and f"a step time of 0 {side}" in v.rule, (side, v)
+    slow = [[t * 1.5 for t in p] for p in real]
+    slow[3][2] = 0.0  # one glitched sample of one process: its 10th percentile is still a time
+    (v,) = [x for x in judge_case("k", case("eager", real), case("eager", slow), g) if x.metric == "step_time"]
+    assert v.kind == "regression"
+
+
+def test_an_accuracy_check_that_fails_now_is_not_silently_dropped():
+    """The worker's reference check is a section that, when it raises (the toggled output is no tensor any
+    more, say), costs only its own figures: accuracy {} and `accuracy: ...` under profile["errors"]. Before
+    2026-11-26 judge_accuracy then gave no verdict at all: a case whose output the baseline found within
+    tolerance passed with its accuracy unjudged. Now a check that ran ok in the baseline and fails now is a
+    regression naming the error; one merely not reported now is `missing`."""
+    rnd = random.Random(24)
+    gs = groups(rnd, 3, 1e-3, 0.001, 0.001)
+    ok = {"verdict": "ok", "rel_l2": 1e-4, "tolerance": {"rel_l2": 1e-2}}
+    drift = {"verdict": "drift", "rel_l2": 0.2, "tolerance": {"rel_l2": 1e-2}}
+    broken = replace(case("amp-bf16", gs), profile={"errors": ["accuracy: AttributeError: 'tuple' object has no "
+                                                              "attribute 'detach'"]})
+
+    def acc(base, cur):
+        return [v for v in judge_case("k", base, cur, GateSettings(bootstrap_resamples=200)) if v.metric == "accuracy"]
+
+    (v,) = acc(case("amp-bf16", gs, accuracy=ok), broken)
+    assert v.kind == "regression" and "AttributeError" in v.rule and v.baseline == 1e-4
+    (v,) = acc(case("amp-bf16", gs, accuracy=ok), case("amp-bf16", gs))
+    assert v.kind == "missing"
+    (v,) = acc(case("amp-bf16", gs, accuracy=drift), broken)
+    assert v.kind == "unchanged" and "AttributeError" in v.rule  # it drifted already: no news, said
+    assert acc(case("amp-bf16", gs), case("amp-bf16", gs)) == []  # never checked: nothing to say
+
+
+def test_a_case_skipped_in_the_baseline_that_fails_now_is_newly_failing():
+    """Before 2026-11-26 a case skipped in the baseline (its toggle could not run there) that fails now was
+    `unchanged`, its rule saying "failed in the baseline and now", which it had not: a toggle the change
+    made runnable, and that crashes, passed the gate as no news. It never ran in the baseline either, so it
+    is now `newly-failing`, its rule naming the skip."""
+    (v,) = judge_case("k", case("compile", status="skipped"), case("compile", status="failed"), GateSettings())
+    assert v.kind == "newly-failing" and v.fails_gate and "skipped in the baseline" in v.rule, v
+    (v,) = judge_case("k", case("compile", status="failed"), case("compile", status="failed"), GateSettings())
+    assert v.kind == "unchanged" and "failed in the baseline and now" in v.rule
+
+
+def test_a_one_process_baseline_says_the_baseline_is_what_cannot_settle():
+    """A baseline made from a `--processes 1` run holds one process per case: against it every step-time
+    change is `inconclusive` (a 2x slowdown too), and the gate passes. Before 2026-11-26 the advice told the
+    gated run to use 2 or more processes, which it already did and which cannot help; now it names the
+    baseline and says to update it (and `baseline update` warns when it stores such cases)."""
+    rnd = random.Random(25)
+    g = GateSettings(bootstrap_resamples=200)
+    one, many = groups(rnd, 1, 1e-3, 0.01, 0.01), groups(rnd, 16, 2e-3, 0.01, 0.01)
+    (v,) = [x for x in judge_case("k", case("eager", one), case("eager", many), g) if x.metric == "step_time"]
+    assert v.kind == "inconclusive" and "one process in the baseline" in v.rule
+    assert "update the baseline from a run with 2 or more processes" in v.advice
+    (v,) = [x for x in judge_case("k", case("eager", groups(rnd, 16, 1e-3, 0.01, 0.01)),
+                                  case("eager", groups(rnd, 1, 2e-3, 0.01, 0.01)), g) if x.metric == "step_time"]
+    assert v.kind == "inconclusive" and "one process in this run" in v.rule and "--processes 2" in v.advice
+    assert "baseline holds one" not in v.advice

@@ -367,3 +367,25 @@ def test_compare_gate_exit_code_follows_the_fail_rules(run, tmp_path, rules, cod
     if code:
         assert "expectation missed: rollout/smoke/compile/cpu: speedup_vs_eager >= 1.5" in proc.stdout
     assert run_cli("compare", str(cur), str(base), cwd=tmp_path).returncode == 0  # without --gate: reported only
+
+
+def test_the_console_banner_agrees_with_the_exit_code_when_only_an_expectation_fails(run):
+    """A gate with no regression but a missed fail expectation exits 1. Before 2026-11-26 its console ended
+    "Gate passed: no regression and no newly failing case." and only then listed the missed expectation:
+    a log that read as a pass for a gate that failed. Now the banner says GATE FAILED and names it."""
+    from perfgate import gate
+    from perfgate.compare import GateSettings, compare_runs
+
+    cur = with_rules(run, {"rollout/*/compile/cpu": ["speedup_vs_eager >= 1.5"]})
+    comparison = compare_runs(cur, run, GateSettings(bootstrap_resamples=200))
+    assert not comparison.gate_failed
+    lines: list[str] = []
+    assert gate.conclude(comparison, True, lines.append, cur) == gate.EXIT_GATE
+    text = "\n".join(lines)
+    assert "Gate passed" not in text
+    assert "GATE FAILED" in text and "expectation missed: rollout/smoke/compile/cpu: speedup_vs_eager >= 1.5" in text
+    assert text.index("expectation missed") < text.index("GATE FAILED")
+    lines.clear()
+    ok = with_rules(run, {"rollout/*/compile/cpu": ["speedup_vs_eager >= 1.2"]})
+    assert gate.conclude(compare_runs(ok, run, GateSettings(bootstrap_resamples=200)), True, lines.append, ok) == 0
+    assert "Gate passed" in "\n".join(lines)

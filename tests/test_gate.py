@@ -471,3 +471,47 @@ def test_an_a_a_pair_in_folders_of_other_lengths_is_neither_a_regression_nor_a_w
     (v,) = [v for v in data["verdicts"] if v["metric"] == "step_time"]
     assert v["kind"] in ("unchanged", "inconclusive"), v
     assert cmp.returncode == 0, cmp.stdout + cmp.stderr
+
+
+def test_compare_with_another_runs_results_that_share_no_case_is_refused(tmp_path):
+    """`perfgate compare CURRENT BASELINE --gate` refuses a baseline file holding none of CURRENT's cases
+    (exit 2), but before 2026-11-26 another run's results.json as BASELINE was not checked: every case came
+    out `new` (which carries evidence) and the gate passed, exit 0, having compared nothing. Now both
+    refuse it the same way; a results.json sharing a case is compared as before."""
+    from perfgate import config, gate
+    from perfgate.model import CaseResult, CaseSpec, ProcessSamples, RunResult, SchemaError
+
+    def results(path: Path, workload: str) -> str:
+        spec = CaseSpec(workload, "smoke", ("eager",), "cpu")
+        procs = [ProcessSamples([1_000_000 + i for i in range(5)], process_index=p) for p in range(4)]
+        run = RunResult("r", "smoke", {}, [CaseResult(spec, "ok", procs)])
+        path.mkdir()
+        (path / "results.json").write_text(run.dumps())
+        return str(path)
+
+    settings = config.load(cwd=tmp_path)
+    cur, other, same = results(tmp_path / "cur", "a"), results(tmp_path / "other", "b"), results(tmp_path / "same", "a")
+    with pytest.raises(SchemaError, match="lacks this run's cases"):
+        gate.compare_files(cur, other, settings, strict_env=False, gate=True, echo=lambda _: None)
+    assert gate.compare_files(cur, same, settings, strict_env=False, gate=True, echo=lambda _: None) == 0
+
+
+def test_baseline_update_from_a_workload_filtered_run_is_refused_end_to_end(tmp_path):
+    """`run --suite smoke -w tiny` within a suite of two workloads records settings.filters, and `baseline
+    update` of that run is refused (exit 2) rather than dropping scaled_work's case from the baseline;
+    `--case` replaces tiny's case only (perfgate.baselines.refuse_dropping)."""
+    (tmp_path / "pyproject.toml").write_text(
+        PYPROJECT.format(workloads=TEST_WORKLOADS).replace('["scaled_work"]', '["scaled_work", "tiny"]'))
+    for cmd in (("run", "--out", "runs/all"), ("baseline", "update", "runs/all"),
+                ("run", "--suite", "smoke", "-w", "tiny", "--out", "runs/part")):
+        proc = run_cli(*cmd, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((tmp_path / "runs/part/results.json").read_text())["settings"]["filters"] == "workloads tiny"
+    refused = run_cli("baseline", "update", "runs/part", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "would drop 1 case(s)" in refused.stderr and CASE in refused.stderr and "Traceback" not in refused.stderr
+    kept = run_cli("baseline", "update", "runs/part", "--case", "tiny/*", cwd=tmp_path)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    (baseline,) = (tmp_path / "baselines").glob("*/smoke.json")
+    keys = [c["spec"]["workload"] for c in json.loads(baseline.read_text())["results"]["cases"]]
+    assert sorted(keys) == ["scaled_work", "tiny"]
