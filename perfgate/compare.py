@@ -1100,9 +1100,14 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
         n = new[0]
         first = f"first measurement {_ratio_text(v)}"
         was = "regressed" if v.kind == "regression" else "was faster"
-        if n.kind in NO_TIME:  # skipped, or no samples: nothing contradicts the first measurement
-            verdicts[i] = replace(v, rule=f"{v.rule}; the re-measure gave no step time to confirm it "
-                                          f"({n.kind}: {n.rule}), so the {first} stands")
+        if n.kind in NO_TIME:  # skipped, or no samples: nothing confirms or contradicts the first measurement
+            if v.kind == "regression":  # fail safe: the regression stands
+                verdicts[i] = replace(v, rule=f"{v.rule}; the re-measure gave no step time to confirm it "
+                                              f"({n.kind}: {n.rule}), so the {first} stands")
+            else:  # a win stays a win only if it repeats
+                verdicts[i] = replace(v, kind="inconclusive",
+                                      rule=f"the {first} was faster; the re-measure gave no step time to confirm "
+                                           f"it ({n.kind}: {n.rule})")
             continue
         if n.kind == v.kind:
             verdicts[i] = replace(n, rule=f"{n.rule}; confirmed by a re-measure ({first})")

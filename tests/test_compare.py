@@ -735,6 +735,14 @@ def test_a_re_measure_or_lockstep_pair_that_yields_no_step_time_never_clears_a_r
     settled, _, keys = settle_in_lockstep(cmp, lambda key: (case("eager", []), base.cases[0]), gate, commit="a" * 40)
     (v,) = settled.verdicts
     assert v.kind == "regression" and not keys and settled.gate_failed
+    # a stored win re-measured with no step time is not a win: a win stays one only if it repeats
+    faster = run(case("eager", groups(rnd, 4, 0.7e-3, 0.002, 0.002)))
+    won = compare_runs(faster, base, gate)
+    assert [v.kind for v in won.verdicts] == ["win"]
+    unconfirmed, _ = confirm_regressions(won, faster, gate, lambda key: (case("eager", status="skipped"), None),
+                                         kinds=("regression", "win"))
+    (v,) = unconfirmed.verdicts
+    assert v.kind == "inconclusive" and "no step time to confirm" in v.rule, v
 
 
 def test_a_case_measured_with_other_parameters_is_never_a_silent_win():
