@@ -480,8 +480,12 @@ def pair_log_ratio(base: Sequence[float], head: Sequence[float], base_bursts: Se
     step times (``process_time`` at ``quantile``)."""
     if (base_bursts and head_bursts and len(base_bursts) == len(head_bursts)
             and sum(base_bursts) == len(base) and sum(head_bursts) == len(head)):
-        return statistics.median(math.log(statistics.median(h) / statistics.median(b))
-                                 for b, h in zip(_chunks(base, base_bursts), _chunks(head, head_bursts), strict=True))
+        medians = [(statistics.median(b), statistics.median(h))
+                   for b, h in zip(_chunks(base, base_bursts), _chunks(head, head_bursts), strict=True)]
+        # a burst whose median is 0 (a timer that read 0 ns: untrusted samples) has no ratio; the rest decide
+        ratios = [math.log(h / b) for b, h in medians if b > 0 and h > 0]
+        if ratios:
+            return statistics.median(ratios)
     return math.log(process_time(head, quantile) / process_time(base, quantile))
 
 

@@ -841,3 +841,12 @@ def test_a_one_process_baseline_says_the_baseline_is_what_cannot_settle():
                                   case("eager", groups(rnd, 1, 2e-3, 0.01, 0.01)), g) if x.metric == "step_time"]
     assert v.kind == "inconclusive" and "one process in this run" in v.rule and "--processes 2" in v.advice
     assert "baseline holds one" not in v.advice
+
+
+def test_a_lockstep_burst_whose_median_is_zero_has_no_ratio_and_never_crashes_the_pair():
+    """Samples are untrusted: a burst of 0 ns samples (a broken timer) made pair_log_ratio divide by zero
+    (ZeroDivisionError, the run exit 3). Such a burst is left out; the others decide the pair's ratio."""
+    base = [1.0] * 10 + [0.0] * 10 + [1.0] * 10
+    head = [1.1] * 10 + [1.1] * 10 + [1.1] * 10
+    assert pair_log_ratio(base, head, [10, 10, 10], [10, 10, 10]) == pytest.approx(math.log(1.1))
+    assert pair_log_ratio(head, base, [10, 10, 10], [10, 10, 10]) == pytest.approx(math.log(1 / 1.1))
