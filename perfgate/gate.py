@@ -367,6 +367,11 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
         record_remeasures(run, run_dir, again)
         # both sides of each re-measure, so that `perfgate merge --rejudge` can confirm it again
         record_remeasures(base_run, base_dir, base_again)
+    # both sides measured (and re-measured): the run is finished, as a plain run's results.json and report say
+    finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    run, base_run = replace(run, finished_at=finished), replace(base_run, finished_at=finished)
+    runner.write_results(run, run_dir / "results.json")
+    runner.write_results(base_run, base_dir / "results.json")
     comparison = acknowledged(comparison, settings)
     write_comparison(comparison, run_dir, run, echo)
     return conclude(comparison, gate, echo, run, run_dir)

@@ -156,6 +156,10 @@ def test_against_a_git_ref_runs_both_and_gates(tmp_path):
     assert data["mode"] == "against"
     base = json.loads((tmp_path / "ab" / "base" / "results.json").read_text())
     assert [c["key"] for c in base["cases"]] == [CASE]
+    # a finished --against run says so: results.json of both sides and the report's header
+    head = json.loads((tmp_path / "ab" / "results.json").read_text())
+    assert head["finished_at"] and base["finished_at"]
+    assert "still running" not in (tmp_path / "ab" / "report.html").read_text()
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
     assert len(worktrees.strip().splitlines()) == 1  # the temporary worktree is gone
 
