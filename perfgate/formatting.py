@@ -51,10 +51,10 @@ def format_value(metric: str, x: float | None) -> str:
         return "-"
     if metric == "step_time" or metric.endswith("_s"):
         return format_seconds(x)
-    if metric.endswith("_bytes"):
-        return format_bytes(x)
     if metric.endswith("_per_s"):
         return format_rate(x, "/s")
+    if "bytes" in metric.split("_"):  # peak_rss_bytes, cpu_bytes_allocated_per_step, bytes_per_step
+        return format_bytes(x)
     return format_count(x)
 
 
