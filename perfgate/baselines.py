@@ -24,6 +24,7 @@ from pydantic import ConfigDict, Field
 
 from perfgate import expect
 from perfgate.config import ConfigError
+from perfgate.formatting import format_environment
 from perfgate.model import (
     STATUS_FAILED,
     STATUS_OK,
@@ -318,7 +319,8 @@ def changes(previous: Baseline | None, new: Baseline, only: Sequence[str] | None
         if new.run.case(old.key) is None:
             lines.append(f"  - {old.key}: removed")
     env_keys = ("torch", "torch_cuda", "python", "nvidia_driver", "cpu_model", "device_name")
-    env = [f"{k} {previous.environment.get(k)} -> {new.environment.get(k)}" for k in env_keys
+    env = [f"{k} {format_environment(previous.environment.get(k))} -> {format_environment(new.environment.get(k))}"
+           for k in env_keys
            if previous.environment.get(k) != new.environment.get(k)]
     if env:
         lines.append("  environment: " + ", ".join(env))
@@ -333,9 +335,10 @@ def describe(baseline: Baseline) -> list[str]:
         + (f" (read as {SCHEMA}; `perfgate baseline update` rewrites it)" if baseline.file_schema != SCHEMA else ""),
         f"  suite {baseline.suite}  machine {baseline.machine_key}  updated {baseline.updated_at or '?'}"
         f"  from {baseline.source or baseline.run.run_id}",
-        f"  torch {env.get('torch')}  cuda {env.get('torch_cuda')}  python {env.get('python')}  "
-        f"driver {env.get('nvidia_driver')}  cpu {env.get('cpu_model')}  threads {env.get('threads')}  "
-        f"git {str(env.get('git_commit'))[:12]}",
+        "  " + "  ".join(f"{label} {format_environment(env.get(key))[:12 if key == 'git_commit' else None]}"
+                         for label, key in (("torch", "torch"), ("cuda", "torch_cuda"), ("python", "python"),
+                                            ("driver", "nvidia_driver"), ("cpu", "cpu_model"),
+                                            ("threads", "threads"), ("git", "git_commit"))),
     ]
     for c in baseline.run.cases:
         med = _median_step(c)

@@ -35,6 +35,7 @@ from typing import Any
 
 from perfgate import acknowledge
 from perfgate.config import ConfigError, Settings
+from perfgate.formatting import format_environment
 from perfgate.model import (
     METRIC_KINDS,
     STATUS_FAILED,
@@ -938,7 +939,7 @@ def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | N
     diff = environment_diff(baseline.environment, current.environment) if mode == "baseline" else {}
     warnings = []
     if diff:
-        text = ", ".join(f"{k} {b} -> {c}" for k, (b, c) in diff.items())
+        text = ", ".join(f"{k} {format_environment(b)} -> {format_environment(c)}" for k, (b, c) in diff.items())
         if strict_env:
             raise ConfigError(f"{baseline_source or 'baseline'}: environment differs from this run ({text}); "
                               "refusing with --strict-env; update the baseline on this machine")

@@ -184,3 +184,12 @@ def test_baseline_update_case_through_the_cli_writes_atomically(tmp_path):
     bad = run_cli("baseline", "update", str(run_dir), "--case", "x/*", cwd=tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "'x/*'" in bad.stderr
     assert path.read_text() == written  # a refused update leaves the baseline as it was
+
+
+def test_baseline_show_says_none_for_what_a_cpu_machine_and_a_fresh_repository_lack():
+    """`perfgate baseline show` on a baseline from a CPU machine in a repository without a commit yet."""
+    b = baselines.load_baseline(FIXTURES / "baseline-v1.json")
+    b.run.environment.update(torch_cuda=None, nvidia_driver=None, git_commit=None)
+    header = baselines.describe(b)[2]
+    assert "None" not in header
+    assert "cuda none" in header and "driver none" in header and "git none" in header

@@ -160,3 +160,19 @@ def test_runner_after_case_leaves_a_report_when_the_run_dies(tmp_path, monkeypat
                        empty, tmp_path, after_case=lambda r: write_run_reports(r, tmp_path))
     assert "| `w/smoke/eager/cpu` | ok |" in (tmp_path / "summary.md").read_text()
     assert 'name="eager"' in (tmp_path / "junit.xml").read_text()
+
+
+def test_an_environment_entry_nothing_recorded_reads_none_not_null(tmp_path):
+    """A CPU machine has no CUDA version or driver, a fresh repository no commit: report.html's environment
+    table and its baseline difference say "none", never JSON's null or Python's None."""
+    import re
+
+    from perfgate.model import Comparison
+
+    run, _ = scenario()
+    run.environment.update(torch_cuda=None, nvidia_driver=None, git_commit=None)
+    comp = Comparison(verdicts=[], environment_diff={"torch_cuda": [None, "12.4"], "nvidia_driver": [None, "550.54"]})
+    write_run_reports(run, tmp_path, comp)
+    cells = re.findall(r'<td class="mono">([^<]*)</td>', (tmp_path / "report.html").read_text())
+    assert "null" not in cells and "None" not in cells
+    assert "none" in cells and "12.4" in cells
