@@ -26,7 +26,7 @@ def test_report_writes_every_format_next_to_the_results(tmp_path):
     for name in ("report.html", "summary.md", "junit.xml", "report.csv", "report.json"):
         assert (run_dir / name).stat().st_size > 0, name
         assert f"wrote {run_dir / name}" in proc.stdout
-    assert "NO BASELINE: 12 case(s) measured (7 ok, 2 skipped, 3 failed)" in proc.stdout
+    assert "NOT COMPARED: 12 case(s) measured (7 ok, 2 skipped, 3 failed)" in proc.stdout
     html = (run_dir / "report.html").read_text()
     assert f"perfgate tensorboard {run_dir.resolve()}" in html
     table = pd.read_csv(run_dir / "report.csv")

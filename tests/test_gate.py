@@ -384,7 +384,7 @@ def test_expectations_gate_a_run_without_a_baseline(tmp_path, rule, code):
     assert "no baseline to compare with" in proc.stdout and "Traceback" not in proc.stderr
     assert ("expectation missed: tiny/smoke/eager/cpu" in proc.stdout) == (code == 1)
     summary = (tmp_path / "r" / "summary.md").read_text()
-    assert "no baseline compared" in summary if code == 1 else "NO BASELINE" in summary
+    assert "no baseline compared" in summary if code == 1 else "NOT COMPARED" in summary
 
 
 def test_gate_without_a_baseline_or_expectations_is_a_usage_error_before_measuring(tmp_path):

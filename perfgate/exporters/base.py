@@ -765,8 +765,9 @@ def banner(report: ReportInput) -> Banner:
         if ev.gate_failed:
             return Banner("fail", f"FAIL: {len(ev.failing)} expectation(s) missed ({runs}); no baseline compared"
                                   f"{exp}", {})
-        return Banner("no-baseline", f"NO BASELINE: {len(report.run.cases)} case(s) measured ({runs}); "
-                                     f"nothing was compared{exp}", {})
+        # not "no baseline": a plain `perfgate run` compares with none even where one is stored
+        return Banner("no-baseline", f"NOT COMPARED: {len(report.run.cases)} case(s) measured "
+                                     f"({runs}){exp}", {})
     c = comp.counts()
     parts = f"{c['regression']} regression(s), {c['newly-failing']} newly failing, {c['win']} win(s), " \
             f"{c['inconclusive']} inconclusive" + (f", {c['acknowledged']} acknowledged" if c["acknowledged"] else "")
