@@ -63,3 +63,18 @@ def test_against_results_needs_the_comparison_module(tmp_path):
     else:
         assert proc.returncode == 0, proc.stderr
         assert "regression" in (run_dir / "summary.md").read_text()
+
+
+def test_re_rendering_a_compared_run_keeps_its_verdicts(tmp_path):
+    """`perfgate report RUN` with no --baseline re-renders a gated or compared run with the verdicts in its
+    comparison.json: it once rewrote the run's own summary.md and report.html as an uncompared run."""
+    run_dir = _results(tmp_path)
+    base = tmp_path / "base.json"
+    shutil.copy(DATA / "baseline.json", base)
+    compared = run_cli("compare", str(run_dir), str(base))
+    assert compared.returncode == 0 and (run_dir / "comparison.json").is_file(), compared.stderr
+    proc = run_cli("report", str(run_dir / "results.json"), "--format", "md,json")
+    assert proc.returncode == 0, proc.stderr
+    assert "FAIL: " in proc.stdout and "NOT COMPARED" not in proc.stdout
+    summary = (run_dir / "summary.md").read_text()
+    assert "FAIL: " in summary and "### Regressions" in summary
