@@ -398,7 +398,9 @@ def compare_files(current: str, baseline: str, settings: Settings, *, strict_env
                               strict_env=strict_env, look_confidence=sequential.look_confidence(gs, settings.processes))
     comparison = acknowledged(comparison, settings)
     cur_dir = Path(current) if Path(current).is_dir() else Path(current).parent
-    write_comparison(comparison, cur_dir)
+    # the run's reports again with these verdicts, as `run --gate` writes them: report.html and summary.md
+    # beside comparison.json never show an older comparison's verdict
+    write_comparison(comparison, cur_dir, cur, echo)
     return conclude(comparison, gate, echo, cur, cur_dir)
 
 

@@ -73,6 +73,8 @@ def test_re_rendering_a_compared_run_keeps_its_verdicts(tmp_path):
     shutil.copy(DATA / "baseline.json", base)
     compared = run_cli("compare", str(run_dir), str(base))
     assert compared.returncode == 0 and (run_dir / "comparison.json").is_file(), compared.stderr
+    # compare rewrote the run's reports with its verdicts, as `run --gate` does: they agree with comparison.json
+    assert "FAIL: " in (run_dir / "summary.md").read_text() and "regression" in (run_dir / "report.html").read_text()
     proc = run_cli("report", str(run_dir / "results.json"), "--format", "md,json")
     assert proc.returncode == 0, proc.stderr
     assert "FAIL: " in proc.stdout and "NOT COMPARED" not in proc.stdout
