@@ -24,7 +24,7 @@ from pydantic import ConfigDict, Field
 
 from perfgate import expect
 from perfgate.config import ConfigError
-from perfgate.formatting import format_environment
+from perfgate.formatting import format_environment, format_value
 from perfgate.model import (
     STATUS_FAILED,
     STATUS_OK,
@@ -39,6 +39,7 @@ from perfgate.paths import CEILINGS_FILE, component, contained
 from perfgate.stats import RUN_TO_RUN_MAX, format_seconds
 from perfgate.storage import atomic_write_text
 from perfgate.validation import Document, Measured, Name, Text, check, expected, satisfying
+from perfgate.vocabulary import METRIC_KINDS
 
 SCHEMA = "perfgate.baseline/2"
 SCHEMA_HISTORY = {
@@ -311,8 +312,11 @@ def changes(previous: Baseline | None, new: Baseline, only: Sequence[str] | None
         a, b = _median_step(old), _median_step(c)
         if a and b:
             lines.append(f"  ~ {c.key}: step time {format_seconds(a)} -> {format_seconds(b)} ({(b / a - 1) * 100:+.1f}%)")
-        metric_changes = [f"{m} {old.metrics[m]:g} -> {v:g}" for m, v in c.metrics.items()
-                          if m in old.metrics and old.metrics[m] != v and not m.endswith(("_s", "_bytes", "_per_s"))]
+        # the deterministic counts (ops, kernels, FLOPs, graph breaks): times, memory and the figures derived
+        # from them move a little in every run
+        metric_changes = [f"{m} {format_value(m, old.metrics[m])} -> {format_value(m, v)}"
+                          for m, v in c.metrics.items() if METRIC_KINDS.get(m) == "deterministic"
+                          and m in old.metrics and old.metrics[m] != v]
         if metric_changes:
             lines.append(f"      {'; '.join(metric_changes)}")
     for old in previous.run.cases:

@@ -193,3 +193,18 @@ def test_baseline_show_says_none_for_what_a_cpu_machine_and_a_fresh_repository_l
     header = baselines.describe(b)[2]
     assert "None" not in header
     assert "cuda none" in header and "driver none" in header and "git none" in header
+
+
+def test_update_lists_the_changed_counts_in_their_units_and_not_the_noisy_figures():
+    """`baseline update` names the deterministic counts that changed (ops, FLOPs...) as the reports print
+    them, not `3.35544e+07`, and not the figures every run moves a little (idle share, bytes allocated)."""
+    old = baselines.load_baseline(FIXTURES / "baseline-v1.json")
+    data = json.loads((FIXTURES / "baseline-v1.json").read_text())["run"]
+    metrics = {"flops_per_step": 33554432.0, "aten_ops_per_step": 44.0, "device_idle_fraction": 0.118435,
+               "cpu_bytes_allocated_per_step": 524288.0}
+    old.run.cases[0].metrics.update(metrics)
+    data["cases"][0]["metrics"] = {**metrics, "flops_per_step": 25165824.0, "aten_ops_per_step": 33.0,
+                                   "device_idle_fraction": 0.132234, "cpu_bytes_allocated_per_step": 393216.0}
+    lines = "\n".join(baselines.changes(old, baselines.from_run(RunResult.from_json(data), old)))
+    assert "flops_per_step 33554432 -> 25165824; aten_ops_per_step 44 -> 33" in lines
+    assert "e+0" not in lines and "device_idle_fraction" not in lines and "cpu_bytes_allocated" not in lines
