@@ -574,6 +574,8 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
         per_process = quantile_name(quantile, plural=True)
         test = (f"Mann-Whitney U on per-process {per_process}" if process_level
                 else "Mann-Whitney U on raw samples (one process on a side)")
+    if not reachable:  # the p printed beside the verdict cannot say "significant" here; the interval does
+        test += f" (its p cannot fall below {alpha:.2g} with this few processes: the CI decides)"
     if any(set_aside):
         test += (f" ({set_aside[0]} base and {set_aside[1]} head process(es) set aside as slowed by the "
                  "machine)")

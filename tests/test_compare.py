@@ -696,3 +696,15 @@ def test_a_process_that_sampled_several_layouts_is_the_median_of_them():
     grouped = time_change(base, head, resamples=500, quantile=0.1, head_layouts=[[3, 3, 3, 3]] * 6)
     assert grouped.ratio == pytest.approx(1.0)
     assert time_change(base, head, resamples=500, quantile=0.1).ratio == pytest.approx(0.75)
+
+
+def test_a_verdict_the_rank_test_cannot_reach_says_the_ci_decided():
+    """3 pairs: Wilcoxon's smallest p is 0.25, printed beside a `regression`; the rule says why that p is
+    not the evidence (the CI is), where it once read as a significant change with p=0.25."""
+    base = [[1.00, 1.01, 1.00], [1.01, 1.00, 1.02], [1.00, 1.00, 1.01]]
+    head = [[1.20, 1.21, 1.20], [1.21, 1.20, 1.22], [1.20, 1.20, 1.21]]
+    few = time_change(base, head, paired=True, resamples=1000)
+    assert few.significant and few.p_value >= 0.05
+    assert "its p cannot fall below 0.05 with this few processes: the CI decides" in few.test
+    many = time_change(base * 3, head * 3, paired=True, resamples=1000)
+    assert many.significant and many.p_value < 0.05 and "the CI decides" not in many.test
