@@ -265,11 +265,28 @@ def updated(run: RunResult, previous: Baseline | None, source: str, patterns: Se
     if not patterns:
         if not allow_failed:
             refuse_failed(run, source)
+        refuse_partial(run, previous, source)
         return from_run(run, previous, source=source)
     if previous is None:
         raise ConfigError("--case replaces cases in a stored baseline, and there is none yet; run "
                           "`perfgate baseline update` without --case to make one")
     return with_cases_from(previous, run, patterns, source, allow_failed=allow_failed)
+
+
+def refuse_partial(run: RunResult, previous: Baseline | None, source: str) -> None:
+    """A selection (`perfgate run -w/-t/--size` without --suite) measured part of its suite: as the whole
+    baseline it would drop the stored cases it did not measure. Refused, naming the --case update that
+    replaces only the selection's cases."""
+    selection = run.settings.get("selection")
+    if not selection or previous is None:
+        return
+    dropped = [c.key for c in previous.run.cases if run.case(c.key) is None]
+    if dropped:
+        only = " ".join(f"--case '{w}/*'" for w in sorted({c.spec.workload for c in run.cases}))
+        raise ConfigError(f"{source} is a selection ({selection}) of suite '{run.suite}': as the whole baseline "
+                          f"it would drop {len(dropped)} case(s) it did not measure ({', '.join(dropped[:3])}"
+                          f"{', ...' if len(dropped) > 3 else ''}); replace only its cases with `perfgate baseline "
+                          f"update {source} {only}`, or run the whole suite and update from that")
 
 
 def refuse_failed(run: RunResult, source: str) -> None:

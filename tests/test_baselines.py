@@ -208,3 +208,21 @@ def test_update_lists_the_changed_counts_in_their_units_and_not_the_noisy_figure
     lines = "\n".join(baselines.changes(old, baselines.from_run(RunResult.from_json(data), old)))
     assert "flops_per_step 33554432 -> 25165824; aten_ops_per_step 44 -> 33" in lines
     assert "e+0" not in lines and "device_idle_fraction" not in lines and "cpu_bytes_allocated" not in lines
+
+
+def test_a_selection_run_does_not_silently_drop_the_rest_of_the_suites_baseline():
+    """`perfgate run -w one` then `perfgate baseline update`: the whole-baseline update would remove every
+    case the selection did not measure (it once did, printing only `- CASE: removed`); it is refused with
+    the --case command that refreshes the selection's cases. A selection that measured them all updates."""
+    previous = baselines.load_baseline(FIXTURES / "baseline-v1.json")
+    data = json.loads((FIXTURES / "baseline-v1.json").read_text())["run"]
+    data["settings"]["selection"] = "workloads other_work"
+    data["cases"][0]["spec"]["workload"] = "other_work"
+    with pytest.raises(ConfigError, match=r"selection \(workloads other_work\).*drop 1 case\(s\).*"
+                                          r"scaled_work/smoke/eager/cpu.*--case 'other_work/\*'"):
+        baselines.updated(RunResult.from_json(data), previous, "reports/r")
+    assert baselines.updated(RunResult.from_json(data), None, "reports/r").run.cases  # no baseline yet: made
+    both = json.loads(json.dumps(data))
+    both["cases"].append(json.loads((FIXTURES / "baseline-v1.json").read_text())["run"]["cases"][0])
+    new = baselines.updated(RunResult.from_json(both), previous, "reports/r")
+    assert {c.key for c in new.run.cases} == {"other_work/smoke/eager/cpu", "scaled_work/smoke/eager/cpu"}
