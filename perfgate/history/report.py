@@ -44,7 +44,7 @@ class TrendChart:
 def _title(p: Point, metric: str) -> str:
     ci = (f" [{format_value(metric, p.ci_low)} .. {format_value(metric, p.ci_high)}]"
           if p.ci_low is not None and p.ci_high is not None else "")
-    return (f"commit {(p.commit or '?')[:12]} · run {p.run_id} · {p.started_at} · "
+    return (f"commit {(p.commit or 'none')[:12]} · run {p.run_id} · {p.started_at} · "
             f"{format_value(metric, p.value)}{ci}")
 
 
