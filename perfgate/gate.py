@@ -226,9 +226,10 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Pa
                 return None
             echo(f"re-measuring {key}: its step time changed; it must change the same way again to count")
             # in the run's own folder, from its fork server: workers under a longer path would get another
-            # memory layout than the run's and the baseline's (docs/gate.md, "Why processes ... differ")
+            # memory layout than the run's and the baseline's (docs/gate.md, "Why processes ... differ").
+            # Step times only: a profile pass there would replace the trace the run's case names
             return runner.run_case(spec, workload_files[spec.workload], settings, run_dir,
-                                   sampler=sampler_for(spec)), None
+                                   configure=_no_profile, sampler=sampler_for(spec)), None
 
         comparison, again = confirm_regressions(comparison, run, gs, remeasure, calibration=base.calibration,
                                                 look_confidence=sequential.look_confidence(gs, settings.processes),
@@ -292,6 +293,11 @@ def settle_stored(comparison: Comparison, run: RunResult, run_dir: Path, setting
                                             for _, b in pairs]),
                              base_dir / "results.json")
     return comparison, settled
+
+
+def _no_profile(cfg: dict[str, Any]) -> None:
+    """A worker's case file without the profile pass (a re-measure judges step times only)."""
+    cfg["profile"] = False
 
 
 def record_remeasures(run: RunResult, run_dir: Path, again: list[CaseResult]) -> None:

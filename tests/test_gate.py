@@ -73,6 +73,10 @@ def test_a_slower_rerun_fails_the_gate_naming_the_case(project):
     (v,) = [v for v in comparison["verdicts"] if v["metric"] == "step_time"]
     assert v["kind"] == "regression" and v["ratio_low"] > 1.0 and v["threshold"] == 0.5
     assert "step_time" in (root / "slow" / "summary.md").read_text()  # the reports carry the verdicts
+    # the re-measure, in the run's own folder, leaves the run's trace where results.json names it (its profile
+    # pass once replaced it, and `perfgate trace` and report.html named a missing file)
+    (case,) = json.loads((root / "slow" / "results.json").read_text())["cases"]
+    assert (root / "slow" / case["profile"]["trace_file"]).is_file()
 
     # the same verdict from the stored files, and the same exit code
     again = run_cli("compare", str(root / "slow"), str(next((root / "baselines").glob("*/smoke.json"))), "--gate",
