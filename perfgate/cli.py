@@ -584,7 +584,7 @@ def init_cmd(gpu_runner: str | None, suite_only: bool, force: bool, action: str 
         echo(f"{p.state:>9}  {p.path}")
     if gpu_runner and not suite_only:
         echo(init.RUNNER_GROUPS_WARNING.replace("LABEL", gpu_runner), err=True)
-    echo(init.NEXT_STEPS)
+    echo(init.NEXT_STEPS.replace(" .github", "") if suite_only else init.NEXT_STEPS)  # no workflows written
 
 
 @main.command("doctor")
