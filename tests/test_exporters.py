@@ -102,6 +102,12 @@ def test_recommendation_for_eager_and_cases_that_cannot_run():
     rec = recommend(failed, None, None, 0.05)
     assert rec.action == "cannot run"
     assert "compile-error" in rec.reason and "Dynamo is not supported" in rec.reason
+    # an eager case that failed is no reference: nothing was measured against it (once "reference")
+    crashed = CaseResult(spec=CaseSpec("w", "smoke", ("eager",), "cpu"), status="failed", failure_class="crash",
+                         message="worker killed by SIGABRT")
+    rec = recommend(crashed, None, None, 0.05)
+    assert rec.action == "cannot run" and rec.reason == "failed: crash: worker killed by SIGABRT"
+    assert "eager did not run" in recommend(_ok("compile"), None, None, 0.05, eager_ran=False).reason
 
 
 def test_op_diff_orders_by_self_time_change():
