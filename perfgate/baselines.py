@@ -24,6 +24,7 @@ from pydantic import ConfigDict, Field
 
 from perfgate import expect
 from perfgate.config import ConfigError
+from perfgate.formatting import format_environment, format_value
 from perfgate.model import (
     STATUS_FAILED,
     STATUS_OK,
@@ -38,6 +39,7 @@ from perfgate.paths import CEILINGS_FILE, component, contained
 from perfgate.stats import RUN_TO_RUN_MAX, format_seconds
 from perfgate.storage import atomic_write_text
 from perfgate.validation import Document, Measured, Name, Text, check, expected, satisfying
+from perfgate.vocabulary import METRIC_KINDS
 
 SCHEMA = "perfgate.baseline/2"
 SCHEMA_HISTORY = {
@@ -301,10 +303,11 @@ def refuse_dropping(run: RunResult, previous: Baseline | None, source: str) -> N
         return
     dropped = [c.key for c in previous.run.cases if run.case(c.key) is None]
     if dropped:
+        only = " ".join(f"--case '{w}/*'" for w in sorted({c.spec.workload for c in run.cases}))
         raise ConfigError(f"{source} is {part} of suite {run.suite!r}: making it the whole baseline would drop "
                           f"{len(dropped)} case(s) of {previous.path or 'the baseline'} ({', '.join(dropped[:3])}"
-                          f"{', ...' if len(dropped) > 3 else ''}); replace only its cases with --case PATTERN, or "
-                          "update from a run of the whole suite (`perfgate merge` of every shard)")
+                          f"{', ...' if len(dropped) > 3 else ''}); replace only its cases with `perfgate baseline update {source} "
+                          f"{only}`, or update from a run of the whole suite (`perfgate merge` of every shard)")
 
 
 def refuse_failed(run: RunResult, source: str) -> None:
@@ -347,15 +350,19 @@ def changes(previous: Baseline | None, new: Baseline, only: Sequence[str] | None
         a, b = _median_step(old), _median_step(c)
         if a and b:
             lines.append(f"  ~ {c.key}: step time {format_seconds(a)} -> {format_seconds(b)} ({(b / a - 1) * 100:+.1f}%)")
-        metric_changes = [f"{m} {old.metrics[m]:g} -> {v:g}" for m, v in c.metrics.items()
-                          if m in old.metrics and old.metrics[m] != v and not m.endswith(("_s", "_bytes", "_per_s"))]
+        # the deterministic counts (ops, kernels, FLOPs, graph breaks): times, memory and the figures derived
+        # from them move a little in every run
+        metric_changes = [f"{m} {format_value(m, old.metrics[m])} -> {format_value(m, v)}"
+                          for m, v in c.metrics.items() if METRIC_KINDS.get(m) == "deterministic"
+                          and m in old.metrics and old.metrics[m] != v]
         if metric_changes:
             lines.append(f"      {'; '.join(metric_changes)}")
     for old in previous.run.cases:
         if new.run.case(old.key) is None:
             lines.append(f"  - {old.key}: removed")
     env_keys = ("torch", "torch_cuda", "python", "nvidia_driver", "cpu_model", "device_name")
-    env = [f"{k} {previous.environment.get(k)} -> {new.environment.get(k)}" for k in env_keys
+    env = [f"{k} {format_environment(previous.environment.get(k))} -> {format_environment(new.environment.get(k))}"
+           for k in env_keys
            if previous.environment.get(k) != new.environment.get(k)]
     if env:
         lines.append("  environment: " + ", ".join(env))
@@ -370,9 +377,10 @@ def describe(baseline: Baseline) -> list[str]:
         + (f" (read as {SCHEMA}; `perfgate baseline update` rewrites it)" if baseline.file_schema != SCHEMA else ""),
         f"  suite {baseline.suite}  machine {baseline.machine_key}  updated {baseline.updated_at or '?'}"
         f"  from {baseline.source or baseline.run.run_id}",
-        f"  torch {env.get('torch')}  cuda {env.get('torch_cuda')}  python {env.get('python')}  "
-        f"driver {env.get('nvidia_driver')}  cpu {env.get('cpu_model')}  threads {env.get('threads')}  "
-        f"git {str(env.get('git_commit'))[:12]}",
+        "  " + "  ".join(f"{label} {format_environment(env.get(key))[:12 if key == 'git_commit' else None]}"
+                         for label, key in (("torch", "torch"), ("cuda", "torch_cuda"), ("python", "python"),
+                                            ("driver", "nvidia_driver"), ("cpu", "cpu_model"),
+                                            ("threads", "threads"), ("git", "git_commit"))),
     ]
     for c in baseline.run.cases:
         med = _median_step(c)

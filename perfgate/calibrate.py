@@ -191,8 +191,11 @@ def analyse(key: str, rounds: list[CaseResult], gate: GateSettings, threshold: f
                       aa_ratios=ratios, run_to_run=gate.run_to_run)
     # the term the gate will add for this case once --write stores it: the one measured here, else the default
     term = gate.run_to_run if noise.run_to_run_estimate is None else noise.run_to_run_estimate
+    needed = processes_needed(sd, threshold, gate.confidence, term)
+    if needed is not None:  # an unpaired gate settles no case before this many processes, however quiet
+        needed = max(needed, gate.unpaired_min_processes)
     return replace(noise, smallest_change=smallest_detectable(sd, processes, gate.confidence, term),
-                   needed_processes=processes_needed(sd, threshold, gate.confidence, term), run_to_run=term)
+                   needed_processes=needed, run_to_run=term)
 
 
 def report_lines(noise: CaseNoise) -> list[str]:

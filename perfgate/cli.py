@@ -345,7 +345,7 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
 @config_option
 @click.argument("results", type=click.Path(exists=True))
 @click.option("--baseline", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="Compare against this stored baseline file.")
+              help="Compare against this stored baseline file (default: the verdicts in the run's comparison.json, if any).")
 @click.option("--against-results", "against_results", default=None, type=click.Path(exists=True),
               help="Compare against another run's results.json (or its folder).")
 @click.option("--out", "out", default=None, type=click.Path(file_okay=False),
@@ -367,8 +367,12 @@ def report_cmd(config: str | None, results: str, baseline: str | None, against_r
     problem = check_writable_dir(out_dir)
     if problem:
         raise ConfigError(problem)
-    settings = load_settings(config) if (baseline or against_results) else None
-    comparison = load_comparison(run, baseline, against_results, settings)
+    if baseline or against_results:
+        comparison = load_comparison(run, baseline, against_results, load_settings(config))
+    else:  # the verdicts the run's gate, or the latest `perfgate compare` of it, wrote beside it (if any)
+        from perfgate.merge import load_comparison_file
+
+        comparison = load_comparison_file(run_dir)
     report = ReportInput(run, comparison, run_dir=run_dir.resolve(), report_dir=out_dir.resolve())
     for path in write_all(report, out_dir, chosen):
         echo(f"wrote {path}")
@@ -585,7 +589,7 @@ def init_cmd(gpu_runner: str | None, suite_only: bool, force: bool, action: str 
         echo(f"{p.state:>9}  {p.path}")
     if gpu_runner and not suite_only:
         echo(init.RUNNER_GROUPS_WARNING.replace("LABEL", gpu_runner), err=True)
-    echo(init.NEXT_STEPS)
+    echo(init.NEXT_STEPS.replace(" .github", "") if suite_only else init.NEXT_STEPS)  # no workflows written
 
 
 @main.command("doctor")

@@ -35,6 +35,7 @@ from typing import Any
 
 from perfgate import acknowledge
 from perfgate.config import ConfigError, Settings
+from perfgate.formatting import format_environment
 from perfgate.model import (
     METRIC_KINDS,
     STATUS_FAILED,
@@ -578,6 +579,8 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
         per_process = quantile_name(quantile, plural=True)
         test = (f"Mann-Whitney U on per-process {per_process}" if process_level
                 else "Mann-Whitney U on raw samples (one process on a side)")
+    if not reachable:  # the p printed beside the verdict cannot say "significant" here; the interval does
+        test += f" (its p cannot fall below {alpha:.2g} with this few processes: the CI decides)"
     if any(set_aside):
         test += (f" ({set_aside[0]} base and {set_aside[1]} head process(es) set aside as slowed by the "
                  "machine)")
@@ -1022,7 +1025,7 @@ def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | N
     diff = environment_diff(baseline.environment, current.environment) if mode == "baseline" else {}
     warnings = []
     if diff:
-        text = ", ".join(f"{k} {b} -> {c}" for k, (b, c) in diff.items())
+        text = ", ".join(f"{k} {format_environment(b)} -> {format_environment(c)}" for k, (b, c) in diff.items())
         if strict_env:
             raise ConfigError(f"{baseline_source or 'baseline'}: environment differs from this run ({text}); "
                               "refusing with --strict-env; update the baseline on this machine")

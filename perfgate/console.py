@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate import acknowledge
+from perfgate.formatting import format_value
 from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, Evidence, RunResult, Verdict
 from perfgate.stats import format_seconds
 
@@ -108,15 +109,9 @@ def run_tables(run: RunResult) -> str:
 
 def verdict_value(metric: str, value: float | None) -> str:
     """A verdict's baseline or current value in the unit a person reads."""
-    if value is None:
-        return "-"
-    if metric == "step_time" or metric.endswith("_s"):
-        return format_seconds(value)
-    if metric.endswith("_bytes") or metric.endswith("_bytes_per_step"):
-        return f"{value / 2**20:.1f} MiB"
-    if metric == "accuracy":
+    if value is not None and metric == "accuracy":
         return f"{value:.2e}"
-    return f"{value:g}"
+    return format_value(metric, value)  # as summary.md, junit.xml and report.html print it
 
 
 def verdict_change(v: Verdict) -> str:

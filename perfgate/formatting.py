@@ -5,12 +5,14 @@ history.html share. Standard library and perfgate.stats only, so the exporters a
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 from perfgate.stats import format_seconds
 
-__all__ = ["format_bytes", "format_count", "format_rate", "format_ratio", "format_seconds", "format_value",
-           "trend_anchor"]
+__all__ = ["format_bytes", "format_count", "format_environment", "format_rate", "format_ratio", "format_seconds",
+           "format_value", "trend_anchor"]
 
 
 def format_bytes(n: float | None) -> str:
@@ -20,6 +22,14 @@ def format_bytes(n: float | None) -> str:
         if abs(n) >= size:
             return f"{n / size:.3g} {unit}"
     return f"{n:.0f} B"
+
+
+def format_environment(value: Any) -> str:
+    """An environment entry as a person reads it: text as is, nothing recorded (no CUDA, no driver, not a
+    git checkout) as "none", anything else as JSON (false, 2, a list)."""
+    if value is None:
+        return "none"
+    return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
 def format_count(x: float | None) -> str:
@@ -51,10 +61,10 @@ def format_value(metric: str, x: float | None) -> str:
         return "-"
     if metric == "step_time" or metric.endswith("_s"):
         return format_seconds(x)
-    if metric.endswith("_bytes"):
-        return format_bytes(x)
     if metric.endswith("_per_s"):
         return format_rate(x, "/s")
+    if "bytes" in metric.split("_"):  # peak_rss_bytes, cpu_bytes_allocated_per_step, bytes_per_step
+        return format_bytes(x)
     return format_count(x)
 
 

@@ -229,9 +229,10 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Pa
                 return None
             echo(f"re-measuring {key}: its step time changed; it must change the same way again to count")
             # in the run's own folder, from its fork server: workers under a longer path would get another
-            # memory layout than the run's and the baseline's (docs/gate.md, "Why processes ... differ")
+            # memory layout than the run's and the baseline's (docs/gate.md, "Why processes ... differ").
+            # Step times only: a profile pass there would replace the trace the run's case names
             return runner.run_case(spec, workload_files[spec.workload], settings, run_dir,
-                                   sampler=sampler_for(spec)), None
+                                   configure=_no_profile, sampler=sampler_for(spec)), None
 
         comparison, again = confirm_regressions(comparison, run, gs, remeasure, calibration=base.calibration,
                                                 look_confidence=sequential.look_confidence(gs, settings.processes),
@@ -295,6 +296,11 @@ def settle_stored(comparison: Comparison, run: RunResult, run_dir: Path, setting
                                             for _, b in pairs]),
                              base_dir / "results.json")
     return comparison, settled
+
+
+def _no_profile(cfg: dict[str, Any]) -> None:
+    """A worker's case file without the profile pass (a re-measure judges step times only)."""
+    cfg["profile"] = False
 
 
 def record_remeasures(run: RunResult, run_dir: Path, again: list[CaseResult]) -> None:
@@ -370,6 +376,11 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
         record_remeasures(run, run_dir, again)
         # both sides of each re-measure, so that `perfgate merge --rejudge` can confirm it again
         record_remeasures(base_run, base_dir, base_again)
+    # both sides measured (and re-measured): the run is finished, as a plain run's results.json and report say
+    finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    run, base_run = replace(run, finished_at=finished), replace(base_run, finished_at=finished)
+    runner.write_results(run, run_dir / "results.json")
+    runner.write_results(base_run, base_dir / "results.json")
     comparison = acknowledged(comparison, settings)
     write_comparison(comparison, run_dir, run, echo)
     return conclude(comparison, gate, echo, run, run_dir)
@@ -398,7 +409,9 @@ def compare_files(current: str, baseline: str, settings: Settings, *, strict_env
                               strict_env=strict_env, look_confidence=sequential.look_confidence(gs, settings.processes))
     comparison = acknowledged(comparison, settings)
     cur_dir = Path(current) if Path(current).is_dir() else Path(current).parent
-    write_comparison(comparison, cur_dir)
+    # the run's reports again with these verdicts, as `run --gate` writes them: report.html and summary.md
+    # beside comparison.json never show an older comparison's verdict
+    write_comparison(comparison, cur_dir, cur, echo)
     return conclude(comparison, gate, echo, cur, cur_dir)
 
 

@@ -239,7 +239,9 @@ RUNNER_GROUPS_WARNING = (
     "\"Registering the self-hosted GPU runners\"; runner groups need an organisation)")
 
 NEXT_STEPS = """next:
-  perfgate run                 # measure the example workload (reports/LATEST names the run)
-  perfgate baseline update     # keep its numbers as this machine's baseline in baselines/
-  git add pyproject.toml workloads baselines .github && git commit -m "perfgate: gate performance"
-then `perfgate run --gate` (against baselines/) or `perfgate run --against HEAD~1 --gate` after a change."""
+  git add pyproject.toml workloads .github && git commit -m "perfgate: workloads"
+  perfgate run && perfgate baseline update   # this machine's baseline in baselines/, recorded from that commit
+  git add baselines && git commit -m "perfgate: baseline"
+then `perfgate run --gate` (against baselines/) or `perfgate run --against HEAD~1 --gate` after a change.
+(Commit the workloads first: `run --gate` settles a changed case in lockstep against the baseline's
+recorded commit, and a commit without them settles nothing.)"""

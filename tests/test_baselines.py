@@ -230,3 +230,45 @@ def test_baseline_update_warns_about_cases_of_one_process(tmp_path):
     proc = run_cli("baseline", "update", str(run_dir), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 case(s) of the baseline hold one worker process (scaled_work/smoke/eager/cpu)" in proc.stdout
+
+
+def test_baseline_show_says_none_for_what_a_cpu_machine_and_a_fresh_repository_lack():
+    """`perfgate baseline show` on a baseline from a CPU machine in a repository without a commit yet."""
+    b = baselines.load_baseline(FIXTURES / "baseline-v1.json")
+    b.run.environment.update(torch_cuda=None, nvidia_driver=None, git_commit=None)
+    header = baselines.describe(b)[2]
+    assert "None" not in header
+    assert "cuda none" in header and "driver none" in header and "git none" in header
+
+
+def test_update_lists_the_changed_counts_in_their_units_and_not_the_noisy_figures():
+    """`baseline update` names the deterministic counts that changed (ops, FLOPs...) as the reports print
+    them, not `3.35544e+07`, and not the figures every run moves a little (idle share, bytes allocated)."""
+    old = baselines.load_baseline(FIXTURES / "baseline-v1.json")
+    data = json.loads((FIXTURES / "baseline-v1.json").read_text())["run"]
+    metrics = {"flops_per_step": 33554432.0, "aten_ops_per_step": 44.0, "device_idle_fraction": 0.118435,
+               "cpu_bytes_allocated_per_step": 524288.0}
+    old.run.cases[0].metrics.update(metrics)
+    data["cases"][0]["metrics"] = {**metrics, "flops_per_step": 25165824.0, "aten_ops_per_step": 33.0,
+                                   "device_idle_fraction": 0.132234, "cpu_bytes_allocated_per_step": 393216.0}
+    lines = "\n".join(baselines.changes(old, baselines.from_run(RunResult.from_json(data), old)))
+    assert "flops_per_step 33554432 -> 25165824; aten_ops_per_step 44 -> 33" in lines
+    assert "e+0" not in lines and "device_idle_fraction" not in lines and "cpu_bytes_allocated" not in lines
+
+
+def test_a_selection_run_does_not_silently_drop_the_rest_of_the_suites_baseline():
+    """`perfgate run -w one` then `perfgate baseline update`: the whole-baseline update would remove every
+    case the selection did not measure (it once did, printing only `- CASE: removed`); it is refused with
+    the --case command that refreshes the selection's cases. A selection that measured them all updates."""
+    previous = baselines.load_baseline(FIXTURES / "baseline-v1.json")
+    data = json.loads((FIXTURES / "baseline-v1.json").read_text())["run"]
+    data["settings"]["selection"] = "workloads other_work"
+    data["cases"][0]["spec"]["workload"] = "other_work"
+    with pytest.raises(ConfigError, match=r"selection \(workloads other_work\).*drop 1 case\(s\).*"
+                                          r"scaled_work/smoke/eager/cpu.*--case 'other_work/\*'"):
+        baselines.updated(RunResult.from_json(data), previous, "reports/r")
+    assert baselines.updated(RunResult.from_json(data), None, "reports/r").run.cases  # no baseline yet: made
+    both = json.loads(json.dumps(data))
+    both["cases"].append(json.loads((FIXTURES / "baseline-v1.json").read_text())["run"]["cases"][0])
+    new = baselines.updated(RunResult.from_json(both), previous, "reports/r")
+    assert {c.key for c in new.run.cases} == {"other_work/smoke/eager/cpu", "scaled_work/smoke/eager/cpu"}

@@ -106,3 +106,12 @@ def test_each_round_draws_its_own_layouts_in_a_folder_of_another_length(tmp_path
     seen.clear()
     run_rounds(3, tmp_path, lambda folder: seen.append((folder, layout.run_seed())) or rounds(random.Random(1), 1, 2, 0.0)[0])
     assert [s for _, s in seen] == [100, 101, 102]
+
+
+def test_the_processes_a_threshold_needs_are_never_fewer_than_the_gate_settles_from():
+    """A quiet case: the noise alone needs 2 processes a side, but an unpaired gate settles from
+    `unpaired_min_processes` (8); calibrate once advised 2, and its own A/A verdicts at 2 were inconclusive."""
+    gate = GateSettings(bootstrap_resamples=500)
+    quiet = analyse("k", rounds(random.Random(0), 3, 2, 0.002), gate, 0.05, 2)
+    assert quiet.needed_processes == gate.unpaired_min_processes == 8
+    assert "needs about 8 processes a side" in "\n".join(report_lines(quiet))

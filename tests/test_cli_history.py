@@ -235,3 +235,16 @@ def test_no_password_in_history_add_output_or_history_html(tmp_path: Path) -> No
                 assert not _leaks(html + made.stdout + made.stderr), shape
     except PostgresUnavailable as exc:
         pytest.skip(f"no PostgreSQL server for the tests: {exc}")
+
+
+@pytest.mark.parametrize("values", [[11e-6], [11e-6, 11e-6, 11e-6], [477e-6, 476e-6]])
+def test_a_flat_series_gets_y_ticks_that_say_different_values(values: list[float]) -> None:
+    """One run, or runs at the same step time: the chart's five y ticks once all read `11 us`."""
+    from perfgate.history.detect import SeriesAnalysis
+    from perfgate.history.report import trend_chart
+    from perfgate.history.store import Point
+
+    points = [Point(f"r{i}", None, None, f"2026-11-26T21:3{i}:00Z", "m", v, v, v, 100) for i, v in enumerate(values)]
+    chart = trend_chart(points, SeriesAnalysis("w/smoke/eager/cpu", "step_time", len(points)))
+    labels = [label for _, label in chart.yticks]
+    assert len(labels) >= 3 and len(set(labels)) == len(labels), labels

@@ -26,7 +26,7 @@ def test_report_writes_every_format_next_to_the_results(tmp_path):
     for name in ("report.html", "summary.md", "junit.xml", "report.csv", "report.json"):
         assert (run_dir / name).stat().st_size > 0, name
         assert f"wrote {run_dir / name}" in proc.stdout
-    assert "NO BASELINE: 12 case(s) measured (7 ok, 2 skipped, 3 failed)" in proc.stdout
+    assert "NOT COMPARED: 12 case(s) measured (7 ok, 2 skipped, 3 failed)" in proc.stdout
     html = (run_dir / "report.html").read_text()
     assert f"perfgate tensorboard {run_dir.resolve()}" in html
     table = pd.read_csv(run_dir / "report.csv")
@@ -63,3 +63,20 @@ def test_against_results_needs_the_comparison_module(tmp_path):
     else:
         assert proc.returncode == 0, proc.stderr
         assert "regression" in (run_dir / "summary.md").read_text()
+
+
+def test_re_rendering_a_compared_run_keeps_its_verdicts(tmp_path):
+    """`perfgate report RUN` with no --baseline re-renders a gated or compared run with the verdicts in its
+    comparison.json: it once rewrote the run's own summary.md and report.html as an uncompared run."""
+    run_dir = _results(tmp_path)
+    base = tmp_path / "base.json"
+    shutil.copy(DATA / "baseline.json", base)
+    compared = run_cli("compare", str(run_dir), str(base))
+    assert compared.returncode == 0 and (run_dir / "comparison.json").is_file(), compared.stderr
+    # compare rewrote the run's reports with its verdicts, as `run --gate` does: they agree with comparison.json
+    assert "FAIL: " in (run_dir / "summary.md").read_text() and "regression" in (run_dir / "report.html").read_text()
+    proc = run_cli("report", str(run_dir / "results.json"), "--format", "md,json")
+    assert proc.returncode == 0, proc.stderr
+    assert "FAIL: " in proc.stdout and "NOT COMPARED" not in proc.stdout
+    summary = (run_dir / "summary.md").read_text()
+    assert "FAIL: " in summary and "### Regressions" in summary

@@ -24,5 +24,5 @@ def test_run_eager_rollout_writes_results(tmp_path):
     # the reports next to results.json, rewritten after each case (exporters)
     assert f"reports: {out.resolve() / 'report.html'}" in proc.stdout
     assert "operator_rollout" in (out / "report.html").read_text()
-    assert "NO BASELINE: 1 case(s) measured (1 ok" in (out / "summary.md").read_text()
+    assert "NOT COMPARED: 1 case(s) measured (1 ok" in (out / "summary.md").read_text()
     assert 'name="eager"' in (out / "junit.xml").read_text()

@@ -850,3 +850,15 @@ def test_a_lockstep_burst_whose_median_is_zero_has_no_ratio_and_never_crashes_th
     head = [1.1] * 10 + [1.1] * 10 + [1.1] * 10
     assert pair_log_ratio(base, head, [10, 10, 10], [10, 10, 10]) == pytest.approx(math.log(1.1))
     assert pair_log_ratio(head, base, [10, 10, 10], [10, 10, 10]) == pytest.approx(math.log(1 / 1.1))
+
+
+def test_a_verdict_the_rank_test_cannot_reach_says_the_ci_decided():
+    """3 pairs: Wilcoxon's smallest p is 0.25, printed beside a `regression`; the rule says why that p is
+    not the evidence (the CI is), where it once read as a significant change with p=0.25."""
+    base = [[1.00, 1.01, 1.00], [1.01, 1.00, 1.02], [1.00, 1.00, 1.01]]
+    head = [[1.20, 1.21, 1.20], [1.21, 1.20, 1.22], [1.20, 1.20, 1.21]]
+    few = time_change(base, head, paired=True, resamples=1000)
+    assert few.significant and few.p_value >= 0.05
+    assert "its p cannot fall below 0.05 with this few processes: the CI decides" in few.test
+    many = time_change(base * 3, head * 3, paired=True, resamples=1000)
+    assert many.significant and many.p_value < 0.05 and "the CI decides" not in many.test

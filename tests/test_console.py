@@ -81,3 +81,20 @@ def test_the_cli_prints_only_through_console_echo():
             if re.search(r"\bclick\.(echo|secho)\(|(?<![\w.])print\(|sys\.(stdout|stderr)\.write\(", line):
                 offenders.append(f"{path.name}:{n}: {line.strip()}")
     assert not offenders, offenders
+
+
+@pytest.mark.parametrize("metric, value, shown", [
+    ("flops_per_step", 33554432.0, "33554432"),
+    ("aten_ops_per_step", 44.0, "44"),
+    ("cpu_bytes_allocated_per_step", 3 * 2**20, "3 MiB"),
+    ("peak_rss_bytes", 187 * 2**20, "187 MiB"),
+    ("step_time", 377e-6, "377 us"),
+])
+def test_a_verdicts_values_print_alike_in_the_console_and_the_reports(metric, value, shown):
+    """The console's verdict table, summary.md, junit.xml and report.html show one value one way
+    (once the console printed flops 3.35544e+07 where the report said 33554432, and the reports a
+    per-step allocation in raw bytes where the console said MiB)."""
+    from perfgate.console import verdict_value
+    from perfgate.formatting import format_value
+
+    assert verdict_value(metric, value) == format_value(metric, value) == shown

@@ -102,6 +102,12 @@ def test_recommendation_for_eager_and_cases_that_cannot_run():
     rec = recommend(failed, None, None, 0.05)
     assert rec.action == "cannot run"
     assert "compile-error" in rec.reason and "Dynamo is not supported" in rec.reason
+    # an eager case that failed is no reference: nothing was measured against it (once "reference")
+    crashed = CaseResult(spec=CaseSpec("w", "smoke", ("eager",), "cpu"), status="failed", failure_class="crash",
+                         message="worker killed by SIGABRT")
+    rec = recommend(crashed, None, None, 0.05)
+    assert rec.action == "cannot run" and rec.reason == "failed: crash: worker killed by SIGABRT"
+    assert "eager did not run" in recommend(_ok("compile"), None, None, 0.05, eager_ran=False).reason
 
 
 def test_op_diff_orders_by_self_time_change():
@@ -160,3 +166,19 @@ def test_runner_after_case_leaves_a_report_when_the_run_dies(tmp_path, monkeypat
                        empty, tmp_path, after_case=lambda r: write_run_reports(r, tmp_path))
     assert "| `w/smoke/eager/cpu` | ok |" in (tmp_path / "summary.md").read_text()
     assert 'name="eager"' in (tmp_path / "junit.xml").read_text()
+
+
+def test_an_environment_entry_nothing_recorded_reads_none_not_null(tmp_path):
+    """A CPU machine has no CUDA version or driver, a fresh repository no commit: report.html's environment
+    table and its baseline difference say "none", never JSON's null or Python's None."""
+    import re
+
+    from perfgate.model import Comparison
+
+    run, _ = scenario()
+    run.environment.update(torch_cuda=None, nvidia_driver=None, git_commit=None)
+    comp = Comparison(verdicts=[], environment_diff={"torch_cuda": [None, "12.4"], "nvidia_driver": [None, "550.54"]})
+    write_run_reports(run, tmp_path, comp)
+    cells = re.findall(r'<td class="mono">([^<]*)</td>', (tmp_path / "report.html").read_text())
+    assert "null" not in cells and "None" not in cells
+    assert "none" in cells and "12.4" in cells

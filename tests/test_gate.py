@@ -73,6 +73,10 @@ def test_a_slower_rerun_fails_the_gate_naming_the_case(project):
     (v,) = [v for v in comparison["verdicts"] if v["metric"] == "step_time"]
     assert v["kind"] == "regression" and v["ratio_low"] > 1.0 and v["threshold"] == 0.5
     assert "step_time" in (root / "slow" / "summary.md").read_text()  # the reports carry the verdicts
+    # the re-measure, in the run's own folder, leaves the run's trace where results.json names it (its profile
+    # pass once replaced it, and `perfgate trace` and report.html named a missing file)
+    (case,) = json.loads((root / "slow" / "results.json").read_text())["cases"]
+    assert (root / "slow" / case["profile"]["trace_file"]).is_file()
 
     # the same verdict from the stored files, and the same exit code
     again = run_cli("compare", str(root / "slow"), str(next((root / "baselines").glob("*/smoke.json"))), "--gate",
@@ -156,6 +160,10 @@ def test_against_a_git_ref_runs_both_and_gates(tmp_path):
     assert data["mode"] == "against"
     base = json.loads((tmp_path / "ab" / "base" / "results.json").read_text())
     assert [c["key"] for c in base["cases"]] == [CASE]
+    # a finished --against run says so: results.json of both sides and the report's header
+    head = json.loads((tmp_path / "ab" / "results.json").read_text())
+    assert head["finished_at"] and base["finished_at"]
+    assert "still running" not in (tmp_path / "ab" / "report.html").read_text()
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
     assert len(worktrees.strip().splitlines()) == 1  # the temporary worktree is gone
 
@@ -380,7 +388,7 @@ def test_expectations_gate_a_run_without_a_baseline(tmp_path, rule, code):
     assert "no baseline to compare with" in proc.stdout and "Traceback" not in proc.stderr
     assert ("expectation missed: tiny/smoke/eager/cpu" in proc.stdout) == (code == 1)
     summary = (tmp_path / "r" / "summary.md").read_text()
-    assert "no baseline compared" in summary if code == 1 else "NO BASELINE" in summary
+    assert "no baseline compared" in summary if code == 1 else "NOT COMPARED" in summary
 
 
 def test_gate_without_a_baseline_or_expectations_is_a_usage_error_before_measuring(tmp_path):

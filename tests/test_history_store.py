@@ -378,3 +378,16 @@ def test_opening_an_up_to_date_store_does_not_import_alembic(tmp_path: Path) -> 
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_a_run_that_recorded_no_commit_is_not_given_todays_head(tmp_path):
+    """A run measured before the repository's first commit (or outside a checkout) recorded git_commit null;
+    `history add` later, at some commit, once filed it under that commit, beside the runs measured there."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "c"],
+                   cwd=tmp_path, check=True)
+    run = make_run(0, [1e-3] * 5)
+    run.environment["git_commit"] = None
+    assert ingest.record_from_run(run, None, tmp_path).commit is None
+    del run.environment["git_commit"]  # a file that never recorded one: git's at the time of `history add`
+    assert ingest.record_from_run(run, None, tmp_path).commit == ingest.git_commit_and_branch(tmp_path)[0]

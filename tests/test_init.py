@@ -70,7 +70,11 @@ def test_creates_pyproject_with_a_table_perfgate_reads(tmp_path):
     lines = proc.stdout.splitlines()
     assert [line.split()[0] for line in lines[:4]] == ["create"] * 4
     commands = [line.strip() for line in lines[lines.index("next:") + 1:] if line.startswith("  ")]
-    assert len(commands) == 3 and commands[0].startswith("perfgate run")
+    # the workloads committed before the baseline is made, so that the baseline records a commit that has
+    # them (a gate settles a changed case in lockstep against it); once the commit came last
+    assert len(commands) == 3 and commands[0].startswith("git add pyproject.toml workloads .github")
+    assert commands[1].startswith("perfgate run && perfgate baseline update")
+    assert commands[2].startswith("git add baselines")
 
 
 def test_merges_into_an_existing_pyproject_keeping_every_other_byte(tmp_path):

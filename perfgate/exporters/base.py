@@ -387,22 +387,23 @@ class CaseRow:
         return self.case.profile.get("trace_file")
 
 
-def recommend(case: CaseResult, speedup: Ratio | None, memory_change: float | None, threshold: float) -> Recommendation:
+def recommend(case: CaseResult, speedup: Ratio | None, memory_change: float | None, threshold: float,
+              eager_ran: bool = True) -> Recommendation:
     """The documented rule (docs/reports.md), judged against eager in the same run:
 
+    - a skipped or failed case: cannot run, with its reason (eager too);
     - eager itself is the reference;
-    - a skipped or failed case: cannot run, with its reason;
     - accuracy verdict "drift": avoid, whatever the speed;
     - speedup CI entirely above 1 + threshold: adopt;
     - speedup CI entirely below 1 - threshold: avoid (it is slower);
     - otherwise (CI within or straddling the band, or no eager to compare with): neutral.
     Memory growth never decides but is named in the reason, since it is the usual price of a speedup.
     """
-    if case.spec.toggles == ("eager",):
-        return Recommendation("reference", "eager fp32: what every other toggle is measured against")
     if case.status != STATUS_OK:
         cls = f"{case.failure_class}: " if case.failure_class else ""
         return Recommendation("cannot run", f"{case.status}: {cls}{first_line(case.message, 160)}".rstrip(": "))
+    if case.spec.toggles == ("eager",):
+        return Recommendation("reference", "eager fp32: what every other toggle is measured against")
     mem = ""
     if memory_change is not None and abs(memory_change - 1) >= 0.05:
         mem = f"; peak memory {memory_change:.2f}x eager"
@@ -414,7 +415,8 @@ def recommend(case: CaseResult, speedup: Ratio | None, memory_change: float | No
     if case.accuracy.get("amplified"):  # named, since its rel_l2 alone looks like drift
         mem = f"{mem}; accuracy {case.accuracy.get('reason', 'amplified by the dynamics, not damaged')}"
     if speedup is None:
-        return Recommendation("neutral", "no eager case in this run to compare with" + mem)
+        return Recommendation("neutral", ("no eager case in this run to compare with" if eager_ran else
+                                          "eager did not run here (skipped or failed): nothing to compare with") + mem)
     band = f"{threshold * 100:.0f}%"
     if speedup.low > 1 + threshold:
         return Recommendation("adopt", f"{speedup.value:.2f}x faster, CI [{speedup.low:.2f}, {speedup.high:.2f}] "
@@ -665,7 +667,8 @@ class ReportInput:
             row = CaseRow(
                 case=c, step_time=summaries[c.key], speedup=speedup, verdicts=vs,
                 memory_bytes=mem, memory_change=mem_change,
-                recommendation=recommend(c, speedup, mem_change, self.threshold),
+                recommendation=recommend(c, speedup, mem_change, self.threshold,
+                                         eager_ran=eager_key not in summaries or summaries[eager_key] is not None),
                 baseline_case=base_case, bound=roofline.case_bound(c, run.ceilings),
             )
             if c.status == STATUS_OK and row.has_regression:
@@ -765,8 +768,9 @@ def banner(report: ReportInput) -> Banner:
         if ev.gate_failed:
             return Banner("fail", f"FAIL: {len(ev.failing)} expectation(s) missed ({runs}); no baseline compared"
                                   f"{exp}", {})
-        return Banner("no-baseline", f"NO BASELINE: {len(report.run.cases)} case(s) measured ({runs}); "
-                                     f"nothing was compared{exp}", {})
+        # not "no baseline": a plain `perfgate run` compares with none even where one is stored
+        return Banner("no-baseline", f"NOT COMPARED: {len(report.run.cases)} case(s) measured "
+                                     f"({runs}){exp}", {})
     c = comp.counts()
     parts = f"{c['regression']} regression(s), {c['newly-failing']} newly failing, {c['win']} win(s), " \
             f"{c['inconclusive']} inconclusive" + (f", {c['acknowledged']} acknowledged" if c["acknowledged"] else "")

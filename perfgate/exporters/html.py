@@ -7,7 +7,6 @@ No scripts, no external fonts, no network: a Content-Security-Policy forbids all
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shlex
@@ -30,6 +29,7 @@ from perfgate.exporters.base import (
 from perfgate.formatting import (
     format_bytes,
     format_count,
+    format_environment,
     format_rate,
     format_ratio,
     format_value,
@@ -324,10 +324,7 @@ def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | No
 
 
 def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
-    out = []
-    for k, v in env.items():
-        out.append((str(k), v if isinstance(v, str) else json.dumps(v, default=str)))
-    return out
+    return [(str(k), format_environment(v)) for k, v in env.items()]
 
 
 def _trend_anchor(case_key: str) -> str:
@@ -375,6 +372,7 @@ def _template() -> jinja2.Template:
     env.filters["breakable"] = _breakable
     env.filters["keep_units"] = _keep_units
     env.globals["format_value"] = format_value
+    env.filters["environment"] = format_environment
     env.globals["count"] = format_count
     env.globals["verdict_display"] = verdict_display
     env.globals["ratio_text"] = format_ratio

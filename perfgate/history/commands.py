@@ -26,7 +26,7 @@ def add(settings: Settings, runs: Sequence[str], url: str | None, commit: str | 
         for record, added in ingest.add_records(store, records):
             what = "added" if added else "already in history"
             lines.append(f"{what}: {record.run_id} ({len(record.cases)} case(s), commit "
-                         f"{(record.commit or '?')[:12]}, branch {record.branch or '?'}) -> {store.describe()}")
+                         f"{(record.commit or 'none')[:12]}, branch {record.branch or 'none'}) -> {store.describe()}")
     return lines
 
 

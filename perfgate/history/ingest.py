@@ -76,13 +76,15 @@ def case_measurements(case: CaseResult) -> list[dict[str, Any]]:
 def record_from_run(run: RunResult, source: str | None, root: Path, commit: str | None = None,
                     branch: str | None = None) -> RunRecord:
     """The store's record of ``run``. Commit and branch: the overrides, else the run's environment
-    (git_commit, git_branch), else git at ``root`` now."""
+    (git_commit, git_branch), else git at ``root`` now; a run that recorded git_commit as null (measured
+    outside a checkout, or before its first commit) keeps no commit rather than today's HEAD."""
     env = run.environment
     run_commit = commit or env.get("git_commit")
     run_branch = branch or env.get("git_branch")
     if not run_commit or not run_branch:
         git_commit, git_branch = git_commit_and_branch(root)
-        run_commit = run_commit or git_commit
+        if commit is None and "git_commit" not in env:
+            run_commit = git_commit
         run_branch = run_branch or git_branch
     if not isinstance(run.run_id, str) or not run.run_id.strip() or len(run.run_id) > 255:
         raise HistoryError(f"{source}: run_id must be a non-empty string of at most 255 characters, got {run.run_id!r:.80}")

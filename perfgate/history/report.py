@@ -44,7 +44,7 @@ class TrendChart:
 def _title(p: Point, metric: str) -> str:
     ci = (f" [{format_value(metric, p.ci_low)} .. {format_value(metric, p.ci_high)}]"
           if p.ci_low is not None and p.ci_high is not None else "")
-    return (f"commit {(p.commit or '?')[:12]} · run {p.run_id} · {p.started_at} · "
+    return (f"commit {(p.commit or 'none')[:12]} · run {p.run_id} · {p.started_at} · "
             f"{format_value(metric, p.value)}{ci}")
 
 
@@ -59,7 +59,9 @@ def trend_chart(points: Sequence[Point], analysis: SeriesAnalysis) -> TrendChart
     lows = [p.ci_low if p.ci_low is not None else p.value for p in pts]
     highs = [p.ci_high if p.ci_high is not None else p.value for p in pts]
     lo, hi = min(lows), max(highs)
-    pad = (hi - lo) * 0.06 or abs(hi) * 0.05 or 1.0
+    # at least +/-2% of the value: a flat series (one run, or runs a few ns apart) otherwise gets five y ticks
+    # that all print as the same 3-digit value
+    pad = max((hi - lo) * 0.06, abs(hi) * 0.02) or 1.0
     lo, hi = lo - pad, hi + pad
     x0, x1, y0, y1 = LEFT, WIDTH - RIGHT, HEIGHT - BOTTOM, TOP
     n = len(pts)
@@ -97,7 +99,9 @@ def trend_chart(points: Sequence[Point], analysis: SeriesAnalysis) -> TrendChart
         chart.findings.append(text)
     for k in range(5):
         v = lo + (hi - lo) * k / 4
-        chart.yticks.append((sy(v), format_value(metric, v)))
+        label = format_value(metric, v)
+        if not chart.yticks or chart.yticks[-1][1] != label:  # never the same label twice
+            chart.yticks.append((sy(v), label))
     for i in sorted({0, n // 2, n - 1}):
         chart.xticks.append((sx(i), (pts[i].commit or pts[i].run_id)[:8]))
     return chart
