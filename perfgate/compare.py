@@ -890,6 +890,13 @@ def _status_verdict(key: str, base: CaseResult | None, cur: CaseResult | None) -
         return Verdict(key, STATUS, "new", rule="case not in the baseline",
                        advice="`perfgate baseline update` adds it once the change is merged")
     if cur.status == STATUS_SKIPPED:
+        if base.status == STATUS_OK:  # a case that stops running stops measuring: nothing it measured is judged
+            return Verdict(key, STATUS, "newly-failing",
+                           rule=f"ran in the baseline, skipped now: {(cur.message or '').strip()[:200]}",
+                           advice="the case no longer runs here, so none of its regressions can be seen: if "
+                                  "the change means it (a toggle this code no longer supports), update the "
+                                  "baseline with the change; if the machine lost something (a CUDA device, a "
+                                  "Python torch.compile supports), fix the runner")
         return Verdict(key, STATUS, "skipped", rule=f"skipped now: {(cur.message or '').strip()[:200]}")
     if cur.status == STATUS_FAILED:
         if base.status == STATUS_OK:
@@ -1116,7 +1123,9 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
                                       rule=f"the {first} was faster; the re-measure gave no step time to confirm "
                                            f"it ({n.kind}: {n.rule})")
             continue
-        if n.kind == v.kind:
+        if n.kind == "newly-failing":  # the re-measure failed, or could not run the case at all
+            verdicts[i] = replace(n, rule=f"{n.rule} (in the re-measure; the {first} {was})")
+        elif n.kind == v.kind:
             verdicts[i] = replace(n, rule=f"{n.rule}; confirmed by a re-measure ({first})")
         elif n.kind in ("regression", "win"):  # two measurements that contradict each other decide nothing
             verdicts[i] = replace(n, kind="inconclusive",

@@ -338,7 +338,7 @@ def test_status_verdicts_and_every_kind_is_produced():
     g = lambda m=1e-3: groups(rnd, 4, m, 0.005, 0.005)  # noqa: E731
     base = run(
         case("eager", g(), metrics={"aten_ops_per_step": 10, "peak_rss_bytes": 100e6}),
-        case("compile", g()), case("amp-bf16", status="failed"), case("tf32", g()), case("gone", g()),
+        case("compile", g()), case("amp-bf16", status="failed"), case("tf32", status="skipped"), case("gone", g()),
         case("slow", g()), case("fast", g(1.3e-3)), case("noisy", groups(rnd, 2, 1e-3, 0.2, 0.01)),
         case("known", g()),
     )
@@ -725,11 +725,13 @@ def test_a_re_measure_or_lockstep_pair_that_yields_no_step_time_never_clears_a_r
     gate = GateSettings(bootstrap_resamples=1000, run_to_run=0.01)
     cmp = compare_runs(cur, base, gate)
     assert [v.kind for v in cmp.verdicts] == ["regression"]
-    for again in (case("eager", status="skipped"), case("eager", [])):
-        confirmed, _ = confirm_regressions(cmp, cur, gate, lambda key, again=again: (again, None))
-        (v,) = confirmed.verdicts
-        assert v.kind == "regression" and v.metric == "step_time" and "the re-measure" in v.rule, v
-        assert confirmed.gate_failed
+    confirmed, _ = confirm_regressions(cmp, cur, gate, lambda key: (case("eager", []), None))
+    (v,) = confirmed.verdicts
+    assert v.kind == "regression" and v.metric == "step_time" and "the re-measure" in v.rule, v
+    assert confirmed.gate_failed
+    # a re-measure skipped where the baseline ran fails the gate in its own right (newly-failing, below)
+    skipped, _ = confirm_regressions(cmp, cur, gate, lambda key: (case("eager", status="skipped"), None))
+    assert skipped.gate_failed and [v.kind for v in skipped.verdicts] == ["newly-failing"]
     failed, _ = confirm_regressions(cmp, cur, gate, lambda key: (case("eager", status="failed"), None))
     assert failed.gate_failed  # a re-measure that fails: newly failing, as before
     settled, _, keys = settle_in_lockstep(cmp, lambda key: (case("eager", []), base.cases[0]), gate, commit="a" * 40)
@@ -739,7 +741,7 @@ def test_a_re_measure_or_lockstep_pair_that_yields_no_step_time_never_clears_a_r
     faster = run(case("eager", groups(rnd, 4, 0.7e-3, 0.002, 0.002)))
     won = compare_runs(faster, base, gate)
     assert [v.kind for v in won.verdicts] == ["win"]
-    unconfirmed, _ = confirm_regressions(won, faster, gate, lambda key: (case("eager", status="skipped"), None),
+    unconfirmed, _ = confirm_regressions(won, faster, gate, lambda key: (case("eager", []), None),
                                          kinds=("regression", "win"))
     (v,) = unconfirmed.verdicts
     assert v.kind == "inconclusive" and "no step time to confirm" in v.rule, v
@@ -824,6 +826,29 @@ def test_a_case_skipped_in_the_baseline_that_fails_now_is_newly_failing():
     assert v.kind == "newly-failing" and v.fails_gate and "skipped in the baseline" in v.rule, v
     (v,) = judge_case("k", case("compile", status="failed"), case("compile", status="failed"), GateSettings())
     assert v.kind == "unchanged" and "failed in the baseline and now" in v.rule
+
+
+def test_a_case_that_ran_in_the_baseline_and_is_skipped_now_fails_the_gate():
+    """Before 2026-11-26 a case that ran ok in the baseline and is skipped now was `skipped`, which passes: a
+    pull request that makes a case's toggle requirements fail (or a GPU runner that lost its CUDA device,
+    where every cuda case skips) passed every regression those cases would have shown. Now it is
+    `newly-failing`, naming the skip; skipped on both sides stays `skipped`, and a re-measure that cannot
+    run the case fails the gate too, saying it was the re-measure."""
+    rnd = random.Random(26)
+    ran = case("amp-fp16", groups(rnd, 4, 1e-3, 0.01, 0.01))
+    (v,) = judge_case("k", ran, case("amp-fp16", status="skipped"), GateSettings())
+    assert v.kind == "newly-failing" and v.fails_gate, v
+    assert "ran in the baseline, skipped now: needs CUDA" in v.rule and "update the baseline" in v.advice
+    (v,) = judge_case("k", case("amp-fp16", status="skipped"), case("amp-fp16", status="skipped"), GateSettings())
+    assert v.kind == "skipped" and not v.fails_gate
+    base = run(ran)
+    slower = run(case("amp-fp16", groups(rnd, 4, 1.3e-3, 0.002, 0.002)))
+    gate = GateSettings(bootstrap_resamples=1000, run_to_run=0.01)
+    cmp = compare_runs(slower, base, gate)
+    assert [v.kind for v in cmp.verdicts] == ["regression"]
+    again, _ = confirm_regressions(cmp, slower, gate, lambda key: (case("amp-fp16", status="skipped"), None))
+    (v,) = again.verdicts
+    assert v.kind == "newly-failing" and "(in the re-measure; the first measurement" in v.rule and again.gate_failed
 
 
 def test_a_one_process_baseline_says_the_baseline_is_what_cannot_settle():
