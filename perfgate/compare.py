@@ -168,9 +168,15 @@ _VALID_KEYS = (*_FLOAT_KEYS, "remeasure", "settle_in_lockstep", "adaptive", "boo
                *_TABLE_KEYS)
 
 
+# integer keys with a ceiling: a bootstrap of 10^12 resamples was a MemoryError (exit 3) or minutes of swapping
+HIGHEST = {"bootstrap_resamples": 1_000_000}
+
+
 def _number(value: Any, what: str, low: float = 0.0, high: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"[tool.perfgate.gate] {what} must be a number, got {value!r}")
+    if not math.isfinite(value):  # TOML spells nan and inf; a nan threshold made every regression "unchanged"
+        raise ConfigError(f"[tool.perfgate.gate] {what} must be a finite number, got {value!r}")
     if value < low or (high is not None and value > high):
         bound = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
         raise ConfigError(f"[tool.perfgate.gate] {what} must be {bound}, got {value!r}")
@@ -209,8 +215,10 @@ def parse_gate(raw: Any) -> GateSettings:
     for k, low in lowest.items():
         if k in raw:
             v = raw[k]
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ConfigError(f"[tool.perfgate.gate] {k} must be an integer >= {low}, got {v!r}")
+            high = HIGHEST.get(k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
+                bound = f"from {low} to {high}" if high is not None else f">= {low}"
+                raise ConfigError(f"[tool.perfgate.gate] {k} must be an integer {bound}, got {v!r}")
             kw[k] = v
     for k in _TABLE_KEYS:
         if k in raw:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
@@ -436,6 +437,14 @@ def test_thresholds_per_workload_toggle_and_calibration():
     ({"remeasure": 1}, 'remeasure must be true, false or "stored"'),
     ({"settle_in_lockstep": "yes"}, "settle_in_lockstep must be true or false"),
     ({"adaptive": 0}, "adaptive must be true or false"),
+    # TOML spells nan and inf: a nan threshold compared False with every change, and the gate passed a 50% regression
+    ({"threshold": math.nan}, "threshold must be a finite number, got nan"),
+    ({"threshold": math.inf}, "threshold must be a finite number, got inf"),
+    ({"memory_tolerance": math.nan}, "memory_tolerance must be a finite number"),
+    ({"confidence": math.nan}, "confidence must be a finite number"),
+    ({"workloads": {"w": math.nan}}, r"workloads\.w must be a finite number"),
+    ({"toggles": {"compile": {"threshold": math.inf}}}, r"toggles\.compile must be a finite number"),
+    ({"bootstrap_resamples": 10**12}, "bootstrap_resamples must be an integer from 100 to 1000000"),
 ])
 def test_gate_config_is_validated(raw, message):
     with pytest.raises(ConfigError, match=message):
@@ -696,3 +705,19 @@ def test_a_process_that_sampled_several_layouts_is_the_median_of_them():
     grouped = time_change(base, head, resamples=500, quantile=0.1, head_layouts=[[3, 3, 3, 3]] * 6)
     assert grouped.ratio == pytest.approx(1.0)
     assert time_change(base, head, resamples=500, quantile=0.1).ratio == pytest.approx(0.75)
+
+
+def test_a_nan_threshold_in_the_configuration_is_exit_2_not_a_passing_gate(tmp_path):
+    """`threshold = nan` (valid TOML) made `compare --gate` call a 50% slower run unchanged and exit 0."""
+    from conftest import run_cli
+
+    rnd = random.Random(4)
+    base = run(case("eager", groups(rnd, 3, 1e-3, 0.001, 0.001)))
+    head = run(case("eager", groups(rnd, 3, 1.5e-3, 0.001, 0.001)))
+    (tmp_path / "base.json").write_text(json.dumps(base.to_json()))
+    (tmp_path / "head.json").write_text(json.dumps(head.to_json()))
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\n[tool.perfgate.gate]\nthreshold = nan\n")
+    proc = run_cli("compare", "head.json", "base.json", "--gate", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "perfgate: error: [tool.perfgate.gate] threshold must be a finite number, got nan"]
