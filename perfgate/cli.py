@@ -18,6 +18,7 @@ from perfgate import config as config_mod
 from perfgate.config import ConfigError
 from perfgate.console import echo
 from perfgate.model import SchemaError
+from perfgate.storage import UnwritableError
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
@@ -41,6 +42,8 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(exc), EXIT_USAGE)
         except InfrastructureError as exc:
             fail(str(exc), EXIT_INFRA)
+        except UnwritableError as exc:  # a read-only or full disk, a parent that is a file: unwritable output
+            fail(str(exc), EXIT_USAGE)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM where a command turns it into one (run --against)
             fail("interrupted; temporary worktrees were removed", EXIT_INTERRUPTED)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
