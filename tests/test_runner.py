@@ -178,6 +178,18 @@ def test_latest_names_only_a_run_folder_of_the_reports_folder(tmp_path, latest):
     assert latest_run_dir(reports) == reports / "run"
 
 
+@pytest.mark.parametrize("text, fixed", [("42", True), ("\u00b2", False), ("\u0664\u0662", False), ("x", False)])
+def test_a_layout_seed_that_is_no_plain_integer_draws_one(monkeypatch, text, fixed):
+    """PERFGATE_LAYOUT_SEED='²' passed str.isdigit() and then failed int(): exit 3 at the run's first layout."""
+    from perfgate import layout
+
+    monkeypatch.setenv(layout.LAYOUT_SEED_ENV, text)
+    monkeypatch.setattr(layout, "_seed", [])
+    seed = layout.run_seed()
+    assert isinstance(seed, int) and (seed == 42) == fixed
+    assert isinstance(layout.reseed(1), int)
+
+
 def test_worker_env_pins_threads():
     env = worker_env(3)
     assert env["OMP_NUM_THREADS"] == "3" and env["MKL_NUM_THREADS"] == "3"
