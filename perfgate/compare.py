@@ -444,6 +444,9 @@ def _widen(low: float, high: float, t_result: Any, confidence: float) -> tuple[f
     return min(low, t_low), max(high, t_high)
 
 
+# a step-time ratio's bounds stay within 1e-9..1e9 (in log space): a wider interval says no more, and
+# exp() of its raw bound overflowed
+LOG_RATIO_LIMIT = math.log(1e9)
 BOOTSTRAP_BATCH = 500  # resamples per batch: the Walsh averages of a batch stay a few MB
 
 
@@ -592,6 +595,11 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
         test += f", CI + {run_to_run * 100:g}% run-to-run"
     excludes_one = low > 0 or high < 0
     significant = excludes_one and (p < alpha or not reachable)
+    # A t interval with about one degree of freedom at a late look's level (a file of 1,000 one-sample
+    # processes against two) reaches thousands in log space: math.exp overflowed (exit 3). Such an interval
+    # says "no evidence" at any width; clamped, it reads as a ratio of up to 1e9.
+    low, high = max(low, -LOG_RATIO_LIMIT), min(high, LOG_RATIO_LIMIT)
+    estimate = min(max(estimate, -LOG_RATIO_LIMIT), LOG_RATIO_LIMIT)
     return TimeChange(
         ratio=math.exp(estimate), low=math.exp(low), high=math.exp(high), p_value=p, significant=significant,
         paired=paired, n_base=len(base_groups), n_head=len(head_groups), test=test, process_level=process_level,

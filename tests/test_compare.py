@@ -721,3 +721,16 @@ def test_a_nan_threshold_in_the_configuration_is_exit_2_not_a_passing_gate(tmp_p
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "perfgate: error: [tool.perfgate.gate] threshold must be a finite number, got nan"]
+
+
+def test_an_interval_wider_than_a_float_holds_is_clamped_not_an_overflow():
+    """1,000 one-sample head processes against two base processes, at a late look's level: the Welch t
+    interval (about one degree of freedom) reached thousands in log space and math.exp overflowed (exit 3
+    from `perfgate compare`). The bounds are clamped to 1e-9..1e9: no evidence, inconclusive."""
+    from perfgate.compare import time_change
+
+    base = [[0.001953, 0.001993, 0.001995, 0.002001, 0.002005], [0.001996, 0.001997, 0.002008, 0.002013, 0.002038]]
+    head = [[0.002 + (i % 1000) * 1e-9] for i in range(1000)]
+    change = time_change(base, head, confidence=0.999999, resamples=200)
+    assert 1e-9 * 0.999 <= change.low <= change.ratio <= change.high <= 1e9 * 1.001
+    assert change.high > 1e6 and not change.significant
