@@ -6,6 +6,7 @@ Exit codes: 0 ok | 1 the gate failed | 2 usage or configuration error | 3 infras
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from perfgate import config as config_mod
 from perfgate.config import ConfigError
 from perfgate.console import echo
 from perfgate.model import SchemaError
+from perfgate.storage import UnwritableError
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
@@ -41,6 +43,8 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(exc), EXIT_USAGE)
         except InfrastructureError as exc:
             fail(str(exc), EXIT_INFRA)
+        except UnwritableError as exc:  # a read-only or full disk, a parent that is a file: unwritable output
+            fail(str(exc), EXIT_USAGE)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM where a command turns it into one (run --against)
             fail("interrupted; temporary worktrees were removed", EXIT_INTERRUPTED)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
@@ -68,7 +72,42 @@ def load_settings(config: str | None) -> config_mod.Settings:
     return settings
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class FiniteFloat(click.FloatRange):
+    """click.FloatRange that also refuses nan and inf: ``nan < 1`` is false, so FloatRange(min=1) let
+    `--timeout nan` and `--max-case-s nan` through (every later comparison false: no timeout, no budget)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number ({self._describe_range()})", param, ctx)
+        return number
+
+
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
+
+
+class OneLineErrors(click.Group):
+    """The top-level group: a usage error (an unknown option, a bad value, a missing argument) is one line
+    `perfgate: error: ...` and exit 2, like every other error, not click's usage block."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except _NO_ARGS_IS_HELP as exc:  # a bare `perfgate` or `perfgate baseline`: the help, as click shows it
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            where = f" (`{exc.ctx.command_path} --help` says what is valid)" if exc.ctx is not None else ""
+            fail(" ".join(exc.format_message().split()).rstrip(".") + where, exc.exit_code)
+        except click.ClickException as exc:
+            fail(" ".join(exc.format_message().split()), exc.exit_code)
+        except click.exceptions.Abort:
+            fail("aborted", EXIT_INTERRUPTED)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="perfgate")
 def main() -> None:
     """perfgate: run standard PyTorch workloads under each optimization toggle, measure them honestly,
@@ -136,10 +175,10 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
               help="Exactly this many worker processes per case (turns adaptive sampling off).")
 @click.option("--max-processes", type=click.IntRange(min=1), default=None,
               help="Adaptive sampling: at most this many worker processes per case and side (default 16).")
-@click.option("--max-case-s", "max_case_s", type=click.FloatRange(min=1), default=None,
+@click.option("--max-case-s", "max_case_s", type=FiniteFloat(min=1), default=None,
               help="Adaptive sampling: about this many seconds of measuring per case at most (default 60).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads per worker (default 1).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=None, help="Seconds per worker process.")
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=None, help="Seconds per worker process.")
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="Timed samples per process.")
 @click.option("--max-memory-mb", "max_memory_mb", type=click.IntRange(min=1), default=None,
               help="Address-space limit per worker (MB); an allocation past it fails the case as oom.")
@@ -556,7 +595,7 @@ def history_report_cmd(config: str | None, history_url: str | None, patterns: tu
 @click.option("--metric", default="step_time", show_default=True, help="Only step_time is bisected.")
 @click.option("--processes", type=click.IntRange(min=1), default=None, help="Worker process pairs per measurement.")
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="Timed samples per process.")
-@click.option("--threshold", type=click.FloatRange(min=0.001), default=None,
+@click.option("--threshold", type=FiniteFloat(min=0.001), default=None,
               help="Relative change that counts as the step (default: half of GOOD..BAD's measured change).")
 @handle_errors
 def bisect_cmd(config: str | None, good: str, bad: str, case: str, metric: str, processes: int | None,

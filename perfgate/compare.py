@@ -170,9 +170,15 @@ _VALID_KEYS = (*_FLOAT_KEYS, "remeasure", "settle_in_lockstep", "adaptive", "boo
                *_TABLE_KEYS)
 
 
+# integer keys with a ceiling: a bootstrap of 10^12 resamples was a MemoryError (exit 3) or minutes of swapping
+HIGHEST = {"bootstrap_resamples": 1_000_000}
+
+
 def _number(value: Any, what: str, low: float = 0.0, high: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"[tool.perfgate.gate] {what} must be a number, got {value!r}")
+    if not math.isfinite(value):  # TOML spells nan and inf; a nan threshold made every regression "unchanged"
+        raise ConfigError(f"[tool.perfgate.gate] {what} must be a finite number, got {value!r}")
     if value < low or (high is not None and value > high):
         bound = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
         raise ConfigError(f"[tool.perfgate.gate] {what} must be {bound}, got {value!r}")
@@ -211,8 +217,10 @@ def parse_gate(raw: Any) -> GateSettings:
     for k, low in lowest.items():
         if k in raw:
             v = raw[k]
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ConfigError(f"[tool.perfgate.gate] {k} must be an integer >= {low}, got {v!r}")
+            high = HIGHEST.get(k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
+                bound = f"from {low} to {high}" if high is not None else f">= {low}"
+                raise ConfigError(f"[tool.perfgate.gate] {k} must be an integer {bound}, got {v!r}")
             kw[k] = v
     for k in _TABLE_KEYS:
         if k in raw:
@@ -438,6 +446,9 @@ def _widen(low: float, high: float, t_result: Any, confidence: float) -> tuple[f
     return min(low, t_low), max(high, t_high)
 
 
+# a step-time ratio's bounds stay within 1e-9..1e9 (in log space): a wider interval says no more, and
+# exp() of its raw bound overflowed
+LOG_RATIO_LIMIT = math.log(1e9)
 BOOTSTRAP_BATCH = 500  # resamples per batch: the Walsh averages of a batch stay a few MB
 
 
@@ -592,6 +603,11 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
         test += f", CI + {run_to_run * 100:g}% run-to-run"
     excludes_one = low > 0 or high < 0
     significant = excludes_one and (p < alpha or not reachable)
+    # A t interval with about one degree of freedom at a late look's level (a file of 1,000 one-sample
+    # processes against two) reaches thousands in log space: math.exp overflowed (exit 3). Such an interval
+    # says "no evidence" at any width; clamped, it reads as a ratio of up to 1e9.
+    low, high = max(low, -LOG_RATIO_LIMIT), min(high, LOG_RATIO_LIMIT)
+    estimate = min(max(estimate, -LOG_RATIO_LIMIT), LOG_RATIO_LIMIT)
     return TimeChange(
         ratio=math.exp(estimate), low=math.exp(low), high=math.exp(high), p_value=p, significant=significant,
         paired=paired, n_base=len(base_groups), n_head=len(head_groups), test=test, process_level=process_level,

@@ -11,8 +11,8 @@ from typing import Any
 
 from perfgate.stats import format_seconds
 
-__all__ = ["format_bytes", "format_count", "format_environment", "format_rate", "format_ratio", "format_seconds",
-           "format_value", "trend_anchor"]
+__all__ = ["inert", "format_bytes", "format_count", "format_environment", "format_rate", "format_ratio",
+           "format_seconds", "format_value", "trend_anchor"]
 
 
 def format_bytes(n: float | None) -> str:
@@ -71,3 +71,14 @@ def format_value(metric: str, x: float | None) -> str:
 def trend_anchor(case_key: str, metric: str) -> str:
     """The element id of a case's chart in history.html: report.html links there."""
     return "trend-" + re.sub(r"[^A-Za-z0-9_-]+", "-", f"{case_key}-{metric}").strip("-")
+
+
+# A CSV cell a spreadsheet would read as a formula (OWASP "CSV injection"): a workload name, branch or
+# failure message of `=HYPERLINK("https://...")` or `@SUM(...)` from an untrusted results.json ran as one
+# when report.csv or `history show --format csv` was opened. Such text gets a leading ' (text; inert).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def inert(value: object) -> object:
+    """``value``, with a ' in front where it is text a spreadsheet would take for a formula."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value

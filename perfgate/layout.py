@@ -106,12 +106,17 @@ def padded_json(obj: Any, end: str = "") -> str:
 _seed: list[int] = []  # this run's layout seed, once drawn
 
 
+def _plain_digits(text: str) -> bool:
+    """An integer int() reads: ASCII digits, at most 18 (str.isdigit() also passes '²', which int() refuses)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
+
+
 def run_seed() -> int:
     """This run's layout seed: ``PERFGATE_LAYOUT_SEED`` when set to an integer, else drawn once per
     orchestrating process, so two runs sample different layouts and neither is "the" layout."""
     if not _seed:
         text = os.environ.get(LAYOUT_SEED_ENV, "").strip()
-        _seed.append(int(text) if text.isdigit() and len(text) <= 18 else secrets.randbits(32))
+        _seed.append(int(text) if _plain_digits(text) else secrets.randbits(32))
     return _seed[0]
 
 
@@ -120,7 +125,7 @@ def reseed(offset: int) -> int:
     see what separate runs see): the seed ``PERFGATE_LAYOUT_SEED`` + ``offset`` when that is set, else a
     fresh one. Returns it."""
     text = os.environ.get(LAYOUT_SEED_ENV, "").strip()
-    _seed[:] = [int(text) + offset if text.isdigit() and len(text) <= 18 else secrets.randbits(32)]
+    _seed[:] = [int(text) + offset if _plain_digits(text) else secrets.randbits(32)]
     return _seed[0]
 
 

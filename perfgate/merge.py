@@ -150,6 +150,16 @@ def _first_difference(a: dict[str, Any], b: dict[str, Any], keys: Sequence[str])
     return None
 
 
+def shard_indices(shard: dict[str, Any] | None) -> list[int]:
+    """The shard numbers a run's shard record holds: its ``index`` (`run --shard`), or the ``merged`` list of a
+    run `perfgate merge` wrote (merged again, it stands for those shards), else none."""
+    if not shard:
+        return []
+    if shard.get("index") is not None:
+        return [shard["index"]]
+    return list(shard.get("merged") or [])
+
+
 def check_compatible(runs: Sequence[tuple[Path, RunResult, Any]]) -> None:
     """Raise ConfigError unless every run is a part of the same measurement as the first."""
     first_path, first, first_schema = runs[0]
@@ -175,8 +185,7 @@ def check_compatible(runs: Sequence[tuple[Path, RunResult, Any]]) -> None:
                 shard and (shard.get("count"), shard.get("plan")) != (shard0.get("count"), shard0.get("plan"))):
             raise ConfigError(f"{where}: not a shard of the same plan as {first_path} "
                               "(different --shard N, selection or unsharded run)")
-        if shard:
-            index = shard.get("index")
+        for index in shard_indices(shard):
             if index in shard_seen:
                 raise ConfigError(f"{where}: shard {index}/{shard.get('count')} was already given by {shard_seen[index]}")
             shard_seen[index] = path
@@ -258,7 +267,7 @@ def merge_runs(paths: Sequence[str | Path], out_dir: str | Path) -> tuple[RunRes
         plan = shard0.get("plan", [])
         order = {k: i for i, k in enumerate(plan)}
         cases.sort(key=lambda c: order.get(c.key, len(order)))
-        merged = sorted(r.settings["shard"]["index"] for _, r, _ in runs)
+        merged = sorted(i for _, r, _ in runs for i in shard_indices(r.settings.get("shard")))
         absent = [i for i in range(1, shard0["count"] + 1) if i not in merged]
         have = {c.key for c in cases}
         missing = [k for k in plan if k not in have]

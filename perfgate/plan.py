@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from perfgate.config import DEVICES, ConfigError, Suite
-from perfgate.model import CaseSpec
+from perfgate.model import MAX_SHARDS, CaseSpec
 
 
 @dataclass(frozen=True)
@@ -191,12 +192,18 @@ class Shard:
         return f"{self.index}/{self.count}"
 
 
+_SHARD = re.compile(r"\s*([0-9]{1,9})\s*/\s*([0-9]{1,9})\s*")  # ASCII digits: str.isdigit() passed '²' to int()
+
+
 def parse_shard(text: str) -> Shard:
-    """``"I/N"`` -> Shard; ConfigError for anything else (1 <= I <= N)."""
-    parts = text.strip().split("/")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+    """``"I/N"`` -> Shard; ConfigError for anything else (1 <= I <= N <= MAX_SHARDS, what merge and every
+    reader of results.json accept)."""
+    m = _SHARD.fullmatch(text)
+    if m is None:
         raise ConfigError(f"--shard {text!r} is not I/N; write e.g. --shard 1/4 (shards numbered from 1)")
-    index, count = (int(p) for p in parts)
+    index, count = int(m.group(1)), int(m.group(2))
+    if count > MAX_SHARDS:
+        raise ConfigError(f"--shard {text!r}: N must be at most {MAX_SHARDS}, e.g. --shard 1/4")
     if count < 1 or not 1 <= index <= count:
         raise ConfigError(f"--shard {text!r}: I must be between 1 and N and N at least 1, e.g. --shard 1/{max(count, 1)}")
     return Shard(index, count)

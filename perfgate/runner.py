@@ -652,12 +652,34 @@ def mark_latest(reports_dir: Path, run_dir: Path) -> None:
     atomic_write_text(reports_dir / LATEST_FILE, run_dir.name + "\n")
 
 
+def _latest_named(reports_dir: Path, marker: Path) -> Path | None:
+    """The run folder LATEST names, or None where it names none perfgate could have written: LATEST holds one
+    folder name of ``reports_dir`` (a name with a separator, ``..``, an absolute path, a link out of the
+    folder, bytes that are not UTF-8 or a file of any size are ignored, as a missing LATEST is)."""
+    try:
+        with open(marker, "rb") as fh:
+            name = fh.read(4096).decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        return None
+    cand = reports_dir / name
+    try:
+        if cand.resolve().parent != reports_dir.resolve():
+            return None
+    except (OSError, RuntimeError):
+        return None
+    return cand
+
+
 def latest_run_dir(reports_dir: Path) -> Path | None:
     """The newest run under ``reports_dir``: the one LATEST names, else the newest results.json."""
     marker = reports_dir / LATEST_FILE
     if marker.is_file():
-        cand = reports_dir / marker.read_text().strip()
-        if (cand / "results.json").is_file():
+        cand = _latest_named(reports_dir, marker)
+        if cand is not None and (cand / "results.json").is_file():
             return cand
-    runs = sorted(reports_dir.glob("*/results.json"), key=lambda p: p.stat().st_mtime)
+    inside = reports_dir.resolve()
+    runs = sorted((p for p in reports_dir.glob("*/results.json") if p.parent.resolve().parent == inside),
+                  key=lambda p: p.stat().st_mtime)  # a folder that is a link out of reports_dir is no run of it
     return runs[-1].parent if runs else None

@@ -9,9 +9,27 @@ from pathlib import Path
 from typing import Any
 
 
+class UnwritableError(OSError):
+    """A file perfgate was to write could not be written (a read-only or full disk, a parent that is a file,
+    no permission): the CLI says it in one line, exit 2, and the old file, if any, is intact."""
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and an atomic rename."""
+    """Write ``text`` to ``path`` through a temporary file in the same folder and an atomic rename;
+    UnwritableError (one line naming ``path``) when the disk refuses."""
     p = Path(path)
+    try:
+        return _atomic_write_text(p, text)
+    except UnwritableError:
+        raise
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(p) else ""
+        error = UnwritableError(f"cannot write {p}: {exc.strerror or exc}{where}")
+        error.errno = exc.errno
+        raise error from exc
+
+
+def _atomic_write_text(p: Path, text: str) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:

@@ -97,12 +97,32 @@ def _checked_float(literal: str) -> float:
     return value
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's dict; _DuplicateKey when a key comes twice. json.loads keeps the last silently, while a
+    reviewer of a baseline in a pull request, and most tools, read the first: a second "samples_ns" further
+    down would be what the gate judges, unseen."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
 def _loads(text: str) -> Any:
     """json.loads, refusing (with _HugeNumber) a number with more than MAX_NUMBER_DIGITS digits or one that
-    overflows a float."""
+    overflows a float, and (with _DuplicateKey) an object that holds a key twice."""
     if not _MAYBE_HUGE.search(text):
-        return json.loads(text)
-    return json.loads(text, parse_int=_checked_int, parse_float=_checked_float)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    return json.loads(text, parse_int=_checked_int, parse_float=_checked_float, object_pairs_hook=_unique_keys)
 
 
 def parse_json(text: str, source: str, what: str) -> Any:
@@ -114,6 +134,9 @@ def parse_json(text: str, source: str, what: str) -> Any:
         shown = exc.literal if len(exc.literal) <= 24 else f"{exc.literal[:12]}...{exc.literal[-6:]}"
         raise SchemaError(f"{source}: {what} holds a number too large to be a measurement ({shown}, "
                           f"{len(exc.literal)} characters); not a perfgate file") from None
+    except _DuplicateKey as exc:
+        raise SchemaError(f"{source}: {what} holds the key {describe(exc.key)} twice in one object (which one "
+                          "counts differs between readers); not a perfgate file") from None
     except json.JSONDecodeError as exc:
         raise SchemaError(f"{source}: {what} is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
     except RecursionError as exc:

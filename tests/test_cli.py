@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import click
 import pytest
 from conftest import REPO, TEST_WORKLOADS, run_cli
 
@@ -207,3 +208,25 @@ def test_readme_documents_the_exit_codes():
     readme = (REPO / "README.md").read_text()
     for line in ("| 0 | ok |", "| 2 | usage or configuration error", "| 3 | infrastructure failure"):
         assert line in readme
+
+
+@pytest.mark.parametrize("args,needles", [
+    # FloatRange(min=1) let nan through (nan < 1 is false): a worker timeout or case budget that never ends
+    (("run", "--timeout", "nan"), ("'--timeout'", "'nan' is not a finite number (x>=1)")),
+    (("run", "--max-case-s", "inf"), ("'--max-case-s'", "'inf' is not a finite number (x>=1)")),
+    (("bisect", "a", "b", "-w", "x", "--threshold", "nan"), ("'--threshold'", "not a finite number")),
+    # click's usage errors were a four-line usage block; now one line like every other error
+    (("run", "--timeout", "0"), ("'--timeout'", "0.0 is not in the range x>=1", "run --help")),
+    (("run", "--no-such-option"), ("No such option '--no-such-option'",)),
+    (("report",), ("Missing argument 'RESULTS'", "report --help")),
+    (("no-such-command",), ("No such command 'no-such-command'",)),
+], ids=["timeout-nan", "max-case-s-inf", "bisect-threshold-nan", "timeout-0", "unknown-option", "missing-argument",
+        "unknown-command"])
+def test_bad_command_line_values_are_exit_2_and_one_line(tmp_path, args, needles):
+    assert_one_line_usage_error(run_cli(*args, cwd=tmp_path, timeout=120), *needles)
+
+
+def test_a_bare_group_still_shows_its_help():
+    proc = run_cli("baseline", timeout=120)
+    assert proc.returncode == (2 if hasattr(click.exceptions, "NoArgsIsHelpError") else 0)
+    assert "Usage:" in proc.stdout + proc.stderr and "update" in proc.stdout + proc.stderr

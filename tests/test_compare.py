@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
@@ -436,6 +437,14 @@ def test_thresholds_per_workload_toggle_and_calibration():
     ({"remeasure": 1}, 'remeasure must be true, false or "stored"'),
     ({"settle_in_lockstep": "yes"}, "settle_in_lockstep must be true or false"),
     ({"adaptive": 0}, "adaptive must be true or false"),
+    # TOML spells nan and inf: a nan threshold compared False with every change, and the gate passed a 50% regression
+    ({"threshold": math.nan}, "threshold must be a finite number, got nan"),
+    ({"threshold": math.inf}, "threshold must be a finite number, got inf"),
+    ({"memory_tolerance": math.nan}, "memory_tolerance must be a finite number"),
+    ({"confidence": math.nan}, "confidence must be a finite number"),
+    ({"workloads": {"w": math.nan}}, r"workloads\.w must be a finite number"),
+    ({"toggles": {"compile": {"threshold": math.inf}}}, r"toggles\.compile must be a finite number"),
+    ({"bootstrap_resamples": 10**12}, "bootstrap_resamples must be an integer from 100 to 1000000"),
 ])
 def test_gate_config_is_validated(raw, message):
     with pytest.raises(ConfigError, match=message):
@@ -887,3 +896,32 @@ def test_a_verdict_the_rank_test_cannot_reach_says_the_ci_decided():
     assert "its p cannot fall below 0.05 with this few processes: the CI decides" in few.test
     many = time_change(base * 3, head * 3, paired=True, resamples=1000)
     assert many.significant and many.p_value < 0.05 and "the CI decides" not in many.test
+
+
+def test_a_nan_threshold_in_the_configuration_is_exit_2_not_a_passing_gate(tmp_path):
+    """`threshold = nan` (valid TOML) made `compare --gate` call a 50% slower run unchanged and exit 0."""
+    from conftest import run_cli
+
+    rnd = random.Random(4)
+    base = run(case("eager", groups(rnd, 3, 1e-3, 0.001, 0.001)))
+    head = run(case("eager", groups(rnd, 3, 1.5e-3, 0.001, 0.001)))
+    (tmp_path / "base.json").write_text(json.dumps(base.to_json()))
+    (tmp_path / "head.json").write_text(json.dumps(head.to_json()))
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\n[tool.perfgate.gate]\nthreshold = nan\n")
+    proc = run_cli("compare", "head.json", "base.json", "--gate", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "perfgate: error: [tool.perfgate.gate] threshold must be a finite number, got nan"]
+
+
+def test_an_interval_wider_than_a_float_holds_is_clamped_not_an_overflow():
+    """1,000 one-sample head processes against two base processes, at a late look's level: the Welch t
+    interval (about one degree of freedom) reached thousands in log space and math.exp overflowed (exit 3
+    from `perfgate compare`). The bounds are clamped to 1e-9..1e9: no evidence, inconclusive."""
+    from perfgate.compare import time_change
+
+    base = [[0.001953, 0.001993, 0.001995, 0.002001, 0.002005], [0.001996, 0.001997, 0.002008, 0.002013, 0.002038]]
+    head = [[0.002 + (i % 1000) * 1e-9] for i in range(1000)]
+    change = time_change(base, head, confidence=0.999999, resamples=200)
+    assert 1e-9 * 0.999 <= change.low <= change.ratio <= change.high <= 1e9 * 1.001
+    assert change.high > 1e6 and not change.significant

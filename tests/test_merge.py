@@ -458,3 +458,22 @@ def test_rejudge_takes_no_confidence_level_from_the_shards(tmp_path):
     change = case_time_change(base.cases[0], run.case(base.cases[0].key), GateSettings(), paired=True,
                               confidence=0.99999999)
     assert judge_time(change, 0.05, "global threshold")[0] == "inconclusive"
+
+
+def test_a_merged_run_merges_again_as_the_shards_it_holds(tmp_path):
+    """`perfgate merge M --out N` of a run merge wrote (or `merge shards --out shards`, run twice) was exit 3,
+    'unexpected KeyError: index': a merged run's shard record lists its shards under "merged"."""
+    cases = suite_cases(workloads=2, toggles=3)
+    paths = write_shard_runs(tmp_path, cases, 3)
+    first = run_cli("merge", str(paths[0].parent), str(paths[1].parent), "--out", str(tmp_path / "m"), timeout=120)
+    assert first.returncode == 0, first.stderr
+    again = run_cli("merge", str(tmp_path / "m"), "--out", str(tmp_path / "n"), timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "shard(s) 3/3 not given" in again.stderr
+    run = load_results(tmp_path / "n" / "results.json")
+    assert run.settings["shard"]["merged"] == [1, 2]
+    whole, warnings = merge_runs([tmp_path / "m" / "results.json", paths[2]], tmp_path / "whole")
+    assert warnings == [] and [c.key for c in whole.cases] == [c.key for c in cases]
+    assert whole.settings["shard"]["merged"] == [1, 2, 3]
+    with pytest.raises(ConfigError, match="shard 2/3 was already given"):
+        merge_runs([tmp_path / "m" / "results.json", paths[1]], tmp_path / "twice")

@@ -161,6 +161,35 @@ def test_run_ids_folders_and_latest(tmp_path):
     assert latest_run_dir(tmp_path) == second
 
 
+@pytest.mark.parametrize("latest", [b"../elsewhere", b"/abs/elsewhere", b"..", b"\xff\xfe", b"link", b"run\x00"])
+def test_latest_names_only_a_run_folder_of_the_reports_folder(tmp_path, latest):
+    """reports/LATEST (a file in the checkout, committed or not) named any folder: `../elsewhere` or an
+    absolute path made `baseline update`, `trace` and `tensorboard` read a run outside reports/, and bytes
+    that are not UTF-8 were exit 3 ('unexpected UnicodeDecodeError'). Such a LATEST is ignored."""
+    reports, elsewhere = tmp_path / "reports", tmp_path / "elsewhere"
+    for d in (reports / "run", elsewhere):
+        d.mkdir(parents=True)
+        (d / "results.json").write_text("{}")
+    (tmp_path / "abs").mkdir()
+    (tmp_path / "abs" / "elsewhere").symlink_to(elsewhere)
+    (reports / "link").symlink_to(elsewhere)
+    os.utime(elsewhere / "results.json", (time.time() + 10, time.time() + 10))
+    (reports / "LATEST").write_bytes(latest.replace(b"/abs", str(tmp_path / "abs").encode()))
+    assert latest_run_dir(reports) == reports / "run"
+
+
+@pytest.mark.parametrize("text, fixed", [("42", True), ("\u00b2", False), ("\u0664\u0662", False), ("x", False)])
+def test_a_layout_seed_that_is_no_plain_integer_draws_one(monkeypatch, text, fixed):
+    """PERFGATE_LAYOUT_SEED='²' passed str.isdigit() and then failed int(): exit 3 at the run's first layout."""
+    from perfgate import layout
+
+    monkeypatch.setenv(layout.LAYOUT_SEED_ENV, text)
+    monkeypatch.setattr(layout, "_seed", [])
+    seed = layout.run_seed()
+    assert isinstance(seed, int) and (seed == 42) == fixed
+    assert isinstance(layout.reseed(1), int)
+
+
 def test_worker_env_pins_threads():
     env = worker_env(3)
     assert env["OMP_NUM_THREADS"] == "3" and env["MKL_NUM_THREADS"] == "3"

@@ -105,13 +105,17 @@ def test_parse_shard_accepts(text):
     assert 1 <= shard.index <= shard.count
 
 
-@pytest.mark.parametrize("text", ["0/4", "5/4", "1/0", "2", "a/b", "1/2/3", "-1/2", ""])
+@pytest.mark.parametrize("text", ["0/4", "5/4", "1/0", "2", "a/b", "1/2/3", "-1/2", "",
+                                  # str.isdigit() took these: int() then raised (exit 3, 'unexpected ValueError')
+                                  "1/\u00b2", "\u2460/2", "1/" + "9" * 5000,
+                                  # a count no results.json may hold (merge walks 1..N): the run's own file unreadable
+                                  "1/10001", "1/99999999999"])
 def test_parse_shard_rejects_with_a_hint(text):
     with pytest.raises(ConfigError, match="--shard"):
         parse_shard(text)
 
 
-@pytest.mark.parametrize("text", ["0/3", "x"])
+@pytest.mark.parametrize("text", ["0/3", "x", "1/\u00b2", "1/20000"])
 def test_cli_bad_shard_is_one_line_exit_2(text):
     proc = run_cli("run", "--shard", text, timeout=120)
     assert proc.returncode == 2, proc.stderr

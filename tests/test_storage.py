@@ -49,3 +49,31 @@ def test_reports_and_baselines_written_by_the_cli_are_world_readable_under_umask
     written += list((project / "baselines").rglob("*.json"))
     assert len(written) == 4
     assert {p.name: oct(_mode(p)) for p in written} == {p.name: "0o644" for p in written}
+
+
+def test_a_write_the_disk_refuses_is_one_line_naming_the_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    from perfgate.storage import UnwritableError
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    target = atomic_write_text(tmp_path / "b.json", "old")
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(UnwritableError, match=r"cannot write .*b\.json: No space left on device$"):
+        atomic_write_text(target, "new")
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
+
+
+def test_baseline_update_into_an_unwritable_place_is_exit_2_and_one_line(tmp_path):
+    """`baseline update --baseline FILE/x.json` (a parent that is a file; a read-only or full disk alike) was
+    exit 3, 'unexpected FileExistsError ... this is a perfgate bug'."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps(synthetic_run(["operator_rollout"], toggles=("eager",)).to_json()))
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "baseline", "update", str(run), "--baseline",
+                           str(run / "results.json" / "x.json")], capture_output=True, text=True, cwd=tmp_path,
+                          env=cli_env(), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"perfgate: error: cannot write {run / 'results.json' / 'x.json'}: ")
+    assert "unexpected" not in lines[0]

@@ -177,3 +177,25 @@ def test_history_add_refuses_a_damaged_run_with_one_line(tmp_path):
     proc = run_cli("history", "add", str(results.parent), "--history-url", f"sqlite:///{tmp_path / 'h.db'}",
                    "--commit", "abc", "--branch", "main", cwd=tmp_path)
     _assert_exit_2(proc, "cases[0].processes[0].loops must be an integer >= 1")
+
+
+def test_a_key_twice_in_one_object_is_refused_where_json_is_read():
+    """json.loads kept the last of two equal keys; a reviewer reading a baseline in a pull request sees the
+    first. A second "samples_ns" or "suite" further down was what perfgate judged, unseen."""
+    assert parse_json('{"a": {"b": 1, "c": 2}, "d": [{"b": 1}, {"b": 2}]}', "f", "results")["d"][1] == {"b": 2}
+    with pytest.raises(SchemaError, match=r"^f: results holds the key 'b' twice in one object"):
+        parse_json('{"a": {"b": 1, "c": 2, "b": 3}}', "f", "results")
+    with pytest.raises(SchemaError, match="holds the key 'x' twice"):  # with the huge-number check on too
+        parse_json('{"n": 1e300, "x": 1, "x": 2}', "f", "results")
+
+
+def test_a_baseline_with_a_duplicated_field_is_exit_2_and_one_line(tmp_path):
+    stored = baselines.from_run(synthetic_run(["operator_rollout"], toggles=("eager",)), source="x")
+    text = stored.dumps()
+    doctored = text.replace('"samples_ns": [', '"samples_ns": [1, 1, 1], "samples_ns": [', 1)
+    assert doctored != text
+    (tmp_path / "b.json").write_text(doctored)
+    result = CliRunner().invoke(cli.main, ["baseline", "show", str(tmp_path / "b.json")])
+    assert result.exit_code == 2, result.output
+    assert "holds the key 'samples_ns' twice in one object" in result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from perfgate.exporters.base import ReportInput
+from perfgate.formatting import inert
 
 
 class CsvExporter:
@@ -42,5 +43,5 @@ class CsvExporter:
                 "recommendation_reason": r.recommendation.reason,
                 "message": r.case.message,
             })
-        frame = pd.DataFrame.from_records(records)
+        frame = pd.DataFrame.from_records([{k: inert(v) for k, v in rec.items()} for rec in records])
         return frame.to_csv(index=False).encode("utf-8", "backslashreplace")

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from perfgate.formatting import format_value
+from perfgate.formatting import format_value, inert
 from perfgate.history.store import HistoryError, Point, SeriesFilter, Store, case_keys, series
 
 FORMATS = ("table", "csv", "json")
@@ -66,7 +66,8 @@ def render(data: dict[str, list[Point]], metric: str, fmt: str) -> str:
                     "ci_high", "n"])
         for k, pts in data.items():
             for p in pts:
-                w.writerow([k, metric, p.run_id, p.commit or "", p.branch or "", p.started_at, p.machine_key or "",
+                w.writerow([*(inert(t) for t in (k, metric, p.run_id, p.commit or "", p.branch or "", p.started_at,
+                                                   p.machine_key or "")),
                             repr(p.value), "" if p.ci_low is None else repr(p.ci_low),
                             "" if p.ci_high is None else repr(p.ci_high), "" if p.n is None else p.n])
         return buf.getvalue()
