@@ -170,3 +170,20 @@ def test_short_and_flat_series() -> None:
     x = [1.0] * 20 + [1.5] * 20  # no noise at all: still one step, p 0
     a = analyse("c", "kernels_per_step", points(x), DetectSettings())
     assert [c.index for c in a.change_points] == [20] and a.change_points[0].change == pytest.approx(0.5)
+
+
+def test_a_step_from_zero_is_read_the_right_way_up() -> None:
+    """graph_breaks 0 -> 1 is a regression (it was a +0.0% 'win': the relative change from 0 was taken as 0),
+    cache hits 0 -> 3 a win; a step from 0 has no relative size (None, JSON null) and is shown as its levels."""
+    import json
+
+    a = analyse("c", "graph_breaks", points([0.0] * 20 + [1.0] * 20))
+    [c] = a.change_points
+    assert c.kind == "regression" and a.regressions == 1
+    assert c.change is None and c.ci_low is None and c.ci_high is None
+    assert "0 -> 1" in render([a]) and "+0.0%" not in render([a])
+    assert json.loads(json.dumps(a.to_json()))["change_points"][0]["change"] is None
+    hits = analyse("c", "construction_cache_hits", points([0.0] * 20 + [3.0] * 20))
+    assert [c.kind for c in hits.change_points] == ["win"]
+    # min_magnitude does not drop a step from 0 as "too small"
+    assert change_point_indices([0.0] * 20 + [1.0] * 20, DetectSettings(min_magnitude=0.05)) == [20]

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from perfgate.formatting import format_value
 from perfgate.history.store import Point
 from perfgate.model import higher_is_better
 
@@ -99,9 +100,11 @@ class ChangePoint:
     after_commit: str | None
     mean_before: float
     mean_after: float
-    change: float  # relative: mean_after / mean_before - 1
-    ci_low: float
-    ci_high: float
+    # relative: mean_after / mean_before - 1; None (with its CI) for a step from a level of 0 (a count such
+    # as graph_breaks going from 0 to 1), which has no relative size: its kind follows the difference
+    change: float | None
+    ci_low: float | None
+    ci_high: float | None
     p_value: float
     kind: str  # "regression" or "win"
 
@@ -305,7 +308,9 @@ def _rel_change(x: np.ndarray, cps: list[int], i: int) -> float:
     lo = cps[i - 1] if i > 0 else 0
     hi = cps[i + 1] if i + 1 < len(cps) else len(x)
     before, after = x[lo:cps[i]].mean(), x[cps[i]:hi].mean()
-    return float(after / before - 1) if before else 0.0
+    if before:
+        return float(after / before - 1)
+    return math.inf if after != before else 0.0  # from a level of 0: no relative size, larger than any
 
 
 def _kind(change: float, metric: str) -> str:
@@ -372,14 +377,18 @@ def analyse(case_key: str, metric: str, points: Sequence[Point], s: DetectSettin
         lo = cps[i - 1] if i > 0 else 0
         hi = cps[i + 1] if i + 1 < len(cps) else len(x)
         before, after = x[lo:cp], x[cp:hi]
-        change = float(after.mean() / before.mean() - 1) if before.mean() else 0.0
-        low, high = _step_ci(before, after)
+        change: float | None = None
+        low: float | None = None
+        high: float | None = None
+        if before.mean():
+            change = float(after.mean() / before.mean() - 1)
+            low, high = _step_ci(before, after)
         p, _, _ = ttest(before, after)
         out.change_points.append(ChangePoint(
             index=cp, before_run=points[cp - 1].run_id, after_run=points[cp].run_id,
             before_commit=points[cp - 1].commit, after_commit=points[cp].commit,
             mean_before=float(before.mean()), mean_after=float(after.mean()), change=change, ci_low=low,
-            ci_high=high, p_value=p, kind=_kind(change, metric)))
+            ci_high=high, p_value=p, kind=_kind(float(after.mean() - before.mean()), metric)))
     bounds = [0, *cps, len(x)]
     spans = list(zip(bounds, bounds[1:], strict=False))
     if cps and not steps_explain(x, cps):
@@ -403,6 +412,13 @@ def _commit(c: str | None, run: str) -> str:
     return c[:12] if c else run
 
 
+def step_text(c: ChangePoint, metric: str) -> str:
+    """A step's size: its relative change with the CI, or, from a level of 0, the two levels."""
+    if c.change is None or c.ci_low is None or c.ci_high is None:
+        return f"{format_value(metric, c.mean_before)} -> {format_value(metric, c.mean_after)}"
+    return f"{c.change * 100:+.1f}% [{c.ci_low * 100:+.1f}%, {c.ci_high * 100:+.1f}%]"
+
+
 def render(analyses: Sequence[SeriesAnalysis]) -> str:
     """The findings as text: one line per change point or creep, grouped by case and metric."""
     lines: list[str] = []
@@ -410,7 +426,7 @@ def render(analyses: Sequence[SeriesAnalysis]) -> str:
     for a in found:
         lines.append(f"{a.case_key}  {a.metric}  ({a.points} runs)")
         for c in a.change_points:
-            lines.append(f"  step   {c.kind:<10} {c.change * 100:+.1f}% [{c.ci_low * 100:+.1f}%, {c.ci_high * 100:+.1f}%]"
+            lines.append(f"  step   {c.kind:<10} {step_text(c, a.metric)}"
                          f"  between {_commit(c.before_commit, c.before_run)} and {_commit(c.after_commit, c.after_run)}"
                          f"  (run {c.index + 1} of {a.points}, p={c.p_value:.1g})")
         for c in a.creeps:
