@@ -139,13 +139,14 @@ class SeriesAnalysis:
     points: int
     change_points: list[ChangePoint] = field(default_factory=list)
     creeps: list[Creep] = field(default_factory=list)
+    machine_key: str | None = None  # set when the case's runs came from several machines (by_machine)
 
     @property
     def regressions(self) -> int:
         return sum(f.kind == "regression" for f in [*self.change_points, *self.creeps])
 
     def to_json(self) -> dict[str, Any]:
-        return {"case": self.case_key, "metric": self.metric, "points": self.points,
+        return {"case": self.case_key, "metric": self.metric, "machine_key": self.machine_key, "points": self.points,
                 "change_points": [c.to_json() for c in self.change_points],
                 "creeps": [c.to_json() for c in self.creeps]}
 
@@ -368,10 +369,23 @@ def steps_explain(x: np.ndarray, cps: Sequence[int]) -> bool:
     return n * math.log(ss_line / ss_steps) >= (2 * len(cps) - 1) * math.log(n)
 
 
-def analyse(case_key: str, metric: str, points: Sequence[Point], s: DetectSettings = DEFAULTS) -> SeriesAnalysis:
-    """Change points and creep of one case's series of ``metric``."""
+def by_machine(points: Sequence[Point]) -> list[tuple[str | None, list[Point]]]:
+    """A case's series as one series per machine key, when its runs came from several (each in run order,
+    machines by name, runs with no machine key last): a step time from a faster and a slower runner is
+    not one series, and a change in which runner took the runs read as a step at the commit where it
+    happened. [(None, points)] when every run came from one machine."""
+    keys = {p.machine_key for p in points}
+    if len(keys) <= 1:
+        return [(None, list(points))]
+    order = sorted(keys, key=lambda k: (k is None, k or ""))
+    return [(k, [p for p in points if p.machine_key == k]) for k in order]
+
+
+def analyse(case_key: str, metric: str, points: Sequence[Point], s: DetectSettings = DEFAULTS,
+            machine_key: str | None = None) -> SeriesAnalysis:
+    """Change points and creep of one case's series of ``metric`` (from one machine: by_machine)."""
     x = np.array([p.value for p in points], dtype=float)
-    out = SeriesAnalysis(case_key, metric, len(points))
+    out = SeriesAnalysis(case_key, metric, len(points), machine_key=machine_key)
     cps = change_point_indices(x, s)
     for i, cp in enumerate(cps):
         lo = cps[i - 1] if i > 0 else 0
@@ -419,12 +433,18 @@ def step_text(c: ChangePoint, metric: str) -> str:
     return f"{c.change * 100:+.1f}% [{c.ci_low * 100:+.1f}%, {c.ci_high * 100:+.1f}%]"
 
 
+def _split(a: SeriesAnalysis, analyses: Sequence[SeriesAnalysis]) -> bool:
+    """Whether ``a``'s case and metric were split by machine (its runs without a machine key among them)."""
+    return any(b.machine_key is not None and (b.case_key, b.metric) == (a.case_key, a.metric) for b in analyses)
+
+
 def render(analyses: Sequence[SeriesAnalysis]) -> str:
     """The findings as text: one line per change point or creep, grouped by case and metric."""
     lines: list[str] = []
     found = [a for a in analyses if a.change_points or a.creeps]
     for a in found:
-        lines.append(f"{a.case_key}  {a.metric}  ({a.points} runs)")
+        where = f"  on {a.machine_key or 'no machine key'}" if a.machine_key is not None or _split(a, analyses) else ""
+        lines.append(f"{a.case_key}  {a.metric}{where}  ({a.points} runs)")
         for c in a.change_points:
             lines.append(f"  step   {c.kind:<10} {step_text(c, a.metric)}"
                          f"  between {_commit(c.before_commit, c.before_run)} and {_commit(c.after_commit, c.after_run)}"

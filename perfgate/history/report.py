@@ -27,6 +27,7 @@ class TrendChart:
     case_key: str
     metric: str
     anchor: str
+    machine: str = ""  # "on MACHINE" when the case's runs came from several machines (one chart each)
     width: int = WIDTH
     height: int = HEIGHT
     dots: list[dict[str, Any]] = field(default_factory=list)
@@ -48,9 +49,16 @@ def _title(p: Point, metric: str) -> str:
             f"{format_value(metric, p.value)}{ci}")
 
 
-def trend_chart(points: Sequence[Point], analysis: SeriesAnalysis) -> TrendChart:
+def trend_chart(points: Sequence[Point], analysis: SeriesAnalysis, split: bool = False) -> TrendChart:
+    """One series' chart; ``split``: one of a case's series per machine (detect.by_machine), its anchor and
+    heading naming the machine."""
     metric = analysis.metric
-    chart = TrendChart(analysis.case_key, metric, trend_anchor(analysis.case_key, metric), total=len(points))
+    anchor = trend_anchor(analysis.case_key, metric)
+    machine = ""
+    if split:
+        machine = analysis.machine_key or "no machine key"
+        anchor = trend_anchor(f"{analysis.case_key}-{metric}-on", machine)
+    chart = TrendChart(analysis.case_key, metric, anchor, machine=machine, total=len(points))
     offset = max(0, len(points) - MAX_POINTS)
     pts = list(points[offset:])
     chart.shown = len(pts)
