@@ -236,3 +236,18 @@ def detect_by_machine(pts):  # noqa: ANN001, ANN201
     from perfgate.history.detect import by_machine
 
     return by_machine(pts)
+
+
+def test_a_step_between_two_runs_of_one_commit_is_not_blamed_on_a_code_change() -> None:
+    """Runs 20 and 21 measured the same commit (a re-run) and the step lies between them: it was printed as
+    'between C and C', read as that commit's doing; it is now said to come from outside the code."""
+    pts = points([1.0] * 20 + [1.2] * 20)
+    pts[20] = dataclasses.replace(pts[20], commit=pts[19].commit)
+    a = analyse("c", "step_time", pts)
+    [c] = a.change_points
+    assert c.before_commit == c.after_commit
+    line = render([a]).splitlines()[1]
+    assert "between two runs of " + pts[19].commit[:12] in line and "not a code change" in line
+    from perfgate.history.report import trend_chart
+
+    assert "not a code change" in trend_chart(pts, a).findings[0]

@@ -426,6 +426,14 @@ def _commit(c: str | None, run: str) -> str:
     return c[:12] if c else run
 
 
+def step_range(c: ChangePoint) -> str:
+    """Where a step lies: between the last run before it and the first after it; two runs of one commit
+    (a re-run, a nightly of an unchanged branch) say so: the step came from outside the code."""
+    if c.before_commit and c.before_commit == c.after_commit:
+        return f"between two runs of {c.before_commit[:12]} ({c.before_run}, {c.after_run}): not a code change"
+    return f"between {_commit(c.before_commit, c.before_run)} and {_commit(c.after_commit, c.after_run)}"
+
+
 def step_text(c: ChangePoint, metric: str) -> str:
     """A step's size: its relative change with the CI, or, from a level of 0, the two levels."""
     if c.change is None or c.ci_low is None or c.ci_high is None:
@@ -447,7 +455,7 @@ def render(analyses: Sequence[SeriesAnalysis]) -> str:
         lines.append(f"{a.case_key}  {a.metric}{where}  ({a.points} runs)")
         for c in a.change_points:
             lines.append(f"  step   {c.kind:<10} {step_text(c, a.metric)}"
-                         f"  between {_commit(c.before_commit, c.before_run)} and {_commit(c.after_commit, c.after_run)}"
+                         f"  {step_range(c)}"
                          f"  (run {c.index + 1} of {a.points}, p={c.p_value:.1g})")
         for c in a.creeps:
             lines.append(f"  creep  {c.kind:<10} {c.change * 100:+.1f}% [{c.ci_low * 100:+.1f}%, {c.ci_high * 100:+.1f}%]"

@@ -14,7 +14,7 @@ from typing import Any
 import jinja2
 
 from perfgate.formatting import format_value, trend_anchor
-from perfgate.history.detect import SeriesAnalysis, step_text
+from perfgate.history.detect import SeriesAnalysis, step_range, step_text
 from perfgate.history.store import Point
 
 WIDTH, HEIGHT = 760, 240
@@ -93,8 +93,7 @@ def trend_chart(points: Sequence[Point], analysis: SeriesAnalysis, split: bool =
         i = c.index - offset
         if not 0 < i < n:
             continue
-        text = (f"{c.kind}: {step_text(c, metric)} between "
-                f"{(c.before_commit or c.before_run)[:12]} and {(c.after_commit or c.after_run)[:12]}")
+        text = f"{c.kind}: {step_text(c, metric)} {step_range(c)}"
         label = f"{c.change * 100:+.1f}%" if c.change is not None else f"from {format_value(metric, c.mean_before)}"
         chart.steps.append({"x": sx(i - 0.5), "css": c.kind, "title": text, "label": label})
         chart.findings.append("step " + text)
