@@ -19,7 +19,8 @@ Unmeasurable = getattr(bisect_mod, "Unmeasurable", runner.InfrastructureError)
 COMMITS = [f"{i:02d}" + "0" * 38 for i in range(17)]  # GOOD, then 16 commits up to BAD
 
 
-def run_bisect(monkeypatch: pytest.MonkeyPatch, step_at: int, broken: set[int]) -> tuple[bisect_mod.BisectResult, list[str]]:
+def run_bisect(monkeypatch: pytest.MonkeyPatch, step_at: int, broken: set[int],
+               measure_override=None) -> tuple[bisect_mod.BisectResult, list[str]]:  # noqa: ANN001
     """Commits from ``step_at`` on measure 1.25x against GOOD; at those in ``broken`` the case fails."""
     @contextlib.contextmanager
     def checked_out(settings, commit):  # noqa: ANN001, ANN202
@@ -38,7 +39,7 @@ def run_bisect(monkeypatch: pytest.MonkeyPatch, step_at: int, broken: set[int]) 
     monkeypatch.setattr(against, "checked_out", checked_out)
     monkeypatch.setattr(against, "probe_base", lambda good, threads: None)
     monkeypatch.setattr(bisect_mod, "plan_case", lambda case, catalog: SimpleNamespace(key="w/smoke/eager/cpu"))
-    monkeypatch.setattr(bisect_mod, "measure", measure)
+    monkeypatch.setattr(bisect_mod, "measure", measure_override or measure)
     lines: list[str] = []
     settings = SimpleNamespace(root=Path("."), processes=1, threads=1)
     return bisect_mod.bisect(settings, "good", "bad", None, lines.append), lines
@@ -67,3 +68,15 @@ def test_without_failures_the_search_is_unchanged(monkeypatch: pytest.MonkeyPatc
         result, _ = run_bisect(monkeypatch, step_at, set())
         assert result.first_bad == COMMITS[step_at] and not result.skipped and not result.candidates
         assert len(result.measurements) <= 5
+
+
+def test_a_workload_missing_at_bad_is_still_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfgate.config import ConfigError
+
+    real = Unmeasurable
+
+    def missing(*args, **kw):  # noqa: ANN002, ANN003, ANN202
+        raise real("bisect: workload 'w' does not exist at 160000000000", missing_workload=True)
+
+    with pytest.raises(ConfigError):
+        run_bisect(monkeypatch, 11, set(), measure_override=missing)

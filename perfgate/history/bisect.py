@@ -141,7 +141,8 @@ def measure(spec: CaseSpec, good: against.BaseCheckout, other: against.BaseCheck
     good_file = _workload_file(good, good, spec)
     other_file = _workload_file(good, other, spec)
     if other_file is None and good_file is not None:
-        raise Unmeasurable(f"bisect: workload {spec.workload!r} does not exist at {other.commit[:12]}")
+        raise Unmeasurable(f"bisect: workload {spec.workload!r} does not exist at {other.commit[:12]}",
+                           missing_workload=True)
     if good_file is None or other_file is None:
         raise ConfigError(f"bisect: workload {spec.workload!r} does not exist at "
                           f"{(good if good_file is None else other).commit[:12]}")
@@ -212,7 +213,12 @@ def bisect(settings: Settings, good_ref: str, bad_ref: str, case: Suite, echo: E
                      f"({m.wall_s:.1f} s)")
                 return m
 
-            step = measure_commit(len(commits) - 1)
+            try:
+                step = measure_commit(len(commits) - 1)
+            except Unmeasurable as exc:
+                if exc.missing_workload:  # at BAD: a usage error (exit 2), as before
+                    raise ConfigError(str(exc)) from None
+                raise
             line = (f"{threshold * 100:g}%" if threshold else
                     f"half of it, {(math.sqrt(step.ratio) - 1) * 100:+.1f}%")
             significant = step.low > 1 or step.high < 1
@@ -252,7 +258,11 @@ class NoStep(ConfigError):
 
 class Unmeasurable(runner.InfrastructureError):
     """The case cannot be measured at one commit of the range (it fails or is skipped there, or its workload
-    is missing): that commit is skipped. At BAD it ends the bisection, as any InfrastructureError."""
+    is missing): that commit is skipped. At BAD it ends the bisection: exit 3, or 2 for a missing workload."""
+
+    def __init__(self, message: str, missing_workload: bool = False) -> None:
+        super().__init__(message)
+        self.missing_workload = missing_workload
 
 
 def report_lines(result: BisectResult, root: Path) -> list[str]:
