@@ -152,8 +152,10 @@ def _measure(rule: Rule, case: CaseResult, run: RunResult) -> tuple[float | None
 def _string_value(rule: Rule, case: CaseResult, run: RunResult) -> tuple[str | None, bool, str]:
     """(value shown, does it equal the rule's bound, why unknown) for status / accuracy / bound."""
     if rule.metric == "status":
-        shown = case.status if case.status != STATUS_FAILED else f"failed ({case.failure_class or 'error'})"
-        return shown, rule.bound in (case.status, case.failure_class if case.status == STATUS_FAILED else None), ""
+        # a failure without a class is an "error" (as shown): `status == error` matches it
+        failure = (case.failure_class or "error") if case.status == STATUS_FAILED else None
+        shown = case.status if failure is None else f"failed ({failure})"
+        return shown, rule.bound in (case.status, failure), ""
     if case.status != STATUS_OK:
         return None, False, f"the case did not run ({case.status})"
     if rule.metric == "accuracy":

@@ -138,12 +138,20 @@ def roof_for(ceilings: dict[str, Any] | None, device: str, dtype: str = "float32
     spec_bw = _numbers({"bw": spec.get("bandwidth")}).get("bw")
     flops_table = _numbers(measured.get("flops"))
     bw_table = _numbers(measured.get("bandwidth"))
-    peak_flops = flops_table.get(dtype) or flops_table.get("float32")
     peak_bw = max(bw_table.values()) if bw_table else None
-    if peak_flops and peak_bw:
-        return Roof(peak_flops, peak_bw, "measured (perfgate calibrate)", dtype, spec_flops, spec_bw)
+    spec_name = f"spec sheet ({spec.get('name', 'GPU')})"
+    # the case's own dtype first, measured or from the spec sheet: a float16 case placed against the float32
+    # peak (its matmul not measured: unsupported, or a ceilings.json from before) has a ridge several times
+    # too low, and reads compute-bound where it is memory-bound
+    if flops_table.get(dtype) and peak_bw:
+        return Roof(flops_table[dtype], peak_bw, "measured (perfgate calibrate)", dtype, spec_flops, spec_bw)
+    if spec_table.get(dtype) and spec_bw:
+        return Roof(spec_table[dtype], spec_bw, spec_name, dtype, spec_flops, spec_bw)
+    if flops_table.get("float32") and peak_bw:
+        return Roof(flops_table["float32"], peak_bw, f"measured (perfgate calibrate; float32, {dtype} not measured)",
+                    dtype, spec_flops, spec_bw)
     if spec_flops and spec_bw:
-        return Roof(spec_flops, spec_bw, f"spec sheet ({spec.get('name', 'GPU')})", dtype, spec_flops, spec_bw)
+        return Roof(spec_flops, spec_bw, spec_name, dtype, spec_flops, spec_bw)
     return Roof(None, None, "default ridge", dtype)
 
 

@@ -136,11 +136,14 @@ def read_trace(path: Path, category: str, steps_per_profiler_step: int = 1) -> T
 
 
 def _median_step_times(pieces: list[SliceDocument], windows: list[tuple[float, float]]) -> dict[str, float]:
-    """Per name whose every event starts inside one of ``windows``: the median over the windows of its time
-    in each (0 in a window without it)."""
+    """Per name whose every event starts inside one of ``windows`` and that runs in every window: the median
+    over the windows of its time in each. An op that runs in some steps only (every other step, once in
+    the window) keeps its mean: the median of its times, 0 in the steps without it, read 0 for an op in
+    fewer than half the steps, however long it ran, and left it out of the top movers."""
     windows = sorted(windows)
     starts = [w[0] for w in windows]
     per_window: dict[str, list[float]] = {}
+    seen: dict[str, set[int]] = {}
     outside: set[str] = set()
     for piece in pieces:
         k = bisect.bisect_right(starts, piece.ts) - 1 if piece.ts is not None else -1
@@ -148,7 +151,9 @@ def _median_step_times(pieces: list[SliceDocument], windows: list[tuple[float, f
             outside.add(piece.name)
             continue
         per_window.setdefault(piece.name, [0.0] * len(windows))[k] += piece.dur
-    return {name: statistics.median(times) for name, times in per_window.items() if name not in outside}
+        seen.setdefault(piece.name, set()).add(k)
+    return {name: statistics.median(times) for name, times in per_window.items()
+            if name not in outside and len(seen[name]) == len(windows)}
 
 
 @dataclass(frozen=True)

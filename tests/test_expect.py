@@ -389,3 +389,16 @@ def test_the_console_banner_agrees_with_the_exit_code_when_only_an_expectation_f
     ok = with_rules(run, {"rollout/*/compile/cpu": ["speedup_vs_eager >= 1.2"]})
     assert gate.conclude(compare_runs(ok, run, GateSettings(bootstrap_resamples=200)), True, lines.append, ok) == 0
     assert "Gate passed" in "\n".join(lines)
+
+
+def test_a_failure_without_a_class_is_an_error_as_shown():
+    """A failed case whose result names no failure class shows as 'failed (error)'; `status == error` was
+    missed on it (and `status != error` met), contradicting the value shown."""
+    from perfgate.model import CaseResult, CaseSpec
+
+    case = CaseResult(CaseSpec("w", "smoke", ("eager",), "cpu"), "failed", failure_class=None, message="boom")
+    run = RunResult(run_id="r", suite="s", environment={}, cases=[case], started_at=None, finished_at=None,
+                    settings={})
+    eq = expect.evaluate_case(parse_rule_text("status == error", "w/*/*/*"), case, run)
+    ne = expect.evaluate_case(parse_rule_text("status != error", "w/*/*/*"), case, run)
+    assert (eq.outcome, eq.value, ne.outcome) == ("met", "failed (error)", "missed")

@@ -170,3 +170,84 @@ def test_short_and_flat_series() -> None:
     x = [1.0] * 20 + [1.5] * 20  # no noise at all: still one step, p 0
     a = analyse("c", "kernels_per_step", points(x), DetectSettings())
     assert [c.index for c in a.change_points] == [20] and a.change_points[0].change == pytest.approx(0.5)
+
+
+def test_a_step_from_zero_is_read_the_right_way_up() -> None:
+    """graph_breaks 0 -> 1 is a regression (it was a +0.0% 'win': the relative change from 0 was taken as 0),
+    cache hits 0 -> 3 a win; a step from 0 has no relative size (None, JSON null) and is shown as its levels."""
+    import json
+
+    a = analyse("c", "graph_breaks", points([0.0] * 20 + [1.0] * 20))
+    [c] = a.change_points
+    assert c.kind == "regression" and a.regressions == 1
+    assert c.change is None and c.ci_low is None and c.ci_high is None
+    assert "0 -> 1" in render([a]) and "+0.0%" not in render([a])
+    assert json.loads(json.dumps(a.to_json()))["change_points"][0]["change"] is None
+    hits = analyse("c", "construction_cache_hits", points([0.0] * 20 + [3.0] * 20))
+    assert [c.kind for c in hits.change_points] == ["win"]
+    # min_magnitude does not drop a step from 0 as "too small"
+    assert change_point_indices([0.0] * 20 + [1.0] * 20, DetectSettings(min_magnitude=0.05)) == [20]
+
+
+def test_runs_from_two_machines_are_two_series_not_a_step_where_the_runner_changed(tmp_path) -> None:  # noqa: ANN001
+    """The first 30 runs on a fast runner, the next 30 on one 30% slower, the code unchanged: one mixed series
+    read a +30% regression 'between' the commits where the runner pool changed; per machine, nothing moved.
+    A real +10% step on both runners (interleaved) is found on each."""
+    import dataclasses as dc
+    from pathlib import Path
+
+    from fixtures.history import make_run
+
+    from perfgate.history import commands, detect, ingest
+    from perfgate.history.store import add_run, open_store
+
+    rng = np.random.default_rng(3)
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    with open_store(url, create=True) as store:
+        for i in range(60):
+            machine = "fast-runner" if i < 30 else "slow-runner"
+            run = make_run(i, [0.010 * (1.3 if machine == "slow-runner" else 1.0) * rng.normal(1, 0.01)])
+            run = dc.replace(run, environment={**run.environment, "machine_key": machine})
+            add_run(store, ingest.record_from_run(run, "x", Path(tmp_path)))
+        [a, b] = commands._analyses(store, ["step_time"], [], None, None, None, None)
+    assert (a.machine_key, b.machine_key) == ("fast-runner", "slow-runner") and (a.points, b.points) == (30, 30)
+    assert a.change_points == b.change_points == [] and a.regressions == b.regressions == 0
+
+    url2 = f"sqlite:///{tmp_path / 'h2.db'}"
+    with open_store(url2, create=True) as store:
+        for i in range(80):
+            machine = ("fast-runner", "slow-runner")[int(rng.integers(2))]
+            t = 0.010 * (1.3 if machine == "slow-runner" else 1.0) * (1.1 if i >= 40 else 1.0) * rng.normal(1, 0.01)
+            run = make_run(i, [t])
+            run = dc.replace(run, environment={**run.environment, "machine_key": machine})
+            add_run(store, ingest.record_from_run(run, "x", Path(tmp_path)))
+        found = commands._analyses(store, ["step_time"], [], None, None, None, None)
+    assert [[c.kind for c in f.change_points] for f in found] == [["regression"], ["regression"]]
+    assert all(abs(f.change_points[0].change - 0.1) < 0.03 for f in found)
+    assert "step_time  on fast-runner  (" in detect.render(found)
+
+
+def test_one_machine_is_one_series_as_before() -> None:
+    pts = points([1.0] * 10)
+    assert detect_by_machine(pts) == [(None, pts)]
+
+
+def detect_by_machine(pts):  # noqa: ANN001, ANN201
+    from perfgate.history.detect import by_machine
+
+    return by_machine(pts)
+
+
+def test_a_step_between_two_runs_of_one_commit_is_not_blamed_on_a_code_change() -> None:
+    """Runs 20 and 21 measured the same commit (a re-run) and the step lies between them: it was printed as
+    'between C and C', read as that commit's doing; it is now said to come from outside the code."""
+    pts = points([1.0] * 20 + [1.2] * 20)
+    pts[20] = dataclasses.replace(pts[20], commit=pts[19].commit)
+    a = analyse("c", "step_time", pts)
+    [c] = a.change_points
+    assert c.before_commit == c.after_commit
+    line = render([a]).splitlines()[1]
+    assert "between two runs of " + pts[19].commit[:12] in line and "not a code change" in line
+    from perfgate.history.report import trend_chart
+
+    assert "not a code change" in trend_chart(pts, a).findings[0]

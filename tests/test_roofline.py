@@ -255,3 +255,22 @@ def test_bandwidth_of_a_fused_step_is_not_compared_with_bytes_counted_before_fus
                        profile={"bytes_counted_on": "this toggle's eager ops"})
     b = case_bound(eager, ceilings)
     assert b.bandwidth_fraction == 3.0 and "above the ceiling" in b.headroom_text
+
+
+def test_a_dtype_not_measured_takes_the_spec_sheet_peak_of_that_dtype_not_the_measured_float32():
+    """An amp-fp16 case on an H100 whose calibrate measured float32 only (its float16 matmul failed, or a
+    ceilings.json from before): its ridge was 50 TFLOP/s / 3 TB/s = 17 FLOP/B, so a step at 100 FLOP/B read
+    compute-bound; against the float16 peak (the spec sheet's 989 TFLOP/s, ridge ~295) it is memory-bound."""
+    spec = spec_sheet("NVIDIA H100 80GB HBM3")
+    ceilings = {"cuda": {"flops": {"float32": 5e13}, "bandwidth": {"copy": 3e12},
+                         "errors": ["float16 matmul: RuntimeError: ..."]}, "spec": spec}
+    roof = roof_for(ceilings, "cuda", "float16")
+    assert roof.peak_flops == 989.4e12 and roof.source == "spec sheet (H100 SXM)"
+    metrics = {"mean_op_s": 1e-3, "device_idle_fraction": 0.0, "bytes_per_step": 1e9, "arithmetic_intensity": 100.0}
+    case = CaseResult(CaseSpec("w", "full", ("amp-fp16",), "cuda"), "ok", metrics=metrics)
+    assert case_bound(case, ceilings).bound == "memory-bound"
+    # measured float16 still wins over the sheet; no sheet for the dtype: the measured float32, said so
+    assert roof_for({**ceilings, "cuda": {**ceilings["cuda"], "flops": {"float32": 5e13, "float16": 7e14}}},
+                    "cuda", "float16").peak_flops == 7e14
+    cpu = roof_for({"cpu": {"flops": {"float32": 1e11}, "bandwidth": {"copy": 1e10}}}, "cpu", "float16")
+    assert cpu.peak_flops == 1e11 and "float16 not measured" in cpu.source

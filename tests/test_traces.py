@@ -366,3 +366,28 @@ def test_matching_cases_refuses_a_pattern_that_names_nothing():
     assert len(traces.matching_cases(run, "rollout/*", "r")) == len(run.cases)
     with pytest.raises(ConfigError, match=r"no case of r matches 'x'; valid: rollout/"):
         traces.matching_cases(run, "x", "r")
+
+
+def test_an_op_that_runs_in_some_steps_only_keeps_its_mean_time_and_is_the_top_mover(tmp_path):
+    """Head adds a 5 ms host op in 2 of 5 recorded steps (a periodic sync, a checkpoint): 2 ms per step. The
+    median of its step times (0, 5000, 0, 5000, 0) read 0 us, so it sorted below an op that moved 10 us and
+    showed as '0 ns -> 0 ns'; now it keeps its mean and is the top mover."""
+    def trace(slow_steps: set[int], extra_us: float) -> dict:
+        events, ts = [], 1000.0
+        for s in range(5):
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s + 2}", "pid": 1,
+                           "tid": 1, "ts": ts, "dur": 8000.0})
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": ts + 1,
+                           "dur": 100.0 + extra_us})
+            if s in slow_steps:
+                events.append({"ph": "X", "cat": "cpu_op", "name": "aten::_local_scalar_dense", "pid": 1, "tid": 1,
+                               "ts": ts + 200, "dur": 5000.0})
+            ts += 10000.0
+        return {"traceEvents": events}
+
+    base = traces.read_trace(_write(tmp_path / "b.pt.trace.json", trace(set(), 0.0)), "cpu_op")
+    head = traces.read_trace(_write(tmp_path / "h.pt.trace.json", trace({1, 3}, 10.0)), "cpu_op")
+    assert head.time_us["aten::_local_scalar_dense"] == pytest.approx(2000.0)
+    assert head.time_us["aten::addmm"] == pytest.approx(110.0)  # in every step: still the median
+    changes = traces.kernel_diff(base, head)
+    assert [c.name for c in changes] == ["aten::_local_scalar_dense", "aten::addmm"]

@@ -21,7 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,11 @@ class BisectResult:
     step: Measurement  # BAD against GOOD
     measurements: list[Measurement]
     commits_in_range: int
+    # commits that could not be measured (the case failed or was skipped there, or its workload is missing):
+    # (commit, why), like `git bisect skip`
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    # when skipped commits lie right before first_bad: each of them could be the first commit of the step
+    candidates: list[str] = field(default_factory=list)
 
 
 def _git(root: Path, *args: str) -> str:
@@ -135,6 +140,9 @@ def measure(spec: CaseSpec, good: against.BaseCheckout, other: against.BaseCheck
     t0 = time.perf_counter()
     good_file = _workload_file(good, good, spec)
     other_file = _workload_file(good, other, spec)
+    if other_file is None and good_file is not None:
+        raise Unmeasurable(f"bisect: workload {spec.workload!r} does not exist at {other.commit[:12]}",
+                           missing_workload=True)
     if good_file is None or other_file is None:
         raise ConfigError(f"bisect: workload {spec.workload!r} does not exist at "
                           f"{(good if good_file is None else other).commit[:12]}")
@@ -162,8 +170,8 @@ def measure(spec: CaseSpec, good: against.BaseCheckout, other: against.BaseCheck
     for side, case, commit in (("GOOD", base, good.commit), ("measured", head, other.commit)):
         if case.status != STATUS_OK:
             last = (case.message or "").strip().splitlines()[-1:] or [""]
-            raise runner.InfrastructureError(f"bisect: {spec.key} {case.status} at {side} commit {commit[:12]}: "
-                                             f"{last[0]}")
+            error = runner.InfrastructureError if side == "GOOD" else Unmeasurable
+            raise error(f"bisect: {spec.key} {case.status} at {side} commit {commit[:12]}: {last[0]}")
     v = _step_verdict(spec, base, head, settings)
     return Measurement(other.commit, v.ratio or 1.0, v.ratio_low or 1.0, v.ratio_high or 1.0, v.baseline, v.current,
                        time.perf_counter() - t0)
@@ -205,7 +213,12 @@ def bisect(settings: Settings, good_ref: str, bad_ref: str, case: Suite, echo: E
                      f"({m.wall_s:.1f} s)")
                 return m
 
-            step = measure_commit(len(commits) - 1)
+            try:
+                step = measure_commit(len(commits) - 1)
+            except Unmeasurable as exc:
+                if exc.missing_workload:  # at BAD: a usage error (exit 2), as before
+                    raise ConfigError(str(exc)) from None
+                raise
             line = (f"{threshold * 100:g}%" if threshold else
                     f"half of it, {(math.sqrt(step.ratio) - 1) * 100:+.1f}%")
             significant = step.low > 1 or step.high < 1
@@ -215,20 +228,41 @@ def bisect(settings: Settings, good_ref: str, bad_ref: str, case: Suite, echo: E
             echo(f"  the step: {step.text()}; a commit is after it when it moved past {line}")
             lo, hi = 0, len(commits) - 1
             found: dict[int, Measurement] = {hi: step}
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                m = measure_commit(mid)
+            skipped: dict[int, str] = {}
+            while True:
+                # the middle of what is left, else the commit nearest to it that can be measured
+                open_ = sorted((i for i in range(lo + 1, hi) if i not in skipped), key=lambda i: abs(i - (lo + hi) / 2))
+                if not open_:
+                    break
+                mid = open_[0]
+                try:
+                    m = measure_commit(mid)
+                except Unmeasurable as exc:  # a commit where the case fails: skip it, like `git bisect skip`
+                    skipped[mid] = str(exc)
+                    echo(f"  {commits[mid][:12]} ({mid} of {len(commits) - 1}) skipped: {exc}")
+                    continue
                 found[mid] = m
                 if is_after_step(m, step, threshold):
                     hi = mid
                 else:
                     lo = mid
+    candidates = [commits[i] for i in range(lo + 1, hi + 1)] if hi - lo > 1 else []
     return BisectResult(first_bad=commits[hi], before=found.get(lo), after=found[hi], step=step,
-                        measurements=measurements, commits_in_range=len(commits) - 1)
+                        measurements=measurements, commits_in_range=len(commits) - 1,
+                        skipped=[(commits[i], why) for i, why in sorted(skipped.items())], candidates=candidates)
 
 
 class NoStep(ConfigError):
     """GOOD and BAD measure alike: nothing to bisect (exit 2)."""
+
+
+class Unmeasurable(runner.InfrastructureError):
+    """The case cannot be measured at one commit of the range (it fails or is skipped there, or its workload
+    is missing): that commit is skipped. At BAD it ends the bisection: exit 3, or 2 for a missing workload."""
+
+    def __init__(self, message: str, missing_workload: bool = False) -> None:
+        super().__init__(message)
+        self.missing_workload = missing_workload
 
 
 def report_lines(result: BisectResult, root: Path) -> list[str]:
@@ -236,11 +270,27 @@ def report_lines(result: BisectResult, root: Path) -> list[str]:
                              text=True, timeout=60).stdout.strip()
     before = result.before.text() if result.before else "1.000x (GOOD itself)"
     total = sum(m.wall_s for m in result.measurements)
+    skipped = [f"{len(result.skipped)} commit(s) skipped (the case could not be measured there): "
+               + ", ".join(c[:12] for c, _ in result.skipped)] if result.skipped else []
+    if result.candidates:
+        first = result.candidates[0]
+        parent = (subprocess.run(["git", "log", "-1", "--format=%h %s", f"{first}^"], cwd=root, capture_output=True,
+                                 text=True, timeout=60).stdout.strip())
+        return [
+            f"the first commit of the step is one of {len(result.candidates)}: the skipped commit(s) right before "
+            f"{result.first_bad[:12]}, or it: " + ", ".join(c[:12] for c in result.candidates),
+            f"  last commit before them ({parent}) against GOOD: {before}",
+            f"  {result.first_bad[:12]} against GOOD: {result.after.text()}",
+            f"  BAD against GOOD:        {result.step.text()}",
+            *skipped,
+            f"{len(result.measurements)} measurement(s) over {result.commits_in_range} commit(s), {total:.0f} s",
+        ]
     return [
         f"first commit of the step: {result.first_bad}  {subject}",
         f"  its parent against GOOD: {before}",
         f"  it against GOOD:         {result.after.text()}",
         f"  BAD against GOOD:        {result.step.text()}",
+        *skipped,
         f"{len(result.measurements)} measurement(s) over {result.commits_in_range} commit(s), {total:.0f} s",
     ]
 

@@ -46,7 +46,8 @@ def _analyses(store, metrics: Sequence[str], patterns: Sequence[str], since: str
     out = []
     for metric in metrics:
         for key, pts in show_mod.read(store, metric, patterns, since, last, branch, machine_key).items():
-            out.append(detect_mod.analyse(key, metric, pts))
+            for machine, series in detect_mod.by_machine(pts):
+                out.append(detect_mod.analyse(key, metric, series, machine_key=machine))
     return out
 
 
@@ -79,9 +80,11 @@ def report(settings: Settings, url: str | None, patterns: Sequence[str], metric:
         charts = []
         for m in chosen:
             for key, pts in show_mod.read(store, m, patterns, since, last, branch, machine_key).items():
-                charts.append(report_mod.trend_chart(pts, detect_mod.analyse(key, m, pts)))
+                for machine, series in detect_mod.by_machine(pts):
+                    charts.append(report_mod.trend_chart(series, detect_mod.analyse(key, m, series, machine_key=machine),
+                                                         split=machine is not None or len(pts) != len(series)))
         name = store.describe()
-    charts.sort(key=lambda c: (c.case_key, c.metric != "step_time", c.metric))
+    charts.sort(key=lambda c: (c.case_key, c.metric != "step_time", c.metric))  # stable: machines stay in order
     filters = ", ".join(f for f in (f"metric {metric}" if not all_metrics else "every metric",
                                     f"since {since}" if since else "", f"last {last}" if last else "",
                                     f"branch {branch}" if branch else "", f"machine {machine_key}" if machine_key else "",

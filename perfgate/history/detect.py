@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from perfgate.formatting import format_value
 from perfgate.history.store import Point
 from perfgate.model import higher_is_better
 
@@ -99,9 +100,11 @@ class ChangePoint:
     after_commit: str | None
     mean_before: float
     mean_after: float
-    change: float  # relative: mean_after / mean_before - 1
-    ci_low: float
-    ci_high: float
+    # relative: mean_after / mean_before - 1; None (with its CI) for a step from a level of 0 (a count such
+    # as graph_breaks going from 0 to 1), which has no relative size: its kind follows the difference
+    change: float | None
+    ci_low: float | None
+    ci_high: float | None
     p_value: float
     kind: str  # "regression" or "win"
 
@@ -136,13 +139,14 @@ class SeriesAnalysis:
     points: int
     change_points: list[ChangePoint] = field(default_factory=list)
     creeps: list[Creep] = field(default_factory=list)
+    machine_key: str | None = None  # set when the case's runs came from several machines (by_machine)
 
     @property
     def regressions(self) -> int:
         return sum(f.kind == "regression" for f in [*self.change_points, *self.creeps])
 
     def to_json(self) -> dict[str, Any]:
-        return {"case": self.case_key, "metric": self.metric, "points": self.points,
+        return {"case": self.case_key, "metric": self.metric, "machine_key": self.machine_key, "points": self.points,
                 "change_points": [c.to_json() for c in self.change_points],
                 "creeps": [c.to_json() for c in self.creeps]}
 
@@ -305,7 +309,9 @@ def _rel_change(x: np.ndarray, cps: list[int], i: int) -> float:
     lo = cps[i - 1] if i > 0 else 0
     hi = cps[i + 1] if i + 1 < len(cps) else len(x)
     before, after = x[lo:cps[i]].mean(), x[cps[i]:hi].mean()
-    return float(after / before - 1) if before else 0.0
+    if before:
+        return float(after / before - 1)
+    return math.inf if after != before else 0.0  # from a level of 0: no relative size, larger than any
 
 
 def _kind(change: float, metric: str) -> str:
@@ -363,23 +369,40 @@ def steps_explain(x: np.ndarray, cps: Sequence[int]) -> bool:
     return n * math.log(ss_line / ss_steps) >= (2 * len(cps) - 1) * math.log(n)
 
 
-def analyse(case_key: str, metric: str, points: Sequence[Point], s: DetectSettings = DEFAULTS) -> SeriesAnalysis:
-    """Change points and creep of one case's series of ``metric``."""
+def by_machine(points: Sequence[Point]) -> list[tuple[str | None, list[Point]]]:
+    """A case's series as one series per machine key, when its runs came from several (each in run order,
+    machines by name, runs with no machine key last): a step time from a faster and a slower runner is
+    not one series, and a change in which runner took the runs read as a step at the commit where it
+    happened. [(None, points)] when every run came from one machine."""
+    keys = {p.machine_key for p in points}
+    if len(keys) <= 1:
+        return [(None, list(points))]
+    order = sorted(keys, key=lambda k: (k is None, k or ""))
+    return [(k, [p for p in points if p.machine_key == k]) for k in order]
+
+
+def analyse(case_key: str, metric: str, points: Sequence[Point], s: DetectSettings = DEFAULTS,
+            machine_key: str | None = None) -> SeriesAnalysis:
+    """Change points and creep of one case's series of ``metric`` (from one machine: by_machine)."""
     x = np.array([p.value for p in points], dtype=float)
-    out = SeriesAnalysis(case_key, metric, len(points))
+    out = SeriesAnalysis(case_key, metric, len(points), machine_key=machine_key)
     cps = change_point_indices(x, s)
     for i, cp in enumerate(cps):
         lo = cps[i - 1] if i > 0 else 0
         hi = cps[i + 1] if i + 1 < len(cps) else len(x)
         before, after = x[lo:cp], x[cp:hi]
-        change = float(after.mean() / before.mean() - 1) if before.mean() else 0.0
-        low, high = _step_ci(before, after)
+        change: float | None = None
+        low: float | None = None
+        high: float | None = None
+        if before.mean():
+            change = float(after.mean() / before.mean() - 1)
+            low, high = _step_ci(before, after)
         p, _, _ = ttest(before, after)
         out.change_points.append(ChangePoint(
             index=cp, before_run=points[cp - 1].run_id, after_run=points[cp].run_id,
             before_commit=points[cp - 1].commit, after_commit=points[cp].commit,
             mean_before=float(before.mean()), mean_after=float(after.mean()), change=change, ci_low=low,
-            ci_high=high, p_value=p, kind=_kind(change, metric)))
+            ci_high=high, p_value=p, kind=_kind(float(after.mean() - before.mean()), metric)))
     bounds = [0, *cps, len(x)]
     spans = list(zip(bounds, bounds[1:], strict=False))
     if cps and not steps_explain(x, cps):
@@ -403,15 +426,36 @@ def _commit(c: str | None, run: str) -> str:
     return c[:12] if c else run
 
 
+def step_range(c: ChangePoint) -> str:
+    """Where a step lies: between the last run before it and the first after it; two runs of one commit
+    (a re-run, a nightly of an unchanged branch) say so: the step came from outside the code."""
+    if c.before_commit and c.before_commit == c.after_commit:
+        return f"between two runs of {c.before_commit[:12]} ({c.before_run}, {c.after_run}): not a code change"
+    return f"between {_commit(c.before_commit, c.before_run)} and {_commit(c.after_commit, c.after_run)}"
+
+
+def step_text(c: ChangePoint, metric: str) -> str:
+    """A step's size: its relative change with the CI, or, from a level of 0, the two levels."""
+    if c.change is None or c.ci_low is None or c.ci_high is None:
+        return f"{format_value(metric, c.mean_before)} -> {format_value(metric, c.mean_after)}"
+    return f"{c.change * 100:+.1f}% [{c.ci_low * 100:+.1f}%, {c.ci_high * 100:+.1f}%]"
+
+
+def _split(a: SeriesAnalysis, analyses: Sequence[SeriesAnalysis]) -> bool:
+    """Whether ``a``'s case and metric were split by machine (its runs without a machine key among them)."""
+    return any(b.machine_key is not None and (b.case_key, b.metric) == (a.case_key, a.metric) for b in analyses)
+
+
 def render(analyses: Sequence[SeriesAnalysis]) -> str:
     """The findings as text: one line per change point or creep, grouped by case and metric."""
     lines: list[str] = []
     found = [a for a in analyses if a.change_points or a.creeps]
     for a in found:
-        lines.append(f"{a.case_key}  {a.metric}  ({a.points} runs)")
+        where = f"  on {a.machine_key or 'no machine key'}" if a.machine_key is not None or _split(a, analyses) else ""
+        lines.append(f"{a.case_key}  {a.metric}{where}  ({a.points} runs)")
         for c in a.change_points:
-            lines.append(f"  step   {c.kind:<10} {c.change * 100:+.1f}% [{c.ci_low * 100:+.1f}%, {c.ci_high * 100:+.1f}%]"
-                         f"  between {_commit(c.before_commit, c.before_run)} and {_commit(c.after_commit, c.after_run)}"
+            lines.append(f"  step   {c.kind:<10} {step_text(c, a.metric)}"
+                         f"  {step_range(c)}"
                          f"  (run {c.index + 1} of {a.points}, p={c.p_value:.1g})")
         for c in a.creeps:
             lines.append(f"  creep  {c.kind:<10} {c.change * 100:+.1f}% [{c.ci_low * 100:+.1f}%, {c.ci_high * 100:+.1f}%]"

@@ -14,7 +14,7 @@ from typing import Any
 import jinja2
 
 from perfgate.formatting import format_value, trend_anchor
-from perfgate.history.detect import SeriesAnalysis
+from perfgate.history.detect import SeriesAnalysis, step_range, step_text
 from perfgate.history.store import Point
 
 WIDTH, HEIGHT = 760, 240
@@ -27,6 +27,7 @@ class TrendChart:
     case_key: str
     metric: str
     anchor: str
+    machine: str = ""  # "on MACHINE" when the case's runs came from several machines (one chart each)
     width: int = WIDTH
     height: int = HEIGHT
     dots: list[dict[str, Any]] = field(default_factory=list)
@@ -48,9 +49,16 @@ def _title(p: Point, metric: str) -> str:
             f"{format_value(metric, p.value)}{ci}")
 
 
-def trend_chart(points: Sequence[Point], analysis: SeriesAnalysis) -> TrendChart:
+def trend_chart(points: Sequence[Point], analysis: SeriesAnalysis, split: bool = False) -> TrendChart:
+    """One series' chart; ``split``: one of a case's series per machine (detect.by_machine), its anchor and
+    heading naming the machine."""
     metric = analysis.metric
-    chart = TrendChart(analysis.case_key, metric, trend_anchor(analysis.case_key, metric), total=len(points))
+    anchor = trend_anchor(analysis.case_key, metric)
+    machine = ""
+    if split:
+        machine = analysis.machine_key or "no machine key"
+        anchor = trend_anchor(f"{analysis.case_key}-{metric}-on", machine)
+    chart = TrendChart(analysis.case_key, metric, anchor, machine=machine, total=len(points))
     offset = max(0, len(points) - MAX_POINTS)
     pts = list(points[offset:])
     chart.shown = len(pts)
@@ -85,9 +93,9 @@ def trend_chart(points: Sequence[Point], analysis: SeriesAnalysis) -> TrendChart
         i = c.index - offset
         if not 0 < i < n:
             continue
-        text = (f"{c.kind}: {c.change * 100:+.1f}% [{c.ci_low * 100:+.1f}%, {c.ci_high * 100:+.1f}%] between "
-                f"{(c.before_commit or c.before_run)[:12]} and {(c.after_commit or c.after_run)[:12]}")
-        chart.steps.append({"x": sx(i - 0.5), "css": c.kind, "title": text, "label": f"{c.change * 100:+.1f}%"})
+        text = f"{c.kind}: {step_text(c, metric)} {step_range(c)}"
+        label = f"{c.change * 100:+.1f}%" if c.change is not None else f"from {format_value(metric, c.mean_before)}"
+        chart.steps.append({"x": sx(i - 0.5), "css": c.kind, "title": text, "label": label})
         chart.findings.append("step " + text)
     for c in analysis.creeps:
         a, b = max(c.start - offset, 0), c.end - offset
