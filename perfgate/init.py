@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from perfgate.config import ConfigError
+from perfgate.config import ConfigError, read_toml_text
 from perfgate.storage import atomic_write_text
 
 try:
@@ -187,10 +187,7 @@ def plan(top: Path, gpu_runner: str | None = None, suite_only: bool = False, for
     pyproject = top / "pyproject.toml"
     if pyproject.is_symlink() or (pyproject.exists() and not pyproject.is_file()):
         raise ConfigError(f"{pyproject}: not a regular file; perfgate init writes only regular files")
-    try:
-        existing = pyproject.read_text(encoding="utf-8") if pyproject.exists() else None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{pyproject}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
+    existing = read_toml_text(pyproject) if pyproject.exists() else None
     text, state = merged_pyproject(existing, perfgate_table(gpu_runner), force, pyproject)
     planned = [Planned(Path("pyproject.toml"), text, state,
                        "it already has a [tool.perfgate] table" if state == "conflict" else "")]

@@ -185,6 +185,18 @@ def test_a_pyproject_that_is_not_utf8_is_exit_2_and_untouched(tmp_path):
     assert sorted(p.name for p in repo.iterdir()) == [".git", "pyproject.toml"]
 
 
+def test_a_pyproject_over_the_size_cap_is_exit_2_and_untouched(tmp_path):
+    from conftest import cli_env
+
+    repo = _new_repo(tmp_path / "r", '[project]\nname = "x"\n' + "# padding\n" * 110_000)
+    before = (repo / "pyproject.toml").read_bytes()
+    proc = run_cli("init", cwd=repo, env=cli_env(PERFGATE_MAX_FILE_MB="1"))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "larger than 1 MiB" in proc.stderr
+    assert (repo / "pyproject.toml").read_bytes() == before
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "pyproject.toml"]
+
+
 def test_gpu_runner_warns_that_runner_groups_are_required(tmp_path):
     repo = _new_repo(tmp_path / "r")
     proc = run_cli("init", "--gpu-runner", "gpu-a100", cwd=repo)
