@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate import acknowledge
-from perfgate.formatting import format_value
+from perfgate.formatting import failure_note, format_value
 from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, Evidence, RunResult, Verdict
 from perfgate.stats import format_seconds
 
@@ -70,6 +70,14 @@ def outcome_text(case: CaseResult) -> str:
     return f"{case.status}: {detail}"[:160]
 
 
+def outcome_detail(case: CaseResult) -> str:
+    """``outcome_text`` for a line whose status column says the status: a case that did not run gets its
+    failure class and reason only (not `skipped  skipped: ...`)."""
+    if case.status == STATUS_OK:
+        return outcome_text(case)
+    return failure_note(case.failure_class, case.message, 160)
+
+
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
@@ -89,16 +97,13 @@ def run_tables(run: RunResult) -> str:
         rows = []
         for c in cases:
             sp = run.speedup(c) if c.status == STATUS_OK else None
-            reason = ""
-            if c.status != STATUS_OK:
-                lines = (c.message or "").strip().splitlines()
-                reason = (f"[{c.failure_class}] " if c.failure_class else "") + (lines[-1] if lines else "")
+            reason = failure_note(c.failure_class, c.message, 100) if c.status != STATUS_OK else ""
             rows.append([
                 c.spec.toggle_name,
                 c.status,
                 step_time_text(c),
                 sp.format() if sp else "-",
-                reason[:100],
+                reason,
             ])
         out.append(f"\n{workload} [{size}, {device}]\n"
                    + _table(rows, ["toggle", "status", "step time (median +/- 95% CI)", "speedup vs eager", "note"]))

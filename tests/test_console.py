@@ -98,3 +98,21 @@ def test_a_verdicts_values_print_alike_in_the_console_and_the_reports(metric, va
     from perfgate.formatting import format_value
 
     assert verdict_value(metric, value) == format_value(metric, value) == shown
+
+
+@pytest.mark.parametrize("status, failure_class, message, shown", [
+    ("skipped", None, "cuda-graphs: needs a CUDA device (this case runs on cpu)",
+     "      skipped  cuda-graphs: needs a CUDA device (this case runs on cpu)  (0.3 s)"),
+    ("failed", "timeout", "Traceback ...\nworker exceeded 600 s",
+     "      failed   [timeout] worker exceeded 600 s  (0.3 s)"),
+])
+def test_a_case_outcome_line_says_its_status_once(status, failure_class, message, shown, capsys):
+    """The progress line of a skipped case read `skipped  skipped: cuda-graphs: ...` (and a failed one
+    `failed   failed (timeout): ...`): the status column, then the status again."""
+    from perfgate.model import CaseResult
+    from perfgate.session import progress
+
+    case = CaseResult(spec=CaseSpec("w", "smoke", ("cuda-graphs",), "cpu"), status=status, duration_s=0.3,
+                      message=message, failure_class=failure_class)
+    progress("done", 1, 1, case.spec, case, 1.0)
+    assert capsys.readouterr().out == shown + "\n"

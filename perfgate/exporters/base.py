@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from perfgate import expect, roofline, traces
 from perfgate.compare import throttled
-from perfgate.formatting import format_bytes, format_count, format_rate, format_ratio
+from perfgate.formatting import failure_note, format_bytes, format_count, format_rate, format_ratio
 from perfgate.model import (
     STATUS_OK,
     CaseResult,
@@ -333,6 +333,11 @@ class CaseRow:
         if mx is not None:
             parts.append(f"max {mx:.2g}")
         return " ".join(parts) or "-"
+
+    @property
+    def failure_note(self) -> str:
+        """Why the case did not run (``[class] reason``), beside a status column that says skipped or failed."""
+        return "" if self.case.status == STATUS_OK else failure_note(self.case.failure_class, self.case.message)
 
     @property
     def status_text(self) -> str:

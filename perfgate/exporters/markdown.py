@@ -83,7 +83,7 @@ def _verdict_table(items: list[tuple[CaseRow | None, Verdict]]) -> list[str]:
 
 
 def _case_line(r: CaseRow) -> str:
-    note = code(r.status_text) if r.case.status != "ok" else ""
+    note = code(r.failure_note) if r.case.status != "ok" else ""
     return (f"| {code(r.key)} | {cell(r.case.status)} | {cell(r.step_time_text)} | {cell(r.speedup_text)} "
             f"| {cell(r.change_text)} | {cell(r.recommendation.action)} | {note} |")
 

@@ -408,7 +408,7 @@ def render(analyses: Sequence[SeriesAnalysis]) -> str:
     lines: list[str] = []
     found = [a for a in analyses if a.change_points or a.creeps]
     for a in found:
-        lines.append(f"{a.case_key}  {a.metric}  ({a.points} runs)")
+        lines.append(f"{a.case_key}  {a.metric}  ({a.points} run{'' if a.points == 1 else 's'})")
         for c in a.change_points:
             lines.append(f"  step   {c.kind:<10} {c.change * 100:+.1f}% [{c.ci_low * 100:+.1f}%, {c.ci_high * 100:+.1f}%]"
                          f"  between {_commit(c.before_commit, c.before_run)} and {_commit(c.after_commit, c.after_run)}"
