@@ -11,7 +11,7 @@ from pathlib import Path
 from perfgate import acknowledge
 from perfgate.formatting import failure_note, format_value
 from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, Evidence, RunResult, Verdict
-from perfgate.stats import format_seconds
+from perfgate.stats import JUDGED_NOTE, PROCESS_QUANTILE, format_seconds, judged_step_time
 
 # C0 and C1 control characters but the newline (terminal escape sequences start with ESC, 0x1b, or the C1
 # CSI/OSC, 0x9b/0x9d; a carriage return overwrites what a reader sees), and the Unicode controls that
@@ -161,9 +161,20 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
     source = comparison.baseline_source or "baseline"
     out = [f"\nComparison against {source} ({comparison.mode} mode): {len(verdicts)} verdict(s)"]
     out.extend(comparison.warnings)
+    noted = False
+
+    def verdict_table(rows: list[Verdict]) -> None:
+        """The table, and under the first one with a step_time value the statistic those values are."""
+        nonlocal noted
+        out.append(_table(_verdict_rows(rows), VERDICT_HEADER))
+        if not noted and any(v.metric == "step_time" and v.current is not None for v in rows):
+            judged = judged_step_time(run.process_quantile if run is not None else PROCESS_QUANTILE)
+            out.append(f"  {JUDGED_NOTE.format(judged=judged)}")
+            noted = True
+
     if failing:
         out.append(f"\nREGRESSIONS ({len(failing)}):")
-        out.append(_table(_verdict_rows(failing), VERDICT_HEADER))
+        verdict_table(failing)
         for v in failing:
             out.append(f"  {v.case_key} {v.metric}: {v.rule}")
         try:
@@ -177,7 +188,7 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
                        "again, with a form that keeps both sides' traces)")
     if wins:
         out.append(f"\nWins ({len(wins)}):")
-        out.append(_table(_verdict_rows(wins), VERDICT_HEADER))
+        verdict_table(wins)
         refresh = repro.refresh_command(comparison, run_dir)
         if refresh:
             out.append(f"Wins: refresh the baseline for these cases with: {refresh}")
@@ -192,7 +203,7 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
     acknowledged = [v for v in rest if v.kind == "acknowledged"]
     if acknowledged:
         out.append(f"\nAcknowledged regressions ({len(acknowledged)}), not failing the gate:")
-        out.append(_table(_verdict_rows(acknowledged), VERDICT_HEADER))
+        verdict_table(acknowledged)
     lines = acknowledge.summary_lines(comparison)
     if lines:
         out.append("")
