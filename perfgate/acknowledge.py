@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import math
 import operator
 import os
 import re
@@ -74,9 +75,10 @@ class Bound:
 
 
 def parse_bound(text: str) -> Bound | None:
-    """``"ratio <= 1.12"`` -> Bound; None for anything else, or a number that is not > 0."""
+    """``"ratio <= 1.12"`` -> Bound; None for anything else, or a number that is not finite and > 0
+    (``1e999`` reads as inf: a bound no ratio passes, that is no bound at all)."""
     m = _BOUND.fullmatch(text)
-    if m is None or not float(m.group(2)) > 0:
+    if m is None or not 0 < float(m.group(2)) < math.inf:
         return None
     return Bound(m.group(1), float(m.group(2)))
 
@@ -110,7 +112,7 @@ CasePattern = Annotated[str, satisfying(_case_pattern),
 Reason = Annotated[str, satisfying(lambda v: bool(v.strip())), expected("a non-empty string (why it is acceptable)")]
 ExpiryDate = Annotated[dt.date, BeforeValidator(_iso_date), expected("a date YYYY-MM-DD (a TOML date or a string)")]
 BoundText = Annotated[str, satisfying(lambda v: parse_bound(v) is not None),
-                      expected('a bound "ratio <= NUMBER" (or <, >=, >; NUMBER > 0, the ratio current / baseline)')]
+                      expected('a bound "ratio <= NUMBER" (or <, >=, >; NUMBER finite and > 0, the ratio current / baseline)')]
 
 
 class AcknowledgeTable(Table):

@@ -230,15 +230,17 @@ def probe_base(base: BaseCheckout, threads: int) -> Catalog:
 def base_has(base: BaseCheckout, spec: CaseSpec) -> str | None:
     """None when REF can run ``spec``; else why not (its workload, size or a toggle does not exist there)."""
     cat = base.catalog
+    # a ref by its name and the commit it is at; a commit (settling against a baseline's) by its short hash
+    where = f"commit {base.commit[:12]}" if base.ref == base.commit else f"{base.ref} ({base.commit[:12]})"
     if cat is None or spec.workload not in cat.workloads:
-        return f"workload {spec.workload!r} does not exist at {base.ref}"
+        return f"workload {spec.workload!r} does not exist at {where}"
     info = cat.workloads[spec.workload]
     if spec.size not in info.get("sizes", {}):
-        return f"size {spec.size!r} of {spec.workload} does not exist at {base.ref}"
+        return f"size {spec.size!r} of {spec.workload} does not exist at {where}"
     known = {t["name"] for t in cat.toggles} | set(info.get("variants", {}))
     missing = [t for t in spec.toggles if t not in known]
     if missing:
-        return f"toggle {', '.join(missing)} does not exist at {base.ref}"
+        return f"toggle {', '.join(missing)} does not exist at {where}"
     return None
 
 
@@ -316,6 +318,9 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
         if sampler is None or ended:
             if sampler is not None and ended:
                 sampler.end("a process skipped or failed")
+            target = None
+        elif base_file is None:  # no look can compare with a base that lacks the case: say why, not "settled"
+            sampler.end(f"not compared: {missing}")
             target = None
         else:
             target = sampler.next_target(len(head_results), time.perf_counter() - t0, head, base_case)

@@ -26,6 +26,7 @@ from perfgate.validation import (
     Text,
     check,
     expected,
+    max_file_bytes,
     one_of,
     satisfying,
     set_fields,
@@ -146,16 +147,33 @@ DEFAULT_SUITES = {
                    "Every workload at smoke size on CPU."),
 }
 
-def read_toml(path: Path) -> dict[str, Any]:
-    """The parsed TOML of ``path``; ConfigError naming the file (and, for a syntax error, its line)."""
+def read_toml_text(path: Path) -> str:
+    """The text of the TOML file ``path``, read under the size cap of every file perfgate reads
+    (PERFGATE_MAX_FILE_MB, 64 MiB by default: a pyproject.toml is a few KiB); ConfigError naming the file
+    when it is larger, unreadable or not UTF-8. A larger file is never read whole."""
+    limit = max_file_bytes()
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:  # its text ends "(at line N, column M)"
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
+        with open(path, "rb") as fh:
+            raw = fh.read(limit + 1)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    if len(raw) > limit:
+        raise ConfigError(f"{path}: larger than {limit // (1024 * 1024)} MiB; not a configuration file "
+                          "(PERFGATE_MAX_FILE_MB raises the limit)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The parsed TOML of ``path`` (``read_toml_text``); ConfigError naming the file (and, for a syntax
+    error, its line)."""
+    text = read_toml_text(path)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:  # its text ends "(at line N, column M)"
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
 
 
 def find_pyproject(start: Path) -> Path | None:

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate import acknowledge
-from perfgate.formatting import format_value
+from perfgate.formatting import failure_note, format_value
 from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, Evidence, RunResult, Verdict
-from perfgate.stats import format_seconds
+from perfgate.stats import JUDGED_NOTE, PROCESS_QUANTILE, format_seconds, judged_step_time
 
 # C0 and C1 control characters but the newline (terminal escape sequences start with ESC, 0x1b, or the C1
 # CSI/OSC, 0x9b/0x9d; a carriage return overwrites what a reader sees), and the Unicode controls that
@@ -70,6 +70,14 @@ def outcome_text(case: CaseResult) -> str:
     return f"{case.status}: {detail}"[:160]
 
 
+def outcome_detail(case: CaseResult) -> str:
+    """``outcome_text`` for a line whose status column says the status: a case that did not run gets its
+    failure class and reason only (not `skipped  skipped: ...`)."""
+    if case.status == STATUS_OK:
+        return outcome_text(case)
+    return failure_note(case.failure_class, case.message, 160)
+
+
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
@@ -89,16 +97,13 @@ def run_tables(run: RunResult) -> str:
         rows = []
         for c in cases:
             sp = run.speedup(c) if c.status == STATUS_OK else None
-            reason = ""
-            if c.status != STATUS_OK:
-                lines = (c.message or "").strip().splitlines()
-                reason = (f"[{c.failure_class}] " if c.failure_class else "") + (lines[-1] if lines else "")
+            reason = failure_note(c.failure_class, c.message, 100) if c.status != STATUS_OK else ""
             rows.append([
                 c.spec.toggle_name,
                 c.status,
                 step_time_text(c),
                 sp.format() if sp else "-",
-                reason[:100],
+                reason,
             ])
         out.append(f"\n{workload} [{size}, {device}]\n"
                    + _table(rows, ["toggle", "status", "step time (median +/- 95% CI)", "speedup vs eager", "note"]))
@@ -156,9 +161,20 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
     source = comparison.baseline_source or "baseline"
     out = [f"\nComparison against {source} ({comparison.mode} mode): {len(verdicts)} verdict(s)"]
     out.extend(comparison.warnings)
+    noted = False
+
+    def verdict_table(rows: list[Verdict]) -> None:
+        """The table, and under the first one with a step_time value the statistic those values are."""
+        nonlocal noted
+        out.append(_table(_verdict_rows(rows), VERDICT_HEADER))
+        if not noted and any(v.metric == "step_time" and v.current is not None for v in rows):
+            judged = judged_step_time(run.process_quantile if run is not None else PROCESS_QUANTILE)
+            out.append(f"  {JUDGED_NOTE.format(judged=judged)}")
+            noted = True
+
     if failing:
         out.append(f"\nREGRESSIONS ({len(failing)}):")
-        out.append(_table(_verdict_rows(failing), VERDICT_HEADER))
+        verdict_table(failing)
         for v in failing:
             out.append(f"  {v.case_key} {v.metric}: {v.rule}")
         try:
@@ -172,7 +188,7 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
                        "again, with a form that keeps both sides' traces)")
     if wins:
         out.append(f"\nWins ({len(wins)}):")
-        out.append(_table(_verdict_rows(wins), VERDICT_HEADER))
+        verdict_table(wins)
         refresh = repro.refresh_command(comparison, run_dir)
         if refresh:
             out.append(f"Wins: refresh the baseline for these cases with: {refresh}")
@@ -187,7 +203,7 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
     acknowledged = [v for v in rest if v.kind == "acknowledged"]
     if acknowledged:
         out.append(f"\nAcknowledged regressions ({len(acknowledged)}), not failing the gate:")
-        out.append(_table(_verdict_rows(acknowledged), VERDICT_HEADER))
+        verdict_table(acknowledged)
     lines = acknowledge.summary_lines(comparison)
     if lines:
         out.append("")

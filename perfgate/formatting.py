@@ -11,8 +11,8 @@ from typing import Any
 
 from perfgate.stats import format_seconds
 
-__all__ = ["inert", "format_bytes", "format_count", "format_environment", "format_rate", "format_ratio",
-           "format_seconds", "format_value", "trend_anchor"]
+__all__ = ["inert", "failure_note", "format_bytes", "format_count", "format_environment", "format_rate",
+           "format_ratio", "format_seconds", "format_value", "trend_anchor"]
 
 
 def format_bytes(n: float | None) -> str:
@@ -22,6 +22,14 @@ def format_bytes(n: float | None) -> str:
         if abs(n) >= size:
             return f"{n / size:.3g} {unit}"
     return f"{n:.0f} B"
+
+
+def failure_note(failure_class: str | None, message: str | None, limit: int = 200) -> str:
+    """Why a case did not run, for a line or table whose status column already says skipped or failed:
+    ``[class] `` and the last non-empty line of the message (where Python puts the exception), shortened."""
+    lines = [ln.strip() for ln in (message or "").strip().splitlines() if ln.strip()]
+    note = (f"[{failure_class}] " if failure_class else "") + (lines[-1] if lines else "")
+    return note if len(note) <= limit else note[: limit - 3] + "..."
 
 
 def format_environment(value: Any) -> str:

@@ -6,7 +6,8 @@ any other table), ``workloads/example_mlp.py`` (one commented example workload t
 ``.github/workflows/perfgate-baselines.yml``, both calling perfgate's reusable action pinned by commit;
 with a GPU runner label also ``perfgate-gpu.yml`` and ``perfgate-label.yml``, the label-approved GPU gate
 of perfgate's own repository (pull_request_target, the approved commit pinned, judged by the pinned
-perfgate with the base's rules, one aggregate commit status).
+perfgate with the base's rules, one aggregate commit status). It also keeps ``/reports/`` and ``/.perfgate/``
+(run output, the history store) in ``.gitignore``: created, or appended to, never replaced.
 
 Everything is planned and checked before the first write: a file that exists with other content stops
 the command (exit 2) unless ``force``; a file that already holds what would be written is left alone,
@@ -21,8 +22,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from perfgate.config import ConfigError
+from perfgate.config import ConfigError, read_toml_text
 from perfgate.storage import atomic_write_text
+from perfgate.validation import max_file_bytes
 
 try:
     import tomllib
@@ -39,6 +41,12 @@ LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 BRANCH_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./-]{0,99}")
 TABLE_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 WORKLOAD_FILE = Path("workloads") / "example_mlp.py"
+# What perfgate writes into the repository that no commit should carry: each run's folder and reports/LATEST
+# (reports_dir = "reports" in the table init writes) and the history store's default SQLite file
+# (.perfgate/history.db). Anchored: a reports/ folder of the user's own deeper down is theirs.
+GITIGNORE = Path(".gitignore")
+IGNORED = ("/reports/", "/.perfgate/")
+GITIGNORE_HEADER = "# perfgate: each run's output and the history store (added by perfgate init)"
 WORKFLOWS = Path(".github") / "workflows"
 CUDA_TORCH_INDEX = "https://download.pytorch.org/whl/cu128"
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -150,6 +158,50 @@ def merged_pyproject(existing: str | None, table: str, force: bool, path: Path) 
     return new, state
 
 
+def _ignore_target(line: str) -> str:
+    """The folder a .gitignore line ignores, spelled without its anchoring and trailing ``/``, ``/*`` or
+    ``/**`` (``/reports/*``, ``reports/`` and ``reports`` all say "reports"); "" for comments and negations."""
+    text = line.strip()
+    if not text or text.startswith(("#", "!")):
+        return ""
+    return text.rstrip("*").rstrip("/").lstrip("/")
+
+
+def planned_gitignore(top: Path) -> Planned:
+    """The .gitignore init leaves: created with IGNORED, or an existing one with the entries it lacks appended
+    (every byte it had kept; an entry it has in any spelling is not added again), or left alone when it has
+    them all. Never replaced, so no --force is involved. ConfigError for a link, a folder, a file over the
+    size cap or one that is not UTF-8."""
+    path = top / GITIGNORE
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise ConfigError(f"{path}: not a regular file; perfgate init writes only regular files")
+    existing: str | None = None
+    if path.exists():
+        limit = max_file_bytes()
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read(limit + 1)
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+        if len(raw) > limit:
+            raise ConfigError(f"{path}: larger than {limit // (1024 * 1024)} MiB (PERFGATE_MAX_FILE_MB raises the "
+                              "limit); add /reports/ and /.perfgate/ to it by hand")
+        try:
+            existing = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); add /reports/ and /.perfgate/ to it "
+                              "by hand") from exc
+    have = {_ignore_target(line) for line in (existing or "").splitlines()}
+    missing = [entry for entry in IGNORED if entry.strip("/") not in have]
+    if existing is not None and not missing:
+        return Planned(GITIGNORE, existing, "unchanged")
+    block = "\n".join([GITIGNORE_HEADER, *missing]) + "\n"
+    if existing is None:
+        return Planned(GITIGNORE, block, "create")
+    sep = "" if not existing else ("\n" if existing.endswith("\n") else "\n\n")
+    return Planned(GITIGNORE, existing + sep + block, "update")
+
+
 def workflow_texts(action: str, gpu_runner: str | None, default_branch: str) -> dict[Path, str]:
     """The workflow files init writes, keyed by their path in the repository."""
     repo, sha = action.split("@", 1)
@@ -187,10 +239,7 @@ def plan(top: Path, gpu_runner: str | None = None, suite_only: bool = False, for
     pyproject = top / "pyproject.toml"
     if pyproject.is_symlink() or (pyproject.exists() and not pyproject.is_file()):
         raise ConfigError(f"{pyproject}: not a regular file; perfgate init writes only regular files")
-    try:
-        existing = pyproject.read_text(encoding="utf-8") if pyproject.exists() else None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{pyproject}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
+    existing = read_toml_text(pyproject) if pyproject.exists() else None
     text, state = merged_pyproject(existing, perfgate_table(gpu_runner), force, pyproject)
     planned = [Planned(Path("pyproject.toml"), text, state,
                        "it already has a [tool.perfgate] table" if state == "conflict" else "")]
@@ -215,6 +264,7 @@ def plan(top: Path, gpu_runner: str | None = None, suite_only: bool = False, for
             planned.append(Planned(rel, new, "unchanged"))
         else:
             planned.append(Planned(rel, new, "update" if force else "conflict", "it exists with other content"))
+    planned.append(planned_gitignore(top))
     return planned
 
 
@@ -239,7 +289,7 @@ RUNNER_GROUPS_WARNING = (
     "\"Registering the self-hosted GPU runners\"; runner groups need an organisation)")
 
 NEXT_STEPS = """next:
-  git add pyproject.toml workloads .github && git commit -m "perfgate: workloads"
+  git add .gitignore pyproject.toml workloads .github && git commit -m "perfgate: workloads"
   perfgate run && perfgate baseline update   # this machine's baseline in baselines/, recorded from that commit
   git add baselines && git commit -m "perfgate: baseline"
 then `perfgate run --gate` (against baselines/) or `perfgate run --against HEAD~1 --gate` after a change.

@@ -135,6 +135,19 @@ def find_results(paths: Sequence[str | Path]) -> list[Path]:
     return unique
 
 
+def refuse_out_in_shard(files: Sequence[Path], out_dir: str | Path) -> None:
+    """ConfigError when ``out_dir`` is one of the shard folders of ``files`` or lies inside one: merging would
+    replace that shard's results.json with the merged run's, or copy the shard into itself (out/out/...).
+    A folder beside the shards, or above them (the folder of downloaded shards), is fine."""
+    out = Path(out_dir).resolve()
+    for f in files:
+        shard_dir = f.parent.resolve()
+        if out == shard_dir or shard_dir in out.parents:
+            where = "is the shard folder" if out == shard_dir else "is inside the shard folder"
+            raise ConfigError(f"perfgate merge: --out {out_dir} {where} {f.parent}; "
+                              "give a folder outside every shard folder")
+
+
 def _raw_schema(path: Path) -> Any:
     try:
         data = read_json_file(path, "results")
@@ -239,7 +252,9 @@ def merge_runs(paths: Sequence[str | Path], out_dir: str | Path) -> tuple[RunRes
     copies each shard's traces there, and merges the shards' sub-runs (the ``--against`` base run in
     base/, re-measurements) into the same places under ``out_dir``. Returns the run and warnings."""
     out = Path(out_dir).resolve()
-    runs = _load_all(find_results(paths))
+    files = find_results(paths)
+    refuse_out_in_shard(files, out_dir)
+    runs = _load_all(files)
     check_compatible(runs)
     for sub in SUB_RUNS:
         subs = [f.parent / sub / "results.json" for f, _, _ in runs]
@@ -396,7 +411,9 @@ def _cases_by_key(path: Path) -> dict[str, CaseResult]:
 
 def merge_into(results: Sequence[str], out_dir: Path) -> RunResult:
     """`perfgate merge` up to the judging: the shards joined into ``out_dir`` (checked writable first), its
-    results.json written, the warnings and the run's tables printed."""
+    results.json written, the warnings and the run's tables printed. An ``out_dir`` in a shard folder is
+    refused before anything is created."""
+    refuse_out_in_shard(find_results(results), out_dir)
     problem = check_writable_dir(out_dir)
     if problem:
         raise ConfigError(problem)

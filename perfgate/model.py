@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field
 
 from perfgate.rules import Rule
-from perfgate.stats import Ratio, SampleSummary, process_step_time, ratio_of, summarize
+from perfgate.stats import PROCESS_QUANTILE, Ratio, SampleSummary, process_step_time, ratio_of, summarize
 from perfgate.validation import (
     Count,
     Document,
@@ -511,6 +511,22 @@ class RunResult:
         if selection:
             return f"a selection ({selection}) with defaults from suite {self.suite!r}"
         return f"suite {self.suite!r}" if self.suite else "no suite"
+
+    def gate_setting(self, key: str, default: float, low: float, high: float) -> float:
+        """A number from the run's recorded ``[tool.perfgate.gate]`` (``settings["gate"]``): a results.json is
+        untrusted, so ``default`` where it recorded none, or something other than a number in [low, high]."""
+        settings = self.settings if isinstance(self.settings, dict) else {}
+        gate = settings.get("gate")
+        value = gate.get(key, default) if isinstance(gate, dict) else default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            return default
+        return float(value)
+
+    @property
+    def process_quantile(self) -> float:
+        """The quantile of each process's samples the gate judged this run's step times by (``[tool.perfgate.gate]
+        process_quantile`` as recorded; stats.PROCESS_QUANTILE where none or nonsense was)."""
+        return self.gate_setting("process_quantile", PROCESS_QUANTILE, 0.0, 0.5)
 
     def case(self, key: str) -> CaseResult | None:
         for c in self.cases:

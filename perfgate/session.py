@@ -203,7 +203,7 @@ def progress(event: str, k: int, n: int, spec: Any, result: Any, elapsed: float)
     if event == "start":
         echo(console.progress_line(k, n, spec, elapsed, k - 1))
     else:
-        echo(f"      {result.status:<8} {console.outcome_text(result)}  ({result.duration_s:.1f} s)")
+        echo(f"      {result.status:<8} {console.outcome_detail(result)}  ({result.duration_s:.1f} s)")
 
 
 def reports_writer(run_dir: Path) -> Callable[[RunResult], None]:

@@ -62,6 +62,20 @@ def quantile_name(q: float, plural: bool = False) -> str:
     return f"{pct}{suffix} percentile{'s' if plural else ''}"
 
 
+def judged_step_time(q: float) -> str:
+    """What a step_time verdict's baseline and current values are, in words, for a note beside a verdict
+    table: the statistic the gate judges, which is not the median of all samples a run table shows."""
+    return f"the median over worker processes of each process's {quantile_name(q)} step time"
+
+
+# The note under a verdict table that shows step_time values (the console's, report.html's); {judged} is
+# judged_step_time's words. summary.md's tables show the ratio only: JUDGED_RATIO_NOTE.
+JUDGED_NOTE = ("step_time baseline and current are {judged}, the statistic the gate judges; a case's step time "
+               "in the run tables is the median of all its samples")
+JUDGED_RATIO_NOTE = ("step_time ratios compare {judged}, the statistic the gate judges; a case's step time in "
+                     "the case table is the median of all its samples")
+
+
 def quantile(sorted_values: Sequence[float], q: float) -> float:
     """Linear-interpolated quantile of already sorted values (numpy's default method)."""
     if not sorted_values:

@@ -85,14 +85,17 @@ def _cxx_compiler() -> str | None:
     return None
 
 
-def unmet_requirement(req: str, device: str, workload: dict[str, Any] | None = None) -> str | None:
-    """None when ``req`` holds here for ``device``; otherwise the reason, in words, that it does not."""
+def unmet_requirement(req: str, device: str, workload: dict[str, Any] | None = None, *,
+                      machine: bool = False) -> str | None:
+    """None when ``req`` holds here for ``device``; otherwise the reason, in words, that it does not: for a
+    case on ``device``, or with ``machine`` for this machine, ``device`` being the one it would measure on."""
     import torch
 
     is_cuda = device.startswith("cuda")
     if req == REQ_CUDA:
         if not is_cuda:
-            return "needs a CUDA device (this case runs on cpu)"
+            return ("needs a CUDA device (this machine has none torch can use)" if machine
+                    else f"needs a CUDA device (this case runs on {device})")
         if not torch.cuda.is_available():
             return "needs CUDA, and torch.cuda.is_available() is False here"
         return None
@@ -149,6 +152,18 @@ def skip_reason(toggles: tuple[str, ...], device: str, workload: dict[str, Any])
             reason = unmet_requirement(req, device, workload)
             if reason:
                 return f"{name}: {reason}"
+    return None
+
+
+def unavailable_here(name: str, device: str) -> str | None:
+    """Why the toggle ``name`` cannot run on this machine, whose default device is ``device``, or None: for
+    `perfgate list` and `perfgate doctor`, where the toggle heads the line and no case exists yet (a case's
+    own reason is ``skip_reason``'s). What depends on a workload (``needs_grad``, an image state) is not
+    the machine's to say."""
+    for req in TOGGLES_BY_NAME[name].requires:
+        reason = unmet_requirement(req, device, None, machine=True)
+        if reason:
+            return reason
     return None
 
 

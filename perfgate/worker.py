@@ -77,7 +77,7 @@ def probe(workloads_dirs: list[str]) -> dict[str, Any]:
     for t in toggle_list:
         # availability on the default device of this machine, for `perfgate list`
         device = "cuda" if env["cuda_available"] else "cpu"
-        t["unmet_here"] = toggles.skip_reason((t["name"],), device, {})
+        t["unmet_here"] = toggles.unavailable_here(t["name"], device)
     return {
         "environment": env,
         "workloads": workloads,

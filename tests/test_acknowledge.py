@@ -234,6 +234,11 @@ BAD = [
     ('expires = "next week"', "acknowledge[0].expires must be a date YYYY-MM-DD"),
     ('bound = "ratio << 1.1"', 'acknowledge[0].bound must be a bound "ratio <= NUMBER"'),
     ('bound = "time <= 1.1"', 'acknowledge[0].bound must be a bound "ratio <= NUMBER"'),
+    # 1e999 parses to inf: a bound that no ratio can pass, that is no bound at all
+    ('bound = "ratio <= 1e999"', 'acknowledge[0].bound must be a bound "ratio <= NUMBER" (or <, >=, >; NUMBER '
+                                 'finite and > 0'),
+    ('bound = "ratio < 1E+400"', 'acknowledge[0].bound must be a bound "ratio <= NUMBER"'),
+    ('bound = "ratio >= 1e-999"', 'acknowledge[0].bound must be a bound "ratio <= NUMBER"'),
     ('metric = "speed"\nexpires = 2026-01-01', "acknowledge[0].metric must be one of step_time, accuracy,"),
     ('metric = "peak_rss_bytes"\nbound = "ratio >= 0.9"', "acknowledge[0].bound must be ratio <= NUMBER or "
                                                           "ratio < NUMBER (more is worse) for metric peak_rss_bytes"),
@@ -338,6 +343,7 @@ def test_compare_gate_fails_when_the_change_grows_past_the_bound(tmp_path):
     ('case = "a/b/c/d"\nexpires = 2026-01-01', "acknowledge[0].reason is missing"),
     ('case = "a/b/c/d"\nreason = "r"\nmetric = "speed"\nexpires = 2026-01-01', "acknowledge[0].metric must be one of"),
     ('case = "a/b/c/d"\nreason = "r"\nbound = "ratio about 1.1"', "acknowledge[0].bound must be a bound"),
+    ('case = "a/b/c/d"\nreason = "r"\nbound = "ratio <= 1e999"', "acknowledge[0].bound must be a bound"),
     ('case = "a/b/c/d"\nreason = "r"\nexpires = 2026-01-01\nowner = "me"', "unknown key(s) owner in "
                                                                            "[tool.perfgate.acknowledge[0]]"),
 ])

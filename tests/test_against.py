@@ -141,3 +141,36 @@ def test_a_fixed_case_rests_on_a_head_that_ran_its_steps(tmp_path):
     (head_case,) = json.loads((run_dir / "results.json").read_text())["cases"]
     assert head_case["status"] == "ok" and head_case["processes"]
     assert all(p["samples_ns"] for p in head_case["processes"]), head_case["processes"]
+
+
+def test_a_case_its_base_commit_lacks_says_so_naming_the_commit(tmp_path, monkeypatch):
+    """Settling in lockstep against a baseline's commit that has no such workload said `settled: no baseline
+    to compare with`: it names the commit and says the workload does not exist there. No worker runs."""
+    from perfgate.gate import sampler_factory
+    from perfgate.model import CaseSpec, ProcessSamples
+    from perfgate.plan import Catalog
+    from perfgate.runner import ProcessOutcome
+
+    commit = "0123456789abcdef" * 2 + "01234567"
+    settings = config.load(cwd=tmp_path)
+    base = against.BaseCheckout(ref=commit, commit=commit, path=tmp_path / "base", repo_top=tmp_path,
+                                python_path="", workloads_dirs=(), catalog=Catalog(workloads={}, toggles=[]))
+    samples = ProcessSamples(samples_ns=[1_000_000, 1_100_000, 1_050_000], process_index=0).to_json()
+    calls = []
+
+    def worker(cfg, *args, **kwargs):
+        calls.append(cfg)
+        return ProcessOutcome({"status": "ok", "process": {**samples, "process_index": len(calls) - 1}}, 0, 0.1)
+
+    monkeypatch.setattr(against.runner, "run_worker", worker)
+    spec = CaseSpec("newload", "smoke", ("eager",), "cpu")
+    head, base_case = against.run_pair(spec, str(tmp_path / "newload.py"), base, settings, tmp_path / "run",
+                                       tmp_path / "run" / "base", sampler=sampler_factory(settings, "against")(spec))
+    assert base_case is None and calls
+    stopped = head.metadata["sampling"]["stopped"]
+    assert stopped == f"not compared: workload 'newload' does not exist at commit {commit[:12]}", stopped
+    assert "no baseline" not in stopped and head.metadata["against"] in stopped
+    # a named ref keeps its name, with the commit it is at
+    named = against.BaseCheckout(ref="main", commit=commit, path=tmp_path, repo_top=tmp_path, python_path="",
+                                 workloads_dirs=(), catalog=Catalog(workloads={}, toggles=[]))
+    assert against.base_has(named, spec) == f"workload 'newload' does not exist at main ({commit[:12]})"

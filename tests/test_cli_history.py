@@ -248,3 +248,17 @@ def test_a_flat_series_gets_y_ticks_that_say_different_values(values: list[float
     chart = trend_chart(points, SeriesAnalysis("w/smoke/eager/cpu", "step_time", len(points)))
     labels = [label for _, label in chart.yticks]
     assert len(labels) >= 3 and len(set(labels)) == len(labels), labels
+
+
+@pytest.mark.parametrize("count, words", [(1, "(1 run)"), (2, "(2 runs)")])
+def test_a_chart_heading_counts_its_runs_in_words(count: int, words: str) -> None:
+    """A series of one run was headed `step_time (1 runs)`."""
+    from perfgate.history.detect import SeriesAnalysis
+    from perfgate.history.report import render, trend_chart
+    from perfgate.history.store import Point
+
+    points = [Point(f"r{i}", None, None, f"2026-11-26T21:3{i}:00Z", "m", 1e-3, 1e-3, 1e-3, 100) for i in range(count)]
+    chart = trend_chart(points, SeriesAnalysis("w/smoke/eager/cpu", "step_time", count))
+    html = render([chart], "history.db", "").decode()
+    assert f"step_time {words}</h3>" in html and f"over {words[1:-1]}\"" in html
+    assert "1 runs" not in html

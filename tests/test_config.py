@@ -165,6 +165,40 @@ def test_bad_toml_and_missing_config_file(tmp_path):
         load(config=tmp_path / "binary.toml")
 
 
+def test_a_toml_file_over_the_size_cap_is_refused_without_reading_it_all(tmp_path, monkeypatch):
+    """pyproject.toml and --config files were read whatever their size; they share the cap of every other file
+    perfgate reads (PERFGATE_MAX_FILE_MB, 64 MiB by default)."""
+    from perfgate import config
+
+    monkeypatch.setenv("PERFGATE_MAX_FILE_MB", "1")
+    big = tmp_path / "big.toml"
+    big.write_text("[tool.perfgate]\nthreads = 1\n" + "# padding\n" * 110_000)  # just over 1 MiB
+    read = []
+    real = config.tomllib.loads
+    monkeypatch.setattr(config.tomllib, "loads", lambda text: read.append(len(text)) or real(text))
+    for call in (lambda: load(config=big), lambda: config.read_toml(big)):
+        with pytest.raises(ConfigError) as exc:
+            call()
+        message = str(exc.value)
+        assert message.startswith(f"{big}: larger than 1 MiB") and "PERFGATE_MAX_FILE_MB" in message
+        assert "\n" not in message
+    assert read == []  # never parsed
+    (tmp_path / "pyproject.toml").write_bytes(big.read_bytes())
+    with pytest.raises(ConfigError, match="larger than 1 MiB"):
+        find_pyproject(tmp_path)
+    monkeypatch.setenv("PERFGATE_MAX_FILE_MB", "2")
+    assert load(config=big).threads == 1
+
+
+def test_a_too_large_pyproject_is_one_line_exit_2(tmp_path):
+    from conftest import cli_env, run_cli
+
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\n" + "# padding\n" * 110_000)
+    proc = run_cli("list", cwd=tmp_path, env=cli_env(PERFGATE_MAX_FILE_MB="1"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "pyproject.toml: larger than 1 MiB" in proc.stderr and proc.stderr.strip().count("\n") == 0
+
+
 def test_worker_env_names_are_read_and_checked(tmp_path):
     from perfgate.config import load
 

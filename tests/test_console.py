@@ -98,3 +98,56 @@ def test_a_verdicts_values_print_alike_in_the_console_and_the_reports(metric, va
     from perfgate.formatting import format_value
 
     assert verdict_value(metric, value) == format_value(metric, value) == shown
+
+
+@pytest.mark.parametrize("status, failure_class, message, shown", [
+    ("skipped", None, "cuda-graphs: needs a CUDA device (this case runs on cpu)",
+     "      skipped  cuda-graphs: needs a CUDA device (this case runs on cpu)  (0.3 s)"),
+    ("failed", "timeout", "Traceback ...\nworker exceeded 600 s",
+     "      failed   [timeout] worker exceeded 600 s  (0.3 s)"),
+])
+def test_a_case_outcome_line_says_its_status_once(status, failure_class, message, shown, capsys):
+    """The progress line of a skipped case read `skipped  skipped: cuda-graphs: ...` (and a failed one
+    `failed   failed (timeout): ...`): the status column, then the status again."""
+    from perfgate.model import CaseResult
+    from perfgate.session import progress
+
+    case = CaseResult(spec=CaseSpec("w", "smoke", ("cuda-graphs",), "cpu"), status=status, duration_s=0.3,
+                      message=message, failure_class=failure_class)
+    progress("done", 1, 1, case.spec, case, 1.0)
+    assert capsys.readouterr().out == shown + "\n"
+
+
+JUDGED = "the median over worker processes of each process's 10th percentile step time"
+
+
+def test_the_verdict_tables_say_which_step_time_statistic_they_show():
+    """The verdict table printed `current 469 us` (what the gate judges: each process's 10th percentile, their
+    median) beside a run table whose step time is the median of all samples, 477 us, without saying so. The
+    console, summary.md and report.html name the statistic, from the run's recorded process_quantile."""
+    from html import unescape
+
+    from fixtures.synthetic import scenario
+
+    from perfgate.console import comparison_text
+    from perfgate.exporters.base import ReportInput
+    from perfgate.exporters.html import HtmlExporter
+    from perfgate.exporters.markdown import MarkdownExporter
+
+    run, comp = scenario(["operator_rollout"])
+    assert any(v.metric == "step_time" and v.kind == "regression" for v in comp.verdicts)
+    text = comparison_text(comp, run=run)
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if JUDGED in line)
+    assert "step_time baseline and current are" in lines[at] and "median of all its samples" in lines[at]
+    assert lines[at - 1].startswith("regression ") and "step_time" in lines[at - 1]  # right under the table
+    assert text.count(JUDGED) == 1  # once, not under every table
+    summary = MarkdownExporter().render(ReportInput(run, comp)).decode()
+    assert JUDGED in summary and "median of all its samples" in summary
+    html = unescape(HtmlExporter().render(ReportInput(run, comp)).decode())
+    section = html[html.index('<section id="regressions">'):]
+    assert JUDGED in section[:section.index("</section>")]
+    run.settings = {**(run.settings or {}), "gate": {"process_quantile": 0.5}}
+    assert "each process's median step time" in comparison_text(comp, run=run)
+    assert "each process's median step time" in MarkdownExporter().render(ReportInput(run, comp)).decode()
+    assert JUDGED in comparison_text(comp)  # no run: the default

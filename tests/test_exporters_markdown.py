@@ -45,6 +45,17 @@ def test_golden_summary_with_a_comparison():
     assert_golden("summary.md", text)
 
 
+def test_a_case_that_did_not_run_says_its_status_once():
+    """The note beside the status column repeated it: `| skipped | ... | `skipped (unsupported): ...` |`."""
+    run, comp = fixed_run()
+    text = render(run, comp)
+    skipped = next(x for x in text.splitlines() if x.startswith("| `operator_rollout/smoke/cuda-graphs/cpu` |"))
+    assert skipped.endswith("| skipped | - | - | - | cannot run | `[unsupported] cuda-graphs needs CUDA; this machine "
+                            "has none` |"), skipped
+    failed = next(x for x in text.splitlines() if x.startswith("| `operator_rollout/smoke/torchscript/cpu` |"))
+    assert "| failed |" in failed and failed.count("failed") == 1, failed
+
+
 def test_golden_summary_without_a_baseline():
     run, _ = fixed_run()
     text = render(run)

@@ -72,7 +72,7 @@ def test_creates_pyproject_with_a_table_perfgate_reads(tmp_path):
     commands = [line.strip() for line in lines[lines.index("next:") + 1:] if line.startswith("  ")]
     # the workloads committed before the baseline is made, so that the baseline records a commit that has
     # them (a gate settles a changed case in lockstep against it); once the commit came last
-    assert len(commands) == 3 and commands[0].startswith("git add pyproject.toml workloads .github")
+    assert len(commands) == 3 and commands[0].startswith("git add .gitignore pyproject.toml workloads .github")
     assert commands[1].startswith("perfgate run && perfgate baseline update")
     assert commands[2].startswith("git add baselines")
 
@@ -182,6 +182,18 @@ def test_a_pyproject_that_is_not_utf8_is_exit_2_and_untouched(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "not UTF-8" in proc.stderr
     assert (repo / "pyproject.toml").read_bytes() == b'[project]\nname = "caf\xe9"\n'
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "pyproject.toml"]
+
+
+def test_a_pyproject_over_the_size_cap_is_exit_2_and_untouched(tmp_path):
+    from conftest import cli_env
+
+    repo = _new_repo(tmp_path / "r", '[project]\nname = "x"\n' + "# padding\n" * 110_000)
+    before = (repo / "pyproject.toml").read_bytes()
+    proc = run_cli("init", cwd=repo, env=cli_env(PERFGATE_MAX_FILE_MB="1"))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "larger than 1 MiB" in proc.stderr
+    assert (repo / "pyproject.toml").read_bytes() == before
     assert sorted(p.name for p in repo.iterdir()) == [".git", "pyproject.toml"]
 
 
@@ -303,6 +315,72 @@ def test_generated_gpu_gate_keeps_the_approval_pinning_and_base_judging_of_perfg
     assert label["jobs"] == load((REPO_WORKFLOWS / "perfgate-label.yml").read_text())["jobs"]
     data = tomllib.loads((repo / "pyproject.toml").read_text())
     assert data["tool"]["perfgate"]["suites"]["gpu"]["device"] == "cuda"
+
+
+# ---------------------------------------------------------------- .gitignore: run output stays out of commits
+
+def _ignored(repo: Path, *paths: str) -> list[str]:
+    """Which of ``paths`` git ignores in ``repo``."""
+    proc = subprocess.run(["git", "check-ignore", *paths], cwd=repo, capture_output=True, text=True, timeout=60)
+    return proc.stdout.split()
+
+
+def test_init_keeps_run_output_and_the_history_store_out_of_git(tmp_path):
+    """A user's first `git add .` after init committed reports/ (every run's output) and .perfgate/ (the
+    history store): init wrote no .gitignore for them."""
+    repo = _new_repo(tmp_path / "r")
+    proc = run_cli("init", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert "   create  .gitignore" in proc.stdout.splitlines()
+    (repo / "reports" / "20261126-run").mkdir(parents=True)
+    (repo / "reports" / "20261126-run" / "results.json").write_text("{}")
+    (repo / "reports" / "LATEST").write_text("20261126-run")
+    (repo / ".perfgate").mkdir()
+    (repo / ".perfgate" / "history.db").write_text("")
+    paths = ["reports/20261126-run/results.json", "reports/LATEST", ".perfgate/history.db"]
+    assert _ignored(repo, *paths, "workloads/example_mlp.py", "pyproject.toml") == paths
+    _git(repo, "add", ".")
+    assert not any(f.startswith(("reports/", ".perfgate/")) for f in _git(repo, "diff", "--cached", "--name-only").split())
+    assert "git add .gitignore pyproject.toml workloads .github" in proc.stdout
+
+
+@pytest.mark.parametrize("before, added", [
+    ("node_modules/\n*.log\n", "/reports/\n/.perfgate/\n"),
+    ("node_modules/", "/reports/\n/.perfgate/\n"),  # no newline at the end
+    ("# mine\nreports/\n", "/.perfgate/\n"),  # one already there, in another spelling
+    ("/reports/*\n!/reports/README.md\n", "/.perfgate/\n"),
+    ("", "/reports/\n/.perfgate/\n"),
+])
+def test_init_appends_to_an_existing_gitignore_without_duplicating(tmp_path, before, added):
+    repo = _new_repo(tmp_path / "r")
+    (repo / ".gitignore").write_text(before)
+    assert run_cli("init", "--suite-only", cwd=repo).returncode == 0
+    after = (repo / ".gitignore").read_text()
+    assert after.startswith(before) and after.endswith(added)
+    assert "\n" + added in "\n" + after[len(before):]  # on lines of their own
+    assert after.count("reports") == before.count("reports") + added.count("reports")
+    proc = run_cli("init", "--suite-only", cwd=repo)  # twice: nothing more
+    assert proc.returncode == 0 and (repo / ".gitignore").read_text() == after
+    assert "unchanged  .gitignore" in proc.stdout
+
+
+def test_init_leaves_a_gitignore_that_has_both_alone(tmp_path):
+    repo = _new_repo(tmp_path / "r")
+    mine = "reports\n.perfgate/\n"
+    (repo / ".gitignore").write_text(mine)
+    proc = run_cli("init", cwd=repo)
+    assert proc.returncode == 0 and "unchanged  .gitignore" in proc.stdout
+    assert (repo / ".gitignore").read_text() == mine
+
+
+def test_init_never_writes_a_gitignore_through_a_link(tmp_path):
+    repo = _new_repo(tmp_path / "r")
+    outside = tmp_path / "elsewhere"
+    outside.write_text("x\n")
+    (repo / ".gitignore").symlink_to(outside)
+    proc = run_cli("init", cwd=repo)
+    assert proc.returncode == 2 and ".gitignore" in proc.stderr and proc.stderr.count("\n") == 1
+    assert outside.read_text() == "x\n" and not (repo / "pyproject.toml").exists()
 
 
 # ---------------------------------------------------------------- the first hour, as a new user would

@@ -477,3 +477,29 @@ def test_a_merged_run_merges_again_as_the_shards_it_holds(tmp_path):
     assert whole.settings["shard"]["merged"] == [1, 2, 3]
     with pytest.raises(ConfigError, match="shard 2/3 was already given"):
         merge_runs([tmp_path / "m" / "results.json", paths[1]], tmp_path / "twice")
+
+
+@pytest.mark.parametrize("where", ["inside", "same"])
+def test_merge_refuses_an_out_folder_inside_a_shard_folder(tmp_path, where):
+    """`--out` inside a shard folder copied that shard into itself (an empty sub/sub appeared); `--out` equal to
+    a shard folder replaced that shard's results.json. Both are refused, one line, exit 2, nothing written."""
+    paths = write_shard_runs(tmp_path, suite_cases(workloads=2, toggles=2), 2)
+    shard = paths[0].parent
+    before = {p: p.read_bytes() for p in shard.rglob("*") if p.is_file()}
+    out = shard / "sub" if where == "inside" else shard
+    proc = run_cli("merge", str(shard), str(paths[1].parent), "--out", str(out), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "--out" in proc.stderr and str(shard) in proc.stderr and proc.stderr.strip().count("\n") == 0
+    assert {p: p.read_bytes() for p in shard.rglob("*") if p.is_file()} == before
+    assert not (shard / "sub").exists()
+    with pytest.raises(ConfigError, match="inside the shard folder"):
+        merge_runs([paths[0], paths[1]], shard / "x" / "y")
+
+
+def test_merge_may_write_next_to_or_above_its_shards(tmp_path):
+    """A folder beside the shards, or the folder of downloaded shards itself, stays a valid --out."""
+    paths = write_shard_runs(tmp_path, suite_cases(workloads=2, toggles=2), 2)
+    run, _ = merge_runs(paths, tmp_path / "shards")
+    assert len(run.cases) == 4
+    run, _ = merge_runs(paths, tmp_path / "shards" / "merged")
+    assert len(run.cases) == 4

@@ -57,6 +57,22 @@ def test_unmet_requirements_become_skip_reasons(toggle_set, workload, reason):
     assert reason in toggles.skip_reason(toggle_set, "cpu", workload)
 
 
+def test_what_cannot_run_on_this_machine_is_worded_for_the_machine():
+    """`perfgate list` said `no: cuda-graphs: needs a CUDA device (this case runs on cpu)`: the toggle's name
+    twice (it heads the line) and "this case" where no case exists. A case's skip reason keeps both."""
+    for name in ("cuda-graphs", "tf32", "cudnn-benchmark", "compile-reduce-overhead"):
+        assert toggles.unavailable_here(name, "cpu") == "needs a CUDA device (this machine has none torch can use)"
+    assert toggles.unavailable_here("eager", "cpu") is None
+    assert toggles.unavailable_here("channels-last", "cpu") is None  # a workload's matter, not the machine's
+    assert toggles.skip_reason(("cuda-graphs",), "cpu", {}) == "cuda-graphs: needs a CUDA device (this case runs on cpu)"
+
+
+def test_missing_cxx_compiler_is_said_for_the_machine_too(monkeypatch):
+    monkeypatch.setattr(toggles, "_cxx_compiler", lambda: None)
+    assert toggles.unavailable_here("compile", "cpu") == ("inductor on CPU needs a C++ compiler (g++ or clang++ on "
+                                                          "PATH, or $CXX)")
+
+
 def test_runnable_sets_have_no_reason():
     assert toggles.skip_reason(("eager",), "cpu", {}) is None
     assert toggles.skip_reason(("amp-bf16", "channels-last", "inference-mode"), "cpu", {}) is None

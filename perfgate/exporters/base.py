@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from perfgate import expect, roofline, traces
 from perfgate.compare import throttled
-from perfgate.formatting import format_bytes, format_count, format_rate, format_ratio
+from perfgate.formatting import failure_note, format_bytes, format_count, format_rate, format_ratio
 from perfgate.model import (
     STATUS_OK,
     CaseResult,
@@ -29,7 +29,7 @@ from perfgate.model import (
     Verdict,
     evidence,
 )
-from perfgate.stats import PROCESS_QUANTILE, Ratio, SampleSummary, format_seconds, ratio_of
+from perfgate.stats import Ratio, SampleSummary, format_seconds, judged_step_time, ratio_of
 
 # The relative change that counts as "pays off" / "hurts" for the recommendation when neither the
 # comparison nor [tool.perfgate.gate] gives one.
@@ -335,6 +335,11 @@ class CaseRow:
         return " ".join(parts) or "-"
 
     @property
+    def failure_note(self) -> str:
+        """Why the case did not run (``[class] reason``), beside a status column that says skipped or failed."""
+        return "" if self.case.status == STATUS_OK else failure_note(self.case.failure_class, self.case.message)
+
+    @property
     def status_text(self) -> str:
         c = self.case
         if c.status == STATUS_OK:
@@ -609,17 +614,16 @@ class ReportInput:
     def process_quantile(self) -> float:
         """The quantile of each process's samples the gate judged this run by (``[tool.perfgate.gate]
         process_quantile``, as the run recorded it)."""
-        return self._gate_setting("process_quantile", PROCESS_QUANTILE, 0.0, 0.5)
+        return self.run.process_quantile
+
+    @property
+    def judged_step_time(self) -> str:
+        """What a step_time verdict's baseline and current values are (``stats.judged_step_time``)."""
+        return judged_step_time(self.process_quantile)
 
     def _gate_setting(self, key: str, default: float, low: float, high: float) -> float:
-        """A number from the run's recorded ``[tool.perfgate.gate]``: a results.json is untrusted, so the
-        default where it recorded none, or something other than a number in [low, high]."""
-        settings = self.run.settings if isinstance(self.run.settings, dict) else {}
-        gate = settings.get("gate")
-        value = gate.get(key, default) if isinstance(gate, dict) else default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-            return default
-        return float(value)
+        """A number from the run's recorded ``[tool.perfgate.gate]`` (``RunResult.gate_setting``)."""
+        return self.run.gate_setting(key, default, low, high)
 
     @cached_property
     def repros(self) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from perfgate.formatting import (
     format_value,
     trend_anchor,
 )
-from perfgate.stats import PROCESS_QUANTILE, format_seconds, quantile_name
+from perfgate.stats import JUDGED_NOTE, PROCESS_QUANTILE, format_seconds, quantile_name
 from perfgate.stats import quantile as stats_quantile
 
 CHART_WIDTH = 640
@@ -407,6 +407,7 @@ class HtmlExporter:
             distributions={r.key: distribution_chart(r, report.process_quantile) for r in regressions
                            if r.is_time_regression},
             process_quantile_label=quantile_name(report.process_quantile),
+            judged_note=JUDGED_NOTE.format(judged=report.judged_step_time),
             environment=_environment_rows(report.run.environment),
             threshold=report.threshold,
             tensorboard_command=f"perfgate tensorboard {shlex.quote(run_dir)}",

@@ -13,6 +13,7 @@ from perfgate.acknowledge import match_text
 from perfgate.exporters.base import CaseRow, ReportInput
 from perfgate.formatting import format_ratio, format_value
 from perfgate.model import Acknowledgement, Comparison, Verdict
+from perfgate.stats import JUDGED_RATIO_NOTE
 
 # GitHub rejects issue and pull-request comments longer than 65536 characters, and the comment step of
 # the GPU workflow (.github/workflows/perfgate-gpu.yml and perfgate init's template) cuts summary.md at
@@ -83,7 +84,7 @@ def _verdict_table(items: list[tuple[CaseRow | None, Verdict]]) -> list[str]:
 
 
 def _case_line(r: CaseRow) -> str:
-    note = code(r.status_text) if r.case.status != "ok" else ""
+    note = code(r.failure_note) if r.case.status != "ok" else ""
     return (f"| {code(r.key)} | {cell(r.case.status)} | {cell(r.step_time_text)} | {cell(r.speedup_text)} "
             f"| {cell(r.change_text)} | {cell(r.recommendation.action)} | {note} |")
 
@@ -238,6 +239,9 @@ class MarkdownExporter:
                 out.add("")
             if not gated and not wins:
                 out.add("No regressions and no wins against the baseline.")
+                out.add("")
+            if any(v.metric == "step_time" and v.ratio is not None for _, v in gated + wins):
+                out.add(f"*{JUDGED_RATIO_NOTE.format(judged=report.judged_step_time)}.*")
                 out.add("")
             _acknowledgements(out, comp)
         ev = report.expectations

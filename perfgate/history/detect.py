@@ -452,7 +452,7 @@ def render(analyses: Sequence[SeriesAnalysis]) -> str:
     found = [a for a in analyses if a.change_points or a.creeps]
     for a in found:
         where = f"  on {a.machine_key or 'no machine key'}" if a.machine_key is not None or _split(a, analyses) else ""
-        lines.append(f"{a.case_key}  {a.metric}{where}  ({a.points} runs)")
+        lines.append(f"{a.case_key}  {a.metric}{where}  ({a.points} run{'' if a.points == 1 else 's'})")
         for c in a.change_points:
             lines.append(f"  step   {c.kind:<10} {step_text(c, a.metric)}"
                          f"  {step_range(c)}"
