@@ -640,12 +640,24 @@ def new_run_id(suite: str | None, now: float | None = None) -> str:
     return f"{stamp}-{suite}" if suite else stamp
 
 
-def unique_run_dir(reports_dir: Path, run_id: str) -> Path:
+def unique_run_dir(reports_dir: Path, run_id: str, reserve: bool = False) -> Path:
+    """``reports_dir/run_id``, or ``run_id-2``, ``-3``... where that is taken. ``reserve``: create the folder,
+    atomically (``mkdir``, never ``exist_ok``), so that two runs started in the same second into the same
+    reports folder (two terminals, shards run side by side) never share one: a folder merely checked free
+    could be taken by the other run before this one creates it, and the two would overwrite each other's
+    results.json. OSError when ``reports_dir`` refuses the folder."""
     path, n = reports_dir / run_id, 1
-    while path.exists():
+    while True:
+        if reserve:
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                pass
+        elif not path.exists():
+            return path
         n += 1
         path = reports_dir / f"{run_id}-{n}"
-    return path
 
 
 def mark_latest(reports_dir: Path, run_dir: Path) -> None:

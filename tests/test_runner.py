@@ -824,3 +824,26 @@ def test_a_workload_reading_its_ancestors_environment_gets_nothing_secret(start)
             assert not perfgate["readable"], perfgate  # not dumpable: EACCES for the same user
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_two_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, monkeypatch):
+    """Two `perfgate run`s into one reports folder within the same second (two terminals, shards side by side):
+    each reserves its run folder, so neither writes into the other's (results.json overwritten)."""
+    from perfgate import config, session
+
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\n")
+    settings = config.load(cwd=tmp_path)
+    suite = settings.suite(settings.default_suite)
+    monkeypatch.setattr(runner, "new_run_id", lambda *a, **k: "20260101-000000-smoke")
+    check, other = session.check_writable_dir, []
+
+    def the_other_run_starts_now(path):  # between this run choosing its folder and creating it
+        if not other:
+            other.append(None)
+            other[0] = session.run_folder(settings, session.RunOptions(), suite)[0]
+        return check(path)
+
+    monkeypatch.setattr(session, "check_writable_dir", the_other_run_starts_now)
+    mine, created = session.run_folder(settings, session.RunOptions(), suite)
+    assert mine != other[0] and mine.is_dir() and other[0].is_dir()
+    assert created[0] == mine  # what a usage error then removes: its own folder, never the other run's
