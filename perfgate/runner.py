@@ -250,6 +250,9 @@ def _forked_probe(z: Any, workloads_dirs: Sequence[Path], threads: int, work_dir
         except subprocess.TimeoutExpired as exc:
             handle.kill()
             raise InfrastructureError(f"the worker probe did not answer within {PROBE_TIMEOUT_S} s") from exc
+        except BaseException:  # interrupted: the probe ends now, not when the caller's interpreter does
+            handle.abandon()
+            raise
         log = handle._stderr()
         if proc.returncode != 0:
             raise InfrastructureError(f"the worker probe failed (exit {proc.returncode}): {_tail(log, 5)}")
@@ -323,6 +326,16 @@ class WorkerHandle:
         if isinstance(self.proc, subprocess.Popen):
             reaper.ended(self.proc.pid)
 
+    def abandon(self) -> None:
+        """Kill the worker and all it started, and remove its files: nothing will read its result (an
+        interrupt). Used from Python (a notebook, a script), the caller lives on after a KeyboardInterrupt, and
+        so would the worker: PR_SET_PDEATHSIG fires only when its parent (perfgate, or the fork server) dies."""
+        if self.proc.poll() is None:
+            self.kill()
+        else:
+            self._ended()
+        self._cleanup(self.spec_path, self.out_path, self.log_path)
+
     def timed_out(self, timeout_s: float) -> ProcessOutcome:
         """Kill the worker and report it as a timeout."""
         self.kill()
@@ -342,6 +355,9 @@ class WorkerHandle:
             self.proc.wait(timeout=max(wait, 0.0))
         except subprocess.TimeoutExpired:
             return self.timed_out(timeout_s)
+        except BaseException:  # Ctrl-C (a SIGTERM turned into one) while waiting: the worker ends here, now
+            self.abandon()
+            raise
         wall = time.perf_counter() - self.t0
         self._ended()
         try:

@@ -847,3 +847,36 @@ def test_two_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, 
     mine, created = session.run_folder(settings, session.RunOptions(), suite)
     assert mine != other[0] and mine.is_dir() and other[0].is_dir()
     assert created[0] == mine  # what a usage error then removes: its own folder, never the other run's
+
+
+@needs_linux
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_an_interrupt_while_a_worker_runs_ends_it_and_all_it_started(tmp_path, monkeypatch, start):
+    """perfgate used from Python (a notebook, a script) and interrupted mid-case (Ctrl-C, the kernel's
+    interrupt): the KeyboardInterrupt reaches the caller, and the worker and what it started end with it, not
+    with the interpreter (PR_SET_PDEATHSIG never fires while the caller lives on)."""
+    import threading
+
+    from perfgate.model import CaseSpec
+
+    pids_file = tmp_path / "pids"
+    monkeypatch.setenv("PERFGATE_TEST_PIDS_FILE", str(pids_file))
+    monkeypatch.setenv(runner.WORKER_START_ENV, start)
+    cfg = {"spec": CaseSpec("spawns_children", "smoke", ("eager",), "cpu").to_json(),
+           "workload_file": str(TEST_WORKLOADS / "faults.py"), "process_index": 0,
+           "layout": layout.draw(0).to_json(), "threads": 1, "seed": 0, "max_memory_mb": None,
+           "timing": {"samples": 3}, "run_dir": str(tmp_path / "run"), "profile": False}
+    main = threading.get_ident()
+
+    def interrupt_once_the_workload_runs():
+        wait_for(lambda: len(_started_pids(pids_file)) >= 3, 120, "the workload's three processes")
+        signal.pthread_kill(main, signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_the_workload_runs, daemon=True).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_worker(cfg, 600, 1, tmp_path / "run" / ".work")
+        _all_end(_started_pids(pids_file), 3, "the workload's processes")
+        assert not list((tmp_path / "run" / ".work").glob("case-*"))  # its case, output and log files
+    finally:
+        runner.close_zygotes()
