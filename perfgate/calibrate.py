@@ -267,9 +267,13 @@ def calibrate(settings: Settings, options: CalibrateOptions) -> None:
     base = baselines.load_baseline(path) if options.write else None  # fail early, before minutes of measuring
     results = measure_noise(settings, gs, cases, catalog, options.rounds)
     if base is not None:
-        for key, noise in results.items():
-            base.calibration[key] = noise.to_json()
-        baselines.write_baseline(base, path)
+        # read again: the rounds take minutes, and a `baseline update` meanwhile must not be reverted to what
+        # the baseline held when they began
+        with baselines.updating(path):
+            base = baselines.load_baseline(path)
+            for key, noise in results.items():
+                base.calibration[key] = noise.to_json()
+            baselines.write_baseline(base, path)
         echo(f"stored {len(results)} calibrated threshold(s) in {path}")
 
 
