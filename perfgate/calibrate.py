@@ -245,7 +245,15 @@ class CalibrateOptions:
 
 def calibrate(settings: Settings, options: CalibrateOptions) -> None:
     """`perfgate calibrate`: the machine's ceilings, then ``options.rounds`` A/A rounds of each case with
-    their noise figures printed; with ``write``, the ceilings and each case's calibrated threshold stored."""
+    their noise figures printed; with ``write``, the ceilings and each case's calibrated threshold stored.
+    Its rounds' fork servers end with it (perfgate used from Python lives on: runner.close_zygotes)."""
+    try:
+        _calibrate(settings, options)
+    finally:
+        runner.close_zygotes(under=calibrate_folder(settings))
+
+
+def _calibrate(settings: Settings, options: CalibrateOptions) -> None:
     settings = with_sampling(settings, processes=options.processes, samples=options.samples)
     gs = gate_settings(settings)
     suite = settings.suite(options.suite or settings.default_suite)

@@ -402,13 +402,19 @@ def _zygote_for(threads: int, env_extra: dict[str, str] | None, cwd: Path | None
     return z
 
 
-def close_zygotes() -> None:
-    """Stop every fork server (their children have exited, or die with them)."""
-    for z in _zygotes.values():
+def close_zygotes(under: Path | None = None) -> None:
+    """Stop every fork server (their children have exited, or die with them); with ``under`` (a run folder),
+    only those whose workers' scratch folder lies in it: the run's, once it is over. Used from Python (a
+    notebook, a script, a test), the interpreter outlives the run, and each run's fork servers (torch
+    imported in each; the base side's running in a worktree already removed) would otherwise live on until
+    it exits, one more set per run."""
+    for key in list(_zygotes):
+        if under is not None and not Path(key[3]).is_relative_to(under):
+            continue
+        z = _zygotes.pop(key)
         if z is not None:
             z.close()
             reaper.ended(z.proc.pid)
-    _zygotes.clear()
 
 
 def start_worker(cfg: dict[str, Any], threads: int, work_dir: Path, env_extra: dict[str, str] | None = None,

@@ -261,6 +261,14 @@ def run(settings: Settings, options: RunOptions) -> int:
     settings = run_settings(settings, options)
     suite = settings.suite(options.suite or settings.default_suite)
     run_dir, created = run_folder(settings, options, suite)
+    try:
+        return _run_in(settings, options, suite, run_dir, created)
+    finally:  # the run's fork servers end with it, however it ends (perfgate used from Python lives on)
+        runner.close_zygotes(under=run_dir)
+
+
+def _run_in(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path, created: list[Path]) -> int:
+    """`perfgate run` once its folder is reserved."""
     with removed_on_error(run_dir, created):
         probe, catalog, cases = plan(settings, options, suite, run_dir)
     files = {name: info["file"] for name, info in catalog.workloads.items()}

@@ -880,3 +880,20 @@ def test_an_interrupt_while_a_worker_runs_ends_it_and_all_it_started(tmp_path, m
         assert not list((tmp_path / "run" / ".work").glob("case-*"))  # its case, output and log files
     finally:
         runner.close_zygotes()
+
+
+@needs_linux
+def test_a_run_made_from_python_leaves_no_fork_server_behind(tmp_path, monkeypatch):
+    """`perfgate run` called in-process (a notebook, a script, a test): when it returns, its fork servers have
+    ended; before, each run's stayed (torch imported) until the interpreter exited."""
+    from click.testing import CliRunner
+
+    from perfgate.cli import main
+
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["run", "--workloads-dir", str(TEST_WORKLOADS), "-w", "tiny", "-t", "eager",
+                                       "--processes", "1", "--samples", "3", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert not [k for k in runner._zygotes if str(out) in k[3]]
+    wait_for(lambda: not processes_mentioning(str(out / ".work")), 10, "the run's fork server to end")
