@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from perfgate import console, environment, expect, layout, roofline, runner
+from perfgate import against, console, environment, expect, layout, roofline, runner
 from perfgate import gate as gate_mod
 from perfgate.baselines import Baseline
 from perfgate.config import ConfigError, Settings, Suite
@@ -262,7 +262,10 @@ def run(settings: Settings, options: RunOptions) -> int:
     suite = settings.suite(options.suite or settings.default_suite)
     run_dir, created = run_folder(settings, options, suite)
     try:
-        return _run_in(settings, options, suite, run_dir, created)
+        # SIGTERM (a CI cancellation, a supervisor) ends the run as Ctrl-C does, whatever it is doing: its
+        # workers and their processes end at once, temporary worktrees are removed, exit 130
+        with against.interruptible():
+            return _run_in(settings, options, suite, run_dir, created)
     finally:  # the run's fork servers end with it, however it ends (perfgate used from Python lives on)
         runner.close_zygotes(under=run_dir)
 

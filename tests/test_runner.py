@@ -897,3 +897,28 @@ def test_a_run_made_from_python_leaves_no_fork_server_behind(tmp_path, monkeypat
     assert result.exit_code == 0, result.output
     assert not [k for k in runner._zygotes if str(out) in k[3]]
     wait_for(lambda: not processes_mentioning(str(out / ".work")), 10, "the run's fork server to end")
+
+
+@needs_linux
+def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
+    """A CI cancellation's SIGTERM mid-case: exit 130 with one line (before: killed by the signal, exit 143,
+    nothing said), results.json valid with the cases finished, the worker and all it started ended."""
+    pids_file, out = tmp_path / "pids", tmp_path / "run"
+    cmd = [sys.executable, "-m", "perfgate", "run", "--workloads-dir", str(TEST_WORKLOADS), "-w", "tiny",
+           "-w", "spawns_children", "-t", "eager", "--processes", "1", "--samples", "3", "--out", str(out)]
+    orchestrator = subprocess.Popen(cmd, cwd=REPO, env=cli_env(PERFGATE_TEST_PIDS_FILE=str(pids_file)),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        pids = wait_for(lambda: len(_started_pids(pids_file)) >= 3 and _started_pids(pids_file), 120,
+                        "the workload's three processes")
+        orchestrator.send_signal(signal.SIGTERM)
+        _, err = orchestrator.communicate(timeout=60)
+        assert orchestrator.returncode == 130, err
+        assert "interrupted" in err and len(err.strip().splitlines()) == 1, err
+        assert [c.key for c in load_results(out / "results.json").cases] == ["tiny/smoke/eager/cpu"]
+    finally:
+        if orchestrator.poll() is None:
+            orchestrator.kill()
+            orchestrator.wait()
+        _all_end(pids, 3, "the workload's processes")
