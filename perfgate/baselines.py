@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -316,6 +318,32 @@ def refuse_failed(run: RunResult, source: str) -> None:
         raise SchemaError(f"{source}: {len(failed)} failed case(s) ({', '.join(failed[:3])}"
                           f"{', ...' if len(failed) > 3 else ''}); a baseline of failures hides regressions; "
                           "fix them or pass --allow-failed")
+
+
+@contextmanager
+def updating(path: str | Path) -> Iterator[None]:
+    """Held around reading a baseline, changing it and writing it back (`baseline update`, `calibrate
+    --write`): two perfgates updating baselines of one folder at once take turns, so neither writes back a
+    baseline read before the other's write (its cases or calibration silently lost). An exclusive flock on
+    the baseline's folder itself: no lock file among the committed baselines, and the kernel lets it go
+    however the process ends. Where the folder cannot be locked (no flock), a no-op."""
+    folder = Path(path).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+
+        fd = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)
 
 
 def write_baseline(baseline: Baseline, path: Path) -> Path:

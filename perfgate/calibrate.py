@@ -245,7 +245,15 @@ class CalibrateOptions:
 
 def calibrate(settings: Settings, options: CalibrateOptions) -> None:
     """`perfgate calibrate`: the machine's ceilings, then ``options.rounds`` A/A rounds of each case with
-    their noise figures printed; with ``write``, the ceilings and each case's calibrated threshold stored."""
+    their noise figures printed; with ``write``, the ceilings and each case's calibrated threshold stored.
+    Its rounds' fork servers end with it (perfgate used from Python lives on: runner.close_zygotes)."""
+    try:
+        _calibrate(settings, options)
+    finally:
+        runner.close_zygotes(under=calibrate_folder(settings))
+
+
+def _calibrate(settings: Settings, options: CalibrateOptions) -> None:
     settings = with_sampling(settings, processes=options.processes, samples=options.samples)
     gs = gate_settings(settings)
     suite = settings.suite(options.suite or settings.default_suite)
@@ -267,9 +275,13 @@ def calibrate(settings: Settings, options: CalibrateOptions) -> None:
     base = baselines.load_baseline(path) if options.write else None  # fail early, before minutes of measuring
     results = measure_noise(settings, gs, cases, catalog, options.rounds)
     if base is not None:
-        for key, noise in results.items():
-            base.calibration[key] = noise.to_json()
-        baselines.write_baseline(base, path)
+        # read again: the rounds take minutes, and a `baseline update` meanwhile must not be reverted to what
+        # the baseline held when they began
+        with baselines.updating(path):
+            base = baselines.load_baseline(path)
+            for key, noise in results.items():
+                base.calibration[key] = noise.to_json()
+            baselines.write_baseline(base, path)
         echo(f"stored {len(results)} calibrated threshold(s) in {path}")
 
 

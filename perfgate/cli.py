@@ -260,9 +260,10 @@ def baseline_update_cmd(config: str | None, results: str | None, allow_failed: b
     run = load_results(results)
     path = Path(baseline_file) if baseline_file else baselines.baseline_path(
         settings.baselines_dir, run.environment.get("machine_key", "unknown-machine"), run.suite or settings.default_suite)
-    previous = baselines.load_baseline(path) if path.exists() else None
-    new = baselines.updated(run, previous, str(results), cases, allow_failed=allow_failed)
-    baselines.write_baseline(new, path)
+    with baselines.updating(path):  # another update of this folder's baselines waits (no lost update)
+        previous = baselines.load_baseline(path) if path.exists() else None
+        new = baselines.updated(run, previous, str(results), cases, allow_failed=allow_failed)
+        baselines.write_baseline(new, path)
     echo(f"baseline {path} <- {results}" + (f" ({', '.join(cases)} only)" if cases else ""))
     for line in baselines.changes(previous, new, only=[c.key for c in baselines.select_cases(run, cases, results)]
                                   if cases else None):

@@ -250,6 +250,9 @@ def _forked_probe(z: Any, workloads_dirs: Sequence[Path], threads: int, work_dir
         except subprocess.TimeoutExpired as exc:
             handle.kill()
             raise InfrastructureError(f"the worker probe did not answer within {PROBE_TIMEOUT_S} s") from exc
+        except BaseException:  # interrupted: the probe ends now, not when the caller's interpreter does
+            handle.abandon()
+            raise
         log = handle._stderr()
         if proc.returncode != 0:
             raise InfrastructureError(f"the worker probe failed (exit {proc.returncode}): {_tail(log, 5)}")
@@ -323,6 +326,16 @@ class WorkerHandle:
         if isinstance(self.proc, subprocess.Popen):
             reaper.ended(self.proc.pid)
 
+    def abandon(self) -> None:
+        """Kill the worker and all it started, and remove its files: nothing will read its result (an
+        interrupt). Used from Python (a notebook, a script), the caller lives on after a KeyboardInterrupt, and
+        so would the worker: PR_SET_PDEATHSIG fires only when its parent (perfgate, or the fork server) dies."""
+        if self.proc.poll() is None:
+            self.kill()
+        else:
+            self._ended()
+        self._cleanup(self.spec_path, self.out_path, self.log_path)
+
     def timed_out(self, timeout_s: float) -> ProcessOutcome:
         """Kill the worker and report it as a timeout."""
         self.kill()
@@ -342,6 +355,9 @@ class WorkerHandle:
             self.proc.wait(timeout=max(wait, 0.0))
         except subprocess.TimeoutExpired:
             return self.timed_out(timeout_s)
+        except BaseException:  # Ctrl-C (a SIGTERM turned into one) while waiting: the worker ends here, now
+            self.abandon()
+            raise
         wall = time.perf_counter() - self.t0
         self._ended()
         try:
@@ -386,13 +402,19 @@ def _zygote_for(threads: int, env_extra: dict[str, str] | None, cwd: Path | None
     return z
 
 
-def close_zygotes() -> None:
-    """Stop every fork server (their children have exited, or die with them)."""
-    for z in _zygotes.values():
+def close_zygotes(under: Path | None = None) -> None:
+    """Stop every fork server (their children have exited, or die with them); with ``under`` (a run folder),
+    only those whose workers' scratch folder lies in it: the run's, once it is over. Used from Python (a
+    notebook, a script, a test), the interpreter outlives the run, and each run's fork servers (torch
+    imported in each; the base side's running in a worktree already removed) would otherwise live on until
+    it exits, one more set per run."""
+    for key in list(_zygotes):
+        if under is not None and not Path(key[3]).is_relative_to(under):
+            continue
+        z = _zygotes.pop(key)
         if z is not None:
             z.close()
             reaper.ended(z.proc.pid)
-    _zygotes.clear()
 
 
 def start_worker(cfg: dict[str, Any], threads: int, work_dir: Path, env_extra: dict[str, str] | None = None,
@@ -640,12 +662,24 @@ def new_run_id(suite: str | None, now: float | None = None) -> str:
     return f"{stamp}-{suite}" if suite else stamp
 
 
-def unique_run_dir(reports_dir: Path, run_id: str) -> Path:
+def unique_run_dir(reports_dir: Path, run_id: str, reserve: bool = False) -> Path:
+    """``reports_dir/run_id``, or ``run_id-2``, ``-3``... where that is taken. ``reserve``: create the folder,
+    atomically (``mkdir``, never ``exist_ok``), so that two runs started in the same second into the same
+    reports folder (two terminals, shards run side by side) never share one: a folder merely checked free
+    could be taken by the other run before this one creates it, and the two would overwrite each other's
+    results.json. OSError when ``reports_dir`` refuses the folder."""
     path, n = reports_dir / run_id, 1
-    while path.exists():
+    while True:
+        if reserve:
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                pass
+        elif not path.exists():
+            return path
         n += 1
         path = reports_dir / f"{run_id}-{n}"
-    return path
 
 
 def mark_latest(reports_dir: Path, run_dir: Path) -> None:

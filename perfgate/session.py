@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from perfgate import console, environment, expect, layout, roofline, runner
+from perfgate import against, console, environment, expect, layout, roofline, runner
 from perfgate import gate as gate_mod
 from perfgate.baselines import Baseline
 from perfgate.config import ConfigError, Settings, Suite
@@ -111,15 +111,24 @@ def run_settings(settings: Settings, options: RunOptions) -> Settings:
 
 def run_folder(settings: Settings, options: RunOptions, suite: Suite) -> tuple[Path, list[Path]]:
     """The run's folder and the folders this run creates for it (the run's, then each missing parent up),
-    checked writable (with the compile cache) before the probe and any case: fail fast."""
-    run_dir = Path(options.out).resolve() if options.out else runner.unique_run_dir(
-        settings.reports_dir, runner.new_run_id(suite.name))
+    checked writable (with the compile cache) before the probe and any case: fail fast. Without ``--out``
+    the run's folder is reserved (created atomically, runner.unique_run_dir): a second run started in the
+    same second into the same reports folder gets a folder of its own, never this one."""
+    run_id = runner.new_run_id(suite.name)
+    run_dir = Path(options.out).resolve() if options.out else runner.unique_run_dir(settings.reports_dir, run_id)
     created = []
     missing = run_dir
     while not missing.exists() and missing.parent != missing:
         created.append(missing)
         missing = missing.parent
-    problem = check_writable_dir(run_dir)
+    problem = check_writable_dir(run_dir.parent if not options.out else run_dir)
+    if problem is None and not options.out:
+        try:
+            run_dir = runner.unique_run_dir(settings.reports_dir, run_id, reserve=True)
+            created[0] = run_dir
+            problem = check_writable_dir(run_dir)
+        except OSError as exc:
+            problem = f"output directory {run_dir} is not writable: {exc.strerror or exc}"
     if problem is None and settings.compile_cache:
         problem = check_writable_dir(settings.compile_cache)
         problem = problem and problem.replace("output directory", "compile cache", 1)
@@ -252,6 +261,17 @@ def run(settings: Settings, options: RunOptions) -> int:
     settings = run_settings(settings, options)
     suite = settings.suite(options.suite or settings.default_suite)
     run_dir, created = run_folder(settings, options, suite)
+    try:
+        # SIGTERM (a CI cancellation, a supervisor) ends the run as Ctrl-C does, whatever it is doing: its
+        # workers and their processes end at once, temporary worktrees are removed, exit 130
+        with against.interruptible():
+            return _run_in(settings, options, suite, run_dir, created)
+    finally:  # the run's fork servers end with it, however it ends (perfgate used from Python lives on)
+        runner.close_zygotes(under=run_dir)
+
+
+def _run_in(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path, created: list[Path]) -> int:
+    """`perfgate run` once its folder is reserved."""
     with removed_on_error(run_dir, created):
         probe, catalog, cases = plan(settings, options, suite, run_dir)
     files = {name: info["file"] for name, info in catalog.workloads.items()}

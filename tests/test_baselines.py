@@ -272,3 +272,25 @@ def test_a_selection_run_does_not_silently_drop_the_rest_of_the_suites_baseline(
     both["cases"].append(json.loads((FIXTURES / "baseline-v1.json").read_text())["run"]["cases"][0])
     new = baselines.updated(RunResult.from_json(both), previous, "reports/r")
     assert {c.key for c in new.run.cases} == {"other_work/smoke/eager/cpu", "scaled_work/smoke/eager/cpu"}
+
+
+def test_baseline_updates_of_one_folder_take_turns(tmp_path):
+    """`baseline update` and `calibrate --write` read, change and write back a baseline: one holding the
+    folder's lock makes another wait, so neither writes back a baseline read before the other's write."""
+    import threading
+
+    path = tmp_path / "baselines" / "m" / "smoke.json"
+    entered: list[str] = []
+
+    def second():
+        with baselines.updating(path):
+            entered.append("second")
+
+    with baselines.updating(path):
+        t = threading.Thread(target=second)
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and not entered  # waits while the first holds it
+    t.join(30)
+    assert entered == ["second"]
+    assert sorted(p.name for p in path.parent.iterdir()) == []  # no lock file among the committed baselines

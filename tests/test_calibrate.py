@@ -115,3 +115,29 @@ def test_the_processes_a_threshold_needs_are_never_fewer_than_the_gate_settles_f
     quiet = analyse("k", rounds(random.Random(0), 3, 2, 0.002), gate, 0.05, 2)
     assert quiet.needed_processes == gate.unpaired_min_processes == 8
     assert "needs about 8 processes a side" in "\n".join(report_lines(quiet))
+
+
+def test_calibrate_write_keeps_a_baseline_update_made_while_it_measured(tmp_path, monkeypatch):
+    """`calibrate --write` measures for minutes, then stores its thresholds in the baseline. It read the
+    baseline before measuring and wrote that copy back: a `baseline update` made meanwhile was reverted."""
+    from conftest import TEST_WORKLOADS
+    from test_baselines import _two_case_baseline
+
+    from perfgate import baselines, calibrate, config
+
+    path, _ = _two_case_baseline(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(f'[tool.perfgate]\nworkloads_dirs = ["{TEST_WORKLOADS}"]\n')
+    settings = config.load(cwd=tmp_path)
+
+    def a_baseline_update_lands_meanwhile(*args, **kwargs):
+        other = baselines.load_baseline(path)
+        other.calibration["scaled_work/smoke/eager/cpu"] = {"threshold": 0.5}
+        baselines.write_baseline(other, path)
+        return {}
+
+    monkeypatch.setattr(calibrate, "measure_noise", a_baseline_update_lands_meanwhile)
+    calibrate.calibrate(settings, calibrate.CalibrateOptions(workloads=("tiny",), toggles=("eager",), rounds=1,
+                                                             write=True, baseline_file=str(path), ceilings=False))
+    stored = baselines.load_baseline(path)
+    assert stored.calibration["scaled_work/smoke/eager/cpu"] == {"threshold": 0.5}
+    assert stored.calibration["scaled_work/smoke/compile/cpu"] == {"threshold": 0.08}

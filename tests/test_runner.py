@@ -824,3 +824,101 @@ def test_a_workload_reading_its_ancestors_environment_gets_nothing_secret(start)
             assert not perfgate["readable"], perfgate  # not dumpable: EACCES for the same user
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_two_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, monkeypatch):
+    """Two `perfgate run`s into one reports folder within the same second (two terminals, shards side by side):
+    each reserves its run folder, so neither writes into the other's (results.json overwritten)."""
+    from perfgate import config, session
+
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\n")
+    settings = config.load(cwd=tmp_path)
+    suite = settings.suite(settings.default_suite)
+    monkeypatch.setattr(runner, "new_run_id", lambda *a, **k: "20260101-000000-smoke")
+    check, other = session.check_writable_dir, []
+
+    def the_other_run_starts_now(path):  # between this run choosing its folder and creating it
+        if not other:
+            other.append(None)
+            other[0] = session.run_folder(settings, session.RunOptions(), suite)[0]
+        return check(path)
+
+    monkeypatch.setattr(session, "check_writable_dir", the_other_run_starts_now)
+    mine, created = session.run_folder(settings, session.RunOptions(), suite)
+    assert mine != other[0] and mine.is_dir() and other[0].is_dir()
+    assert created[0] == mine  # what a usage error then removes: its own folder, never the other run's
+
+
+@needs_linux
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_an_interrupt_while_a_worker_runs_ends_it_and_all_it_started(tmp_path, monkeypatch, start):
+    """perfgate used from Python (a notebook, a script) and interrupted mid-case (Ctrl-C, the kernel's
+    interrupt): the KeyboardInterrupt reaches the caller, and the worker and what it started end with it, not
+    with the interpreter (PR_SET_PDEATHSIG never fires while the caller lives on)."""
+    import threading
+
+    from perfgate.model import CaseSpec
+
+    pids_file = tmp_path / "pids"
+    monkeypatch.setenv("PERFGATE_TEST_PIDS_FILE", str(pids_file))
+    monkeypatch.setenv(runner.WORKER_START_ENV, start)
+    cfg = {"spec": CaseSpec("spawns_children", "smoke", ("eager",), "cpu").to_json(),
+           "workload_file": str(TEST_WORKLOADS / "faults.py"), "process_index": 0,
+           "layout": layout.draw(0).to_json(), "threads": 1, "seed": 0, "max_memory_mb": None,
+           "timing": {"samples": 3}, "run_dir": str(tmp_path / "run"), "profile": False}
+    main = threading.get_ident()
+
+    def interrupt_once_the_workload_runs():
+        wait_for(lambda: len(_started_pids(pids_file)) >= 3, 120, "the workload's three processes")
+        signal.pthread_kill(main, signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_the_workload_runs, daemon=True).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_worker(cfg, 600, 1, tmp_path / "run" / ".work")
+        _all_end(_started_pids(pids_file), 3, "the workload's processes")
+        assert not list((tmp_path / "run" / ".work").glob("case-*"))  # its case, output and log files
+    finally:
+        runner.close_zygotes()
+
+
+@needs_linux
+def test_a_run_made_from_python_leaves_no_fork_server_behind(tmp_path, monkeypatch):
+    """`perfgate run` called in-process (a notebook, a script, a test): when it returns, its fork servers have
+    ended; before, each run's stayed (torch imported) until the interpreter exited."""
+    from click.testing import CliRunner
+
+    from perfgate.cli import main
+
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["run", "--workloads-dir", str(TEST_WORKLOADS), "-w", "tiny", "-t", "eager",
+                                       "--processes", "1", "--samples", "3", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert not [k for k in runner._zygotes if str(out) in k[3]]
+    wait_for(lambda: not processes_mentioning(str(out / ".work")), 10, "the run's fork server to end")
+
+
+@needs_linux
+def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
+    """A CI cancellation's SIGTERM mid-case: exit 130 with one line (before: killed by the signal, exit 143,
+    nothing said), results.json valid with the cases finished, the worker and all it started ended."""
+    pids_file, out = tmp_path / "pids", tmp_path / "run"
+    cmd = [sys.executable, "-m", "perfgate", "run", "--workloads-dir", str(TEST_WORKLOADS), "-w", "tiny",
+           "-w", "spawns_children", "-t", "eager", "--processes", "1", "--samples", "3", "--out", str(out)]
+    orchestrator = subprocess.Popen(cmd, cwd=REPO, env=cli_env(PERFGATE_TEST_PIDS_FILE=str(pids_file)),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        pids = wait_for(lambda: len(_started_pids(pids_file)) >= 3 and _started_pids(pids_file), 120,
+                        "the workload's three processes")
+        orchestrator.send_signal(signal.SIGTERM)
+        _, err = orchestrator.communicate(timeout=60)
+        assert orchestrator.returncode == 130, err
+        assert "interrupted" in err and len(err.strip().splitlines()) == 1, err
+        assert [c.key for c in load_results(out / "results.json").cases] == ["tiny/smoke/eager/cpu"]
+    finally:
+        if orchestrator.poll() is None:
+            orchestrator.kill()
+            orchestrator.wait()
+        _all_end(pids, 3, "the workload's processes")
