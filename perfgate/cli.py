@@ -46,7 +46,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except UnwritableError as exc:  # a read-only or full disk, a parent that is a file: unwritable output
             fail(str(exc), EXIT_USAGE)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM where a command turns it into one (run --against)
-            fail("interrupted; temporary worktrees were removed", EXIT_INTERRUPTED)
+            fail("interrupted; its worker processes were ended and any temporary worktrees removed", EXIT_INTERRUPTED)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Exception as exc:  # noqa: BLE001 - the last line of defence: one line and exit 3, no traceback

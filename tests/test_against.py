@@ -41,7 +41,7 @@ def test_sigterm_during_against_removes_the_worktree_and_its_registration(tmp_pa
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, err
-    assert err.strip().splitlines()[-1] == "perfgate: error: interrupted; temporary worktrees were removed"
+    assert err.strip().splitlines()[-1] == "perfgate: error: interrupted; its worker processes were ended and any temporary worktrees removed"
     assert len(_worktrees(repo)) == 1 and not Path(worktree).parent.exists()
 
 
