@@ -24,10 +24,11 @@ from perfgate.validation import (
     Positive,
     Table,
     Text,
+    TooLarge,
     check,
     expected,
-    max_file_bytes,
     one_of,
+    read_capped,
     satisfying,
     set_fields,
 )
@@ -151,17 +152,12 @@ def read_toml_text(path: Path) -> str:
     """The text of the TOML file ``path``, read under the size cap of every file perfgate reads
     (PERFGATE_MAX_FILE_MB, 64 MiB by default: a pyproject.toml is a few KiB); ConfigError naming the file
     when it is larger, unreadable or not UTF-8. A larger file is never read whole."""
-    limit = max_file_bytes()
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(limit + 1)
+        return read_capped(path)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    if len(raw) > limit:
-        raise ConfigError(f"{path}: larger than {limit // (1024 * 1024)} MiB; not a configuration file "
-                          "(PERFGATE_MAX_FILE_MB raises the limit)")
-    try:
-        return raw.decode("utf-8")
+    except TooLarge as exc:
+        raise ConfigError(f"{path}: {exc}; not a configuration file (PERFGATE_MAX_FILE_MB raises the limit)") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from perfgate.config import ConfigError, read_toml_text
 from perfgate.storage import atomic_write_text
-from perfgate.validation import max_file_bytes
+from perfgate.validation import TooLarge, read_capped
 
 try:
     import tomllib
@@ -177,17 +177,13 @@ def planned_gitignore(top: Path) -> Planned:
         raise ConfigError(f"{path}: not a regular file; perfgate init writes only regular files")
     existing: str | None = None
     if path.exists():
-        limit = max_file_bytes()
         try:
-            with open(path, "rb") as fh:
-                raw = fh.read(limit + 1)
+            existing = read_capped(path)
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-        if len(raw) > limit:
-            raise ConfigError(f"{path}: larger than {limit // (1024 * 1024)} MiB (PERFGATE_MAX_FILE_MB raises the "
-                              "limit); add /reports/ and /.perfgate/ to it by hand")
-        try:
-            existing = raw.decode("utf-8")
+        except TooLarge as exc:
+            raise ConfigError(f"{path}: {exc} (PERFGATE_MAX_FILE_MB raises the limit); add /reports/ and "
+                              "/.perfgate/ to it by hand") from exc
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); add /reports/ and /.perfgate/ to it "
                               "by hand") from exc

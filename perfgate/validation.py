@@ -50,22 +50,37 @@ def max_file_bytes() -> int:
     return max(mb, 1) * 1024 * 1024
 
 
+class TooLarge(ValueError):
+    """A file over the size cap (``mib``); raised by ``read_capped`` before it is read whole."""
+
+    def __init__(self, mib: int) -> None:
+        super().__init__(f"larger than {mib} MiB")
+        self.mib = mib
+
+
+def read_capped(p: Path) -> str:
+    """The UTF-8 text of ``p``, read under the size cap of every file perfgate reads (``max_file_bytes``): a
+    larger file is never read whole. Raises OSError (missing, unreadable), TooLarge or UnicodeDecodeError;
+    each caller turns them into its own one-line error."""
+    limit = max_file_bytes()
+    with open(p, "rb") as fh:
+        raw = fh.read(limit + 1)
+    if len(raw) > limit:
+        raise TooLarge(limit // (1024 * 1024))
+    return raw.decode("utf-8")
+
+
 def read_text_capped(p: Path, what: str, missing_hint: str = "") -> str:
     """The UTF-8 text of ``p``; SchemaError when missing, unreadable, over the size cap or not UTF-8."""
-    limit = max_file_bytes()
     try:
-        with open(p, "rb") as fh:
-            raw = fh.read(limit + 1)
+        return read_capped(p)
     except FileNotFoundError as exc:
         hint = f"; {missing_hint}" if missing_hint else ""
         raise SchemaError(f"{p}: cannot read {what} (no such file){hint}") from exc
     except OSError as exc:
         raise SchemaError(f"{p}: cannot read {what} ({exc.strerror or exc})") from exc
-    if len(raw) > limit:
-        raise SchemaError(f"{p}: {what} is larger than {limit // (1024 * 1024)} MiB; not a perfgate file "
-                          "(PERFGATE_MAX_FILE_MB raises the limit)")
-    try:
-        return raw.decode("utf-8")
+    except TooLarge as exc:
+        raise SchemaError(f"{p}: {what} is {exc}; not a perfgate file (PERFGATE_MAX_FILE_MB raises the limit)") from exc
     except UnicodeDecodeError as exc:
         raise SchemaError(f"{p}: {what} is not UTF-8 text (byte {exc.start}); not a perfgate file") from exc
 
