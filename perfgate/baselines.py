@@ -39,7 +39,7 @@ from perfgate.model import (
 )
 from perfgate.paths import CEILINGS_FILE, component, contained
 from perfgate.stats import RUN_TO_RUN_MAX, format_seconds
-from perfgate.storage import atomic_write_text
+from perfgate.storage import atomic_write_text, unwritable
 from perfgate.validation import Document, Measured, Name, Text, check, expected, satisfying
 from perfgate.vocabulary import METRIC_KINDS
 
@@ -328,7 +328,10 @@ def updating(path: str | Path) -> Iterator[None]:
     the baseline's folder itself: no lock file among the committed baselines, and the kernel lets it go
     however the process ends. Where the folder cannot be locked (no flock), a no-op."""
     folder = Path(path).parent
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a parent that is a file, a read-only disk: the write could not happen either
+        raise unwritable(Path(path), exc) from exc
     try:
         import fcntl
 

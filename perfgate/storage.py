@@ -23,10 +23,15 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     except UnwritableError:
         raise
     except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(p) else ""
-        error = UnwritableError(f"cannot write {p}: {exc.strerror or exc}{where}")
-        error.errno = exc.errno
-        raise error from exc
+        raise unwritable(p, exc) from exc
+
+
+def unwritable(p: Path, exc: OSError) -> UnwritableError:
+    """The one-line UnwritableError for ``p``, which ``exc`` kept perfgate from writing."""
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(p) else ""
+    error = UnwritableError(f"cannot write {p}: {exc.strerror or exc}{where}")
+    error.errno = exc.errno
+    return error
 
 
 def _atomic_write_text(p: Path, text: str) -> Path:
