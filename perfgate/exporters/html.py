@@ -245,7 +245,9 @@ def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | No
         if ai and fl and ai > 0 and fl > 0:
             placed.append((r, ai, fl))
         else:
-            unplaced.append(f"{r.spec.toggle_name} ({r.bound.bound}; no FLOPs counted: elementwise work only)")
+            why = (f"FLOPs not counted: {r.bound.flops_note}" if r.bound.flops_note
+                   else "no FLOPs counted: elementwise work only")
+            unplaced.append(f"{r.spec.toggle_name} ({r.bound.bound}; {why})")
     roofs = []
     for dtype in sorted({roofline.compute_dtype(r.spec.toggles) for r, _, _ in placed} or {"float32"}):
         roof = roofline.roof_for(ceilings, group.device, dtype)
