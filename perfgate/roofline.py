@@ -124,10 +124,18 @@ def _table(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _numbers(value: Any) -> dict[str, float]:
-    """The positive finite numbers of a table (results.json and ceilings.json are untrusted input)."""
+# The ceilings a device can have, FLOP/s and bytes/s: outside these a figure is a typo or a tampered file,
+# not a measurement (the largest GPUs: ~2e15 dense FLOP/s and ~8e12 B/s; a slow core still does 1e6 of
+# each), and one of 1e308 drew a roofline axis to infinity (OverflowError in `perfgate report`).
+PLAUSIBLE = {"flops": (1e6, 1e18), "bandwidth": (1e6, 1e16)}
+
+
+def _numbers(value: Any, what: str) -> dict[str, float]:
+    """The numbers of a table within the PLAUSIBLE range of ``what`` (flops | bandwidth): results.json
+    and ceilings.json are untrusted input."""
+    lo, hi = PLAUSIBLE[what]
     return {k: float(v) for k, v in _table(value).items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0}
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and lo <= v <= hi}
 
 
 def roof_for(ceilings: dict[str, Any] | None, device: str, dtype: str = "float32") -> Roof:
@@ -136,11 +144,11 @@ def roof_for(ceilings: dict[str, Any] | None, device: str, dtype: str = "float32
     kind = device_kind(device)
     measured = _table(ceilings.get(kind))
     spec = _table(ceilings.get("spec")) if kind == "cuda" else {}
-    spec_table = _numbers(spec.get("flops"))
+    spec_table = _numbers(spec.get("flops"), "flops")
     spec_flops = spec_table.get(dtype) or spec_table.get("float32")
-    spec_bw = _numbers({"bw": spec.get("bandwidth")}).get("bw")
-    flops_table = _numbers(measured.get("flops"))
-    bw_table = _numbers(measured.get("bandwidth"))
+    spec_bw = _numbers({"bw": spec.get("bandwidth")}, "bandwidth").get("bw")
+    flops_table = _numbers(measured.get("flops"), "flops")
+    bw_table = _numbers(measured.get("bandwidth"), "bandwidth")
     peak_bw = max(bw_table.values()) if bw_table else None
     spec_name = f"spec sheet ({spec.get('name', 'GPU')})"
     # the case's own dtype first, measured or from the spec sheet: a float16 case placed against the float32

@@ -351,3 +351,32 @@ def test_the_worker_stores_no_intensity_for_a_flop_count_that_failed():
     assert roofline_metrics(0.0, 1e7, 0.01)["arithmetic_intensity"] == 0.0  # a real 0: copies only
     assert roofline_metrics(2e7, 1e7, None) == {"flops_per_step": 2e7, "bytes_per_step": 1e7,
                                                 "arithmetic_intensity": 2.0}
+
+
+# ---------------------------------------------------------------- untrusted and foreign ceilings
+
+
+@pytest.mark.parametrize("flops, bandwidth", [(1e308, 1e10), (1e11, 1e-300), (1e11, 1e300), (1e-3, 1e10)])
+def test_ceilings_no_device_has_are_ignored_and_the_report_still_draws(flops, bandwidth):
+    """Before: a results.json carrying a ceiling of 1e308 FLOP/s (or a bandwidth of 1e-300 B/s) passed as a
+    positive finite number, and the roofline chart's axis reached infinity: `perfgate report` crashed
+    with OverflowError. Figures no device has are now ignored like any tampered value."""
+    from fixtures.synthetic import roofline_run
+
+    from perfgate.exporters import html
+    from perfgate.exporters.base import ReportInput
+
+    ceilings = {"cpu": {"flops": {"float32": flops}, "bandwidth": {"copy": bandwidth}}}
+    assert roof_for(ceilings, "cpu").source == "default ridge"
+    run = roofline_run()
+    run.ceilings = ceilings
+    (group,) = ReportInput(run).groups
+    chart = html.roofline_chart(group, run.ceilings)
+    assert chart.needs_ceilings  # none usable: the line naming `perfgate calibrate`, no chart
+    # a case's own figures past any device: not placed, no crash
+    run = roofline_run()
+    run.case("operator_rollout/smoke/eager/cpu").metrics.update(arithmetic_intensity=1e308,
+                                                                achieved_flops_per_s=1e308)
+    (group,) = ReportInput(run).groups
+    chart = html.roofline_chart(group, run.ceilings)
+    assert any(u.startswith("eager (") for u in chart.unplaced) and chart.points

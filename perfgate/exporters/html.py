@@ -233,6 +233,10 @@ def _decades(lo: float, hi: float) -> tuple[int, int]:
     return math.floor(math.log10(lo)), math.ceil(math.log10(hi))
 
 
+# the highest arithmetic intensity a chart places (a 100k x 100k matmul in float16 is ~3e4 FLOP/B)
+MAX_INTENSITY = 1e9
+
+
 def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | None:
     """The roofline of one workload's toggles; None when no case has a bound class at all, a chart with only
     ``missing`` set where there are no ceilings to draw or no point to place."""
@@ -242,8 +246,11 @@ def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | No
     placed, unplaced = [], []
     for r in rows:
         ai, fl = r.bound.evidence.get("arithmetic_intensity"), r.bound.evidence.get("achieved_flops_per_s")
-        if ai and fl and ai > 0 and fl > 0:
+        if ai and fl and 0 < ai <= MAX_INTENSITY and 0 < fl <= roofline.PLAUSIBLE["flops"][1]:
             placed.append((r, ai, fl))
+        elif ai and fl:  # a results.json no device could have written: off any chart (and its axis infinite)
+            unplaced.append(f"{r.spec.toggle_name} ({r.bound.bound}; {ai:.3g} FLOP/B at {format_rate(fl)}: "
+                            "past any device)")
         else:
             why = (f"FLOPs not counted: {r.bound.flops_note}" if r.bound.flops_note
                    else "no FLOPs counted: elementwise work only")
