@@ -371,15 +371,38 @@ def ceilings_for_run(baselines_dir: Any, environment: dict[str, Any]) -> dict[st
     except SchemaError:  # a damaged file measured nothing; `perfgate calibrate --write` rewrites it
         stored = None
     if stored is not None:
+        not_used = []
         for kind in ("cpu", "cuda"):
             entry = getattr(stored, kind)
-            if entry is not None:
+            if entry is None:
+                continue
+            foreign = _measured_elsewhere(kind, entry, environment)
+            if foreign:
+                not_used.append(f"{kind}: {foreign}")
+            else:
                 out[kind] = entry.model_dump(exclude_unset=True)
         out["source"] = str(path)
+        if not_used:
+            out["not_used"] = not_used
     spec = spec_sheet(environment.get("device_name"))
     if spec:
         out["spec"] = spec
     return out
+
+
+def _measured_elsewhere(kind: str, entry: CeilingsEntry, environment: dict[str, Any]) -> str:
+    """Why ``entry`` is not this run's ceilings ("" when it is): another GPU than the run's (a CPU machine key
+    is shared by hosts with the same CPU and other GPUs), or another thread count than the run's."""
+    if kind == "cuda":
+        run_gpu = environment.get("device_name")
+        if entry.device_name and isinstance(run_gpu, str) and run_gpu and entry.device_name != run_gpu:
+            return f"measured on {entry.device_name}, this run's GPU is {run_gpu}"
+        return ""
+    threads = environment.get("threads")
+    if entry.threads is not None and isinstance(threads, int) and not isinstance(threads, bool) \
+            and entry.threads != threads:
+        return f"measured with {entry.threads} thread(s), this run uses {threads}"
+    return ""
 
 
 def write_ceilings(path: Any, measured: dict[str, Any]) -> Any:

@@ -380,3 +380,39 @@ def test_ceilings_no_device_has_are_ignored_and_the_report_still_draws(flops, ba
     (group,) = ReportInput(run).groups
     chart = html.roofline_chart(group, run.ceilings)
     assert any(u.startswith("eager (") for u in chart.unplaced) and chart.points
+
+
+def test_ceilings_measured_on_another_gpu_are_not_used_for_this_one(tmp_path):
+    """A ceilings.json under a CPU machine key (a run whose first case is on the CPU) holds the GPU that
+    calibrate saw; a fleet of hosts with the same CPU and other GPUs shares that key. Before, an H100 run
+    was placed against an A100's measured peaks; now a cuda entry whose device_name is not the run's GPU
+    is left out (the spec sheet of the run's own GPU stands in) and the ceilings say why."""
+    path = roofline.ceilings_path(tmp_path, "cpu-key")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"schema": roofline.CEILINGS_SCHEMA,
+                                "cpu": {"flops": {"float32": 1e11}, "bandwidth": {"copy": 1e10}, "threads": 1},
+                                "cuda": {"flops": {"float32": 1.9e13}, "bandwidth": {"copy": 1.5e12},
+                                         "device_name": "NVIDIA A100-SXM4-40GB"}}))
+    env = {"machine_key": "cpu-key", "device_name": "NVIDIA H100 80GB HBM3", "threads": 1}
+    got = roofline.ceilings_for_run(tmp_path, env)
+    assert "cuda" not in got and got["cpu"]["flops"]["float32"] == 1e11
+    assert any("NVIDIA A100-SXM4-40GB" in n and "NVIDIA H100 80GB HBM3" in n for n in got["not_used"])
+    assert roof_for(got, "cuda").source == "spec sheet (H100 SXM)"
+    # CPU ceilings measured with other threads than the run's: not this run's ceilings either
+    got = roofline.ceilings_for_run(tmp_path, {**env, "threads": 4, "device_name": "NVIDIA A100-SXM4-40GB"})
+    assert "cpu" not in got and got["cuda"]["flops"]["float32"] == 1.9e13
+    assert any("1 thread" in n and "4" in n for n in got["not_used"])
+
+
+def test_the_report_says_why_stored_ceilings_were_not_used():
+    from fixtures.synthetic import roofline_run
+
+    from perfgate.exporters import html
+    from perfgate.exporters.base import ReportInput
+
+    run = roofline_run()
+    run.ceilings = {"not_used": ["cpu: measured with 1 thread(s), this run uses 4", "cuda: measured on X"]}
+    (group,) = ReportInput(run).groups
+    chart = html.roofline_chart(group, run.ceilings)
+    assert chart.missing == ("this run carries no ceilings for cpu (the stored ones were not used: measured "
+                             "with 1 thread(s), this run uses 4)")

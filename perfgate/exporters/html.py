@@ -264,7 +264,12 @@ def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | No
             roofs.append((f"spec sheet {dtype}", roof.spec_flops, roof.spec_bandwidth, "roof spec"))
     chart = RooflineChart(CHART_WIDTH, 300, 84.0, CHART_WIDTH - 150.0, 12.0, 260.0, unplaced=unplaced)
     if not roofs:
-        chart.missing, chart.needs_ceilings = f"this run carries no ceilings for {group.device}", True
+        kind = roofline.device_kind(group.device)
+        why = [n for n in ceilings.get("not_used", []) if isinstance(n, str) and n.startswith(f"{kind}:")] \
+            if isinstance(ceilings.get("not_used"), list) else []
+        chart.missing = f"this run carries no ceilings for {group.device}" + (
+            f" (the stored ones were not used: {'; '.join(n[len(kind) + 2:] for n in why)})" if why else "")
+        chart.needs_ceilings = True
         return chart
     if not placed:
         chart.missing = "no case of this workload counted FLOPs to place it by"
