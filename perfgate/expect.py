@@ -162,6 +162,8 @@ def _string_value(rule: Rule, case: CaseResult, run: RunResult) -> tuple[str | N
         v = case.accuracy.get("verdict")
         return (v, v == rule.bound, "") if v else (None, False, "accuracy was not checked for this case")
     b = roofline.case_bound(case, run.ceilings)
+    if b is not None and b.bound == roofline.UNCLASSIFIED:  # not a class to match or miss: unknown
+        return None, False, f"no bound class: {b.reason}"
     return (b.bound, b.bound == rule.bound, "") if b else (None, False, "no bound class (no profile)")
 
 

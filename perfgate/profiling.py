@@ -699,6 +699,24 @@ def _median_step_s(result: dict[str, Any]) -> float | None:
     return statistics.median(samples) / per * 1e-9
 
 
+def roofline_metrics(flops: float | None, traffic: float | None, step_s: float | None) -> dict[str, float]:
+    """flops_per_step, bytes_per_step, arithmetic_intensity and the achieved rates from what was counted
+    (None: that count failed). No intensity without a FLOP count: a count that failed is not 0 FLOPs, and
+    an intensity of 0 made such a step memory-bound (perfgate.roofline classifies it unclassified)."""
+    out: dict[str, float] = {}
+    if flops is not None:
+        out["flops_per_step"] = flops
+        if step_s and flops > 0:
+            out["achieved_flops_per_s"] = flops / step_s
+    if traffic:
+        out["bytes_per_step"] = traffic
+        if flops is not None:
+            out["arithmetic_intensity"] = flops / traffic
+        if step_s:
+            out["achieved_bytes_per_s"] = traffic / step_s
+    return out
+
+
 def profile_pass(cfg: dict[str, Any], spec: Any, workload: Any, prepared: Any, result: dict[str, Any]) -> None:
     """Everything process 0 measures after its timed samples; fills result metrics, profile, accuracy."""
     from perfgate import toggles as toggles_mod
@@ -740,16 +758,7 @@ def profile_pass(cfg: dict[str, Any], spec: Any, workload: Any, prepared: Any, r
         except Exception as exc:  # an op the dispatch mode cannot pass through
             errors.append(f"bytes: {type(exc).__name__}: {exc}")
         del ref
-        step_s = _median_step_s(result)
-        if flops is not None:
-            metrics["flops_per_step"] = flops
-            if step_s and flops > 0:
-                metrics["achieved_flops_per_s"] = flops / step_s
-        if traffic:
-            metrics["bytes_per_step"] = traffic
-            metrics["arithmetic_intensity"] = (flops or 0.0) / traffic
-            if step_s:
-                metrics["achieved_bytes_per_s"] = traffic / step_s
+        metrics.update(roofline_metrics(flops, traffic, _median_step_s(result)))
 
     try:
         window_metrics, window_detail = profile_window(cfg, spec, workload, prepared, run_dir)

@@ -11,10 +11,13 @@ Bound class, first match wins:
   compute-bound   arithmetic intensity (FLOPs / bytes per step) at or past the ridge point of the
                   ceilings (peak FLOP/s / peak bandwidth): the math units are the limit
   memory-bound    below the ridge point: moving bytes is the limit
+  unclassified    not overhead-bound, and the FLOP count failed or is missing: the intensity is unknown, and
+                  so is which of the two ceilings binds (a count that failed is not 0 FLOPs)
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -36,6 +39,8 @@ from perfgate.validation import (
 )
 
 BOUNDS = ("compute-bound", "memory-bound", "overhead-bound")
+# not overhead-bound, and no FLOP count to place the step against the ridge with: no class, and no advice
+UNCLASSIFIED = "unclassified"
 
 # More than half the step with the device waiting for the host: the ops themselves are not the limit.
 IDLE_OVERHEAD = 0.5
@@ -119,12 +124,18 @@ def _table(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _numbers(value: Any) -> dict[str, float]:
-    """The positive finite numbers of a table (results.json and ceilings.json are untrusted input)."""
-    import math
+# The ceilings a device can have, FLOP/s and bytes/s: outside these a figure is a typo or a tampered file,
+# not a measurement (the largest GPUs: ~2e15 dense FLOP/s and ~8e12 B/s; a slow core still does 1e6 of
+# each), and one of 1e308 drew a roofline axis to infinity (OverflowError in `perfgate report`).
+PLAUSIBLE = {"flops": (1e6, 1e18), "bandwidth": (1e6, 1e16)}
 
+
+def _numbers(value: Any, what: str) -> dict[str, float]:
+    """The numbers of a table within the PLAUSIBLE range of ``what`` (flops | bandwidth): results.json
+    and ceilings.json are untrusted input."""
+    lo, hi = PLAUSIBLE[what]
     return {k: float(v) for k, v in _table(value).items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0}
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and lo <= v <= hi}
 
 
 def roof_for(ceilings: dict[str, Any] | None, device: str, dtype: str = "float32") -> Roof:
@@ -133,11 +144,11 @@ def roof_for(ceilings: dict[str, Any] | None, device: str, dtype: str = "float32
     kind = device_kind(device)
     measured = _table(ceilings.get(kind))
     spec = _table(ceilings.get("spec")) if kind == "cuda" else {}
-    spec_table = _numbers(spec.get("flops"))
+    spec_table = _numbers(spec.get("flops"), "flops")
     spec_flops = spec_table.get(dtype) or spec_table.get("float32")
-    spec_bw = _numbers({"bw": spec.get("bandwidth")}).get("bw")
-    flops_table = _numbers(measured.get("flops"))
-    bw_table = _numbers(measured.get("bandwidth"))
+    spec_bw = _numbers({"bw": spec.get("bandwidth")}, "bandwidth").get("bw")
+    flops_table = _numbers(measured.get("flops"), "flops")
+    bw_table = _numbers(measured.get("bandwidth"), "bandwidth")
     peak_bw = max(bw_table.values()) if bw_table else None
     spec_name = f"spec sheet ({spec.get('name', 'GPU')})"
     # the case's own dtype first, measured or from the spec sheet: a float16 case placed against the float32
@@ -166,10 +177,13 @@ class Bound:
     evidence: dict[str, float | None] = field(default_factory=dict)
     flops_fraction: float | None = None  # achieved FLOP/s / peak FLOP/s
     bandwidth_fraction: float | None = None  # achieved bytes/s / peak bandwidth
+    flops_note: str = ""  # why the step's FLOPs were not counted; "" when they were (0 included)
 
     @property
     def headroom(self) -> float | None:
         """How many times faster the step could get before it hits the ceiling that binds it."""
+        if self.bound == UNCLASSIFIED:
+            return None
         frac = self.flops_fraction if self.bound == "compute-bound" else self.bandwidth_fraction
         if self.bound == "overhead-bound":
             fracs = [f for f in (self.flops_fraction, self.bandwidth_fraction) if f]
@@ -179,10 +193,10 @@ class Bound:
     @property
     def headroom_text(self) -> str:
         h = self.headroom
-        which = {"compute-bound": "peak FLOP/s", "memory-bound": "peak bandwidth",
-                 "overhead-bound": "the nearer ceiling"}[self.bound]
         if h is None:
             return "-"
+        which = {"compute-bound": "peak FLOP/s", "memory-bound": "peak bandwidth",
+                 "overhead-bound": "the nearer ceiling"}[self.bound]
         frac = 1 / h
         if frac > 1:  # the ceiling was measured on a busier machine than the case, or the count is high
             return (f"{frac * 100:.3g}% of {which}: above the ceiling (measured on a busier machine? "
@@ -194,13 +208,37 @@ class Bound:
 
 
 def _metric(case: CaseResult, name: str) -> float | None:
+    """A metric as evidence: a finite number >= 0, else None (results.json is untrusted input; no metric
+    the roofline reads can be negative)."""
     v = case.metrics.get(name)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+        return None
+    return float(v)
 
 
-def classify(evidence: dict[str, float | None], device: str, roof: Roof) -> tuple[str, str, float | None, str]:
+def flops_not_counted(case: CaseResult) -> str:
+    """Why ``case``'s FLOPs per step were not counted ("" when they were, a real 0 included): the
+    counter's own error (profile ``errors``, ``flops: ...``), a count that is not a finite number >= 0, or
+    none recorded. A step of copies counts 0 FLOPs with no error, and stays a real 0."""
+    errors = case.profile.get("errors") if isinstance(case.profile, dict) else None
+    for err in errors if isinstance(errors, list) else []:
+        if isinstance(err, str) and err.startswith("flops:"):
+            return " ".join(err[len("flops:"):].split())[:200] or "the FLOP counter failed"
+    v = case.metrics.get("flops_per_step")
+    if v is None:
+        # a results file with an intensity > 0 counted FLOPs, even without the count itself
+        return "" if (_metric(case, "arithmetic_intensity") or 0.0) > 0 else "no FLOP count recorded"
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+        return f"the count is {v!r}, not a finite number >= 0"
+    return ""
+
+
+def classify(evidence: dict[str, float | None], device: str, roof: Roof,
+             flops_note: str | None = None) -> tuple[str, str, float | None, str]:
     """(bound class, reason, ridge used, where the ridge came from) from a case's evidence; the class is
-    "" when the evidence cannot tell (no op timing and no byte count)."""
+    "" when the evidence cannot tell (no op timing and no byte count). ``flops_note`` says why the FLOPs
+    were not counted (case_bound reads it from the case); None: no FLOP count and no intensity in the
+    evidence means not counted. Not counted is UNCLASSIFIED unless the overhead evidence decides."""
     kind = device_kind(device)
     idle = evidence.get("device_idle_fraction")
     mean_op = evidence.get("mean_op_s")
@@ -215,8 +253,17 @@ def classify(evidence: dict[str, float | None], device: str, roof: Roof) -> tupl
         return ("overhead-bound", f"mean op time {mean_op * 1e6:.3g} us < {limit * 1e6:.0f} us: dispatch and launch "
                 f"dominate", ridge, ridge_source)
     ai = evidence.get("arithmetic_intensity")
+    flops = evidence.get("flops_per_step")
+    if flops_note is None:
+        flops_note = "no FLOP count recorded" if flops is None and not ai else ""
+    if ai is None and not evidence.get("bytes_per_step"):
+        return "", "no byte count for this case", ridge, ridge_source
+    if flops_note:
+        # a count that failed is no count, not 0 FLOPs: placing it at intensity 0 made it memory-bound
+        return (UNCLASSIFIED, f"FLOPs not counted ({flops_note}): compute- or memory-bound is unknown",
+                ridge, ridge_source)
     if ai is None:
-        ai = 0.0 if evidence.get("bytes_per_step") and not evidence.get("flops_per_step") else None
+        ai = 0.0 if flops == 0 else None
     if ai is None:
         return "", "no byte count for this case", ridge, ridge_source
     if ai >= ridge:
@@ -235,8 +282,11 @@ def case_bound(case: CaseResult, ceilings: dict[str, Any] | None = None) -> Boun
     evidence = {k: _metric(case, k) for k in EVIDENCE}
     if evidence["mean_op_s"] is None and evidence["bytes_per_step"] is None:
         return None
+    flops_note = flops_not_counted(case)
+    if flops_note:  # an intensity of 0 from a count that failed (results.json of the worker before) is none
+        evidence.update(flops_per_step=None, arithmetic_intensity=None, achieved_flops_per_s=None)
     roof = roof_for(ceilings, case.spec.device, compute_dtype(case.spec.toggles))
-    bound, reason, ridge, ridge_source = classify(evidence, case.spec.device, roof)
+    bound, reason, ridge, ridge_source = classify(evidence, case.spec.device, roof, flops_note)
     if not bound:
         return None
     flops_frac = bw_frac = None
@@ -246,7 +296,7 @@ def case_bound(case: CaseResult, ceilings: dict[str, Any] | None = None) -> Boun
         bw_frac = evidence["achieved_bytes_per_s"] / roof.peak_bandwidth
         if bw_frac > 1 and str(case.profile.get("bytes_counted_on", "")).startswith("eager reference"):
             bw_frac = None  # bytes counted before fusion, time measured after it: no bandwidth to compare
-    return Bound(bound, reason, ridge, ridge_source, evidence, flops_frac, bw_frac)
+    return Bound(bound, reason, ridge, ridge_source, evidence, flops_frac, bw_frac, flops_note)
 
 
 # The toggles that attack the limit each bound class names (the recommendation's hint, docs/roofline.md).
@@ -277,6 +327,8 @@ ADVICE = {
                      "fewer launches will not",
     "overhead-bound": "overhead-bound: fewer launches and less Python pay here (compile, cuda-graphs, "
                       "compile-reduce-overhead, larger batches); faster kernels will not",
+    UNCLASSIFIED: "unclassified: without a FLOP count, whether bytes or math limit the step is unknown, so the "
+                  "roofline predicts no toggle",
 }
 
 
@@ -319,15 +371,38 @@ def ceilings_for_run(baselines_dir: Any, environment: dict[str, Any]) -> dict[st
     except SchemaError:  # a damaged file measured nothing; `perfgate calibrate --write` rewrites it
         stored = None
     if stored is not None:
+        not_used = []
         for kind in ("cpu", "cuda"):
             entry = getattr(stored, kind)
-            if entry is not None:
+            if entry is None:
+                continue
+            foreign = _measured_elsewhere(kind, entry, environment)
+            if foreign:
+                not_used.append(f"{kind}: {foreign}")
+            else:
                 out[kind] = entry.model_dump(exclude_unset=True)
         out["source"] = str(path)
+        if not_used:
+            out["not_used"] = not_used
     spec = spec_sheet(environment.get("device_name"))
     if spec:
         out["spec"] = spec
     return out
+
+
+def _measured_elsewhere(kind: str, entry: CeilingsEntry, environment: dict[str, Any]) -> str:
+    """Why ``entry`` is not this run's ceilings ("" when it is): another GPU than the run's (a CPU machine key
+    is shared by hosts with the same CPU and other GPUs), or another thread count than the run's."""
+    if kind == "cuda":
+        run_gpu = environment.get("device_name")
+        if entry.device_name and isinstance(run_gpu, str) and run_gpu and entry.device_name != run_gpu:
+            return f"measured on {entry.device_name}, this run's GPU is {run_gpu}"
+        return ""
+    threads = environment.get("threads")
+    if entry.threads is not None and isinstance(threads, int) and not isinstance(threads, bool) \
+            and entry.threads != threads:
+        return f"measured with {entry.threads} thread(s), this run uses {threads}"
+    return ""
 
 
 def write_ceilings(path: Any, measured: dict[str, Any]) -> Any:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
+import math
 import os
 import statistics
 import urllib.parse
@@ -85,6 +86,9 @@ class TraceTotals:
     time_us: dict[str, float]
     count: dict[str, float]
     step_wall_us: float | None  # the profiler steps' mean wall time per workload step
+    # kernels left out: launched outside every ProfilerStep window (a warm-up step whose host side was not
+    # recorded, or after the window), so belonging to no recorded step
+    outside: int = 0
 
     @property
     def total_us(self) -> float:
@@ -96,16 +100,79 @@ class TraceTotals:
 ROBUST_STEPS = 3
 
 
+# the host-side calls that launch device work: a kernel carries the correlation id of the one that launched it
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+
+
+def _correlation(event: dict[str, Any]) -> int | None:
+    """The correlation id linking a kernel to its launching runtime call (``args.correlation``), or None."""
+    args = event.get("args")
+    value = args.get("correlation") if isinstance(args, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _launches(events: list[dict[str, Any]]) -> dict[int, float]:
+    """correlation id -> when the host launched it: the runtime or driver call's start, else the start of
+    its ``ac2g`` flow (``ph: s``, id = the correlation id), which links the same two events."""
+    out: dict[int, float] = {}
+    for event in events:
+        ts = event.get("ts")
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not math.isfinite(ts):
+            continue
+        if event.get("ph") == "X" and event.get("cat") in LAUNCH_CATEGORIES:
+            corr = _correlation(event)
+        elif event.get("ph") == "s" and event.get("cat") == "ac2g":
+            corr = event.get("id") if isinstance(event.get("id"), int) and not isinstance(event.get("id"), bool) else None
+        else:
+            continue
+        if corr is not None:
+            out.setdefault(corr, float(ts))
+    return out
+
+
+def _window_of(ts: float | None, windows: list[tuple[float, float]], starts: list[float]) -> int | None:
+    if ts is None:
+        return None
+    k = bisect.bisect_right(starts, ts) - 1
+    return k if k >= 0 and ts <= windows[k][1] else None
+
+
+def _launched_in_windows(kernels: list[tuple[SliceDocument, int | None]], launches: dict[int, float],
+                         windows: list[tuple[float, float]]) -> tuple[list[SliceDocument], int]:
+    """The kernels launched inside one of ``windows``, and how many were not. A kernel's step is the one its
+    launching call (same correlation id) ran in, not the one its own time on the GPU falls in: a step's
+    kernels run after its host side, and a kernel of a step before the window (the profiler's warm-up)
+    runs inside it. In a trace that records launches, a kernel whose launch is not recorded was launched
+    before the window; in one that records none, the kernel's own start decides."""
+    windows = sorted(windows)
+    starts = [w[0] for w in windows]
+    kept, outside = [], 0
+    for piece, corr in kernels:
+        if corr is not None and corr in launches:
+            at: float | None = launches[corr]
+        elif launches and corr is not None:
+            at = None  # launched while the host side was not recorded
+        else:
+            at = piece.ts
+        if _window_of(at, windows, starts) is None:
+            outside += 1
+        else:
+            kept.append(piece)
+    return kept, outside
+
+
 def read_trace(path: Path, category: str, steps_per_profiler_step: int = 1) -> TraceTotals:
     """Per name: time and count of the ``category`` events (``kernel`` or ``cpu_op``) of the trace at
     ``path`` per workload step (its ``ProfilerStep#N`` windows times ``steps_per_profiler_step``). The
     time is the total divided by the steps; for host ops (``cpu_op``) in at least ROBUST_STEPS windows, each
     of whose events lies inside one, the median of the windows' times (a preempted step is one window). A
-    count is always the total divided by the steps. SchemaError naming the file and the event for anything
-    malformed."""
+    count is always the total divided by the steps. Kernels count in the step that launched them
+    (``_launched_in_windows``); those launched outside the windows are left out, their number in
+    ``outside``. SchemaError naming the file and the event for anything malformed."""
     source = str(path)
     doc = check(TraceDocument, read_json_file(path, "profiler trace"), source)
     pieces: list[SliceDocument] = []
+    correlations: list[int | None] = []
     windows: list[tuple[float, float]] = []
     steps, step_us = 0, 0.0
     for i, event in enumerate(doc.traceEvents):
@@ -121,6 +188,11 @@ def read_trace(path: Path, category: str, steps_per_profiler_step: int = 1) -> T
                     windows.append((piece.ts, piece.ts + piece.dur))
             continue
         pieces.append(piece)
+        correlations.append(_correlation(event))
+    outside = 0
+    if category == "kernel" and steps and len(windows) == steps:
+        pieces, outside = _launched_in_windows(list(zip(pieces, correlations, strict=True)), _launches(doc.traceEvents),
+                                               windows)
     time_us: dict[str, float] = {}
     count: dict[str, float] = {}
     for piece in pieces:
@@ -132,7 +204,7 @@ def read_trace(path: Path, category: str, steps_per_profiler_step: int = 1) -> T
     if category == "cpu_op" and len(windows) == steps >= ROBUST_STEPS:
         time_us.update({k: v / per for k, v in _median_step_times(pieces, windows).items()})
     return TraceTotals(category, steps, per, time_us, {k: v / divide for k, v in count.items()},
-                       step_us / (steps * per) if steps else None)
+                       step_us / (steps * per) if steps else None, outside)
 
 
 def _median_step_times(pieces: list[SliceDocument], windows: list[tuple[float, float]]) -> dict[str, float]:
@@ -362,6 +434,9 @@ def _totals(side: TraceSide, case: CaseResult, notes: list[str]) -> TraceTotals 
         return None
     if not totals.time_us:
         notes.append(f"{side.label} trace {side.path.name} holds no {category} events")
+    if totals.outside:
+        notes.append(f"{side.label} trace: {totals.outside} {category}s launched outside the recorded steps "
+                     "(the profiler's warm-up, or after the window) are left out of the per-step figures")
     return totals
 
 

@@ -153,7 +153,8 @@ MEASURED = Roof(1e11, 1e10, "measured (perfgate calibrate)")  # ridge 10 FLOP/B
     (evidence(), "cpu", "compute-bound"),
     (evidence(arithmetic_intensity=10.0), "cpu", "compute-bound"),  # on the ridge: the math is the limit
     (evidence(arithmetic_intensity=9.9), "cpu", "memory-bound"),
-    (evidence(arithmetic_intensity=None, flops_per_step=None), "cpu", "memory-bound"),  # bytes, no FLOPs
+    (evidence(arithmetic_intensity=None, flops_per_step=0.0), "cpu", "memory-bound"),  # 0 FLOPs counted
+    (evidence(arithmetic_intensity=None, flops_per_step=None), "cpu", "unclassified"),  # bytes, no count
     (evidence(device_idle_fraction=0.6), "cpu", "overhead-bound"),
     (evidence(mean_op_s=19e-6), "cpu", "overhead-bound"),
     (evidence(mean_op_s=15e-6), "cuda", "compute-bound"),  # a launch costs less than a CPU dispatch
@@ -245,8 +246,8 @@ def test_tampered_ceilings_are_ignored_not_a_crash():
 
 
 def test_bandwidth_of_a_fused_step_is_not_compared_with_bytes_counted_before_fusion():
-    metrics = {"mean_op_s": 1e-3, "device_idle_fraction": 0.0, "bytes_per_step": 1e6, "arithmetic_intensity": 0.0,
-               "achieved_bytes_per_s": 3e10}
+    metrics = {"mean_op_s": 1e-3, "device_idle_fraction": 0.0, "bytes_per_step": 1e6, "flops_per_step": 0.0,
+               "arithmetic_intensity": 0.0, "achieved_bytes_per_s": 3e10}
     ceilings = {"cpu": {"flops": {"float32": 1e11}, "bandwidth": {"copy": 1e10}}}
     compiled = CaseResult(CaseSpec("w", "smoke", ("compile",), "cpu"), "ok", metrics=metrics,
                           profile={"bytes_counted_on": "eager reference ops (before fusion)"})
@@ -274,3 +275,144 @@ def test_a_dtype_not_measured_takes_the_spec_sheet_peak_of_that_dtype_not_the_me
                     "cuda", "float16").peak_flops == 7e14
     cpu = roof_for({"cpu": {"flops": {"float32": 1e11}, "bandwidth": {"copy": 1e10}}}, "cpu", "float16")
     assert cpu.peak_flops == 1e11 and "float16 not measured" in cpu.source
+
+
+# ---------------------------------------------------------------- a FLOP count that failed is not a zero
+
+
+FLOPS_FAILED = "flops: RuntimeError: FlopCounterMode cannot dispatch my_ext::fused_op"
+
+
+def _uncounted_case(toggle="eager", errors=(FLOPS_FAILED,), **metrics):
+    """A case whose FLOP counter failed: bytes counted, no FLOPs; the worker before this fix stored an
+    arithmetic intensity of 0 for it."""
+    base = {"mean_op_s": 1e-3, "device_idle_fraction": 0.05, "bytes_per_step": 1e7, "arithmetic_intensity": 0.0,
+            "achieved_bytes_per_s": 5e9}
+    return CaseResult(CaseSpec("w", "smoke", (toggle,), "cpu"), "ok", metrics={**base, **metrics},
+                      profile={"errors": list(errors)} if errors else {})
+
+
+@pytest.mark.parametrize("case, why", [
+    (_uncounted_case(), "RuntimeError: FlopCounterMode cannot dispatch my_ext::fused_op"),  # absent, errors say why
+    (_uncounted_case(errors=()), "no FLOP count recorded"),  # absent, no error kept (an older results.json)
+    (_uncounted_case(flops_per_step=float("nan"), arithmetic_intensity=float("nan"), errors=()), "nan"),
+    (_uncounted_case(flops_per_step=0.0), "RuntimeError"),  # a 0 beside the counter's own error is no count
+])
+def test_a_failed_flop_count_is_unclassified_not_memory_bound(case, why):
+    """Before: no FLOPs read as an arithmetic intensity of 0, so every case whose counter failed was
+    memory-bound, and the report recommended amp / channels-last on that basis."""
+    b = case_bound(case, {"cpu": {"flops": {"float32": 1e11}, "bandwidth": {"copy": 1e10}}})
+    assert b is not None and b.bound == roofline.UNCLASSIFIED, b
+    assert b.reason.startswith("FLOPs not counted") and why in b.reason, b.reason
+    assert b.evidence["arithmetic_intensity"] is None and b.headroom is None and b.headroom_text == "-"
+
+
+def test_a_real_zero_flop_step_is_still_memory_bound():
+    """A step of copies and elementwise ops counted 0 FLOPs, no error: intensity 0, memory-bound is right."""
+    b = case_bound(_uncounted_case(flops_per_step=0.0, errors=()), None)
+    assert b.bound == "memory-bound" and b.evidence["arithmetic_intensity"] == 0.0
+
+
+def test_overhead_evidence_still_classifies_a_case_without_flops():
+    b = case_bound(_uncounted_case(device_idle_fraction=0.7), None)
+    assert b.bound == "overhead-bound" and b.evidence["arithmetic_intensity"] is None  # not "0 FLOP/B"
+    assert b.flops_note.startswith("RuntimeError")
+
+
+def test_an_unclassified_eager_predicts_no_toggle_in_the_report_or_the_expectations():
+    from fixtures.synthetic import roofline_run
+
+    from perfgate import expect
+    from perfgate.exporters.base import ReportInput
+
+    run = roofline_run()
+    eager = run.case("operator_rollout/smoke/eager/cpu")
+    eager.metrics.pop("flops_per_step")
+    eager.metrics.pop("achieved_flops_per_s")
+    eager.metrics["arithmetic_intensity"] = 0.0
+    eager.profile["errors"] = [FLOPS_FAILED]
+    report = ReportInput(run)
+    rows = {r.spec.toggle_name: r for r in report.rows}
+    assert rows["eager"].bound.bound == "unclassified" and rows["eager"].headroom_text == "-"
+    assert "FLOPs not counted" in rows["eager"].bound_evidence_text
+    # channels-last avoided: no "eager is memory-bound, so channels-last should pay"
+    assert "should pay" not in rows["channels-last"].recommendation.reason
+    advice = report.groups[0].bound_advice
+    assert "eager is memory-bound" not in advice and "FLOPs not counted" in advice and "no toggle" in advice
+    (outcome,) = [o for o in expect.evaluate(run).outcomes if o.rule.metric == "bound"]
+    assert outcome.outcome == "unknown" and "FLOPs not counted" in outcome.reason
+
+
+def test_the_worker_stores_no_intensity_for_a_flop_count_that_failed():
+    from perfgate.profiling import roofline_metrics
+
+    assert "arithmetic_intensity" not in roofline_metrics(None, 1e7, 0.01)  # before: 0.0, read memory-bound
+    assert roofline_metrics(None, 1e7, 0.01) == {"bytes_per_step": 1e7, "achieved_bytes_per_s": 1e9}
+    assert roofline_metrics(0.0, 1e7, 0.01)["arithmetic_intensity"] == 0.0  # a real 0: copies only
+    assert roofline_metrics(2e7, 1e7, None) == {"flops_per_step": 2e7, "bytes_per_step": 1e7,
+                                                "arithmetic_intensity": 2.0}
+
+
+# ---------------------------------------------------------------- untrusted and foreign ceilings
+
+
+@pytest.mark.parametrize("flops, bandwidth", [(1e308, 1e10), (1e11, 1e-300), (1e11, 1e300), (1e-3, 1e10)])
+def test_ceilings_no_device_has_are_ignored_and_the_report_still_draws(flops, bandwidth):
+    """Before: a results.json carrying a ceiling of 1e308 FLOP/s (or a bandwidth of 1e-300 B/s) passed as a
+    positive finite number, and the roofline chart's axis reached infinity: `perfgate report` crashed
+    with OverflowError. Figures no device has are now ignored like any tampered value."""
+    from fixtures.synthetic import roofline_run
+
+    from perfgate.exporters import html
+    from perfgate.exporters.base import ReportInput
+
+    ceilings = {"cpu": {"flops": {"float32": flops}, "bandwidth": {"copy": bandwidth}}}
+    assert roof_for(ceilings, "cpu").source == "default ridge"
+    run = roofline_run()
+    run.ceilings = ceilings
+    (group,) = ReportInput(run).groups
+    chart = html.roofline_chart(group, run.ceilings)
+    assert chart.needs_ceilings  # none usable: the line naming `perfgate calibrate`, no chart
+    # a case's own figures past any device: not placed, no crash
+    run = roofline_run()
+    run.case("operator_rollout/smoke/eager/cpu").metrics.update(arithmetic_intensity=1e308,
+                                                                achieved_flops_per_s=1e308)
+    (group,) = ReportInput(run).groups
+    chart = html.roofline_chart(group, run.ceilings)
+    assert any(u.startswith("eager (") for u in chart.unplaced) and chart.points
+
+
+def test_ceilings_measured_on_another_gpu_are_not_used_for_this_one(tmp_path):
+    """A ceilings.json under a CPU machine key (a run whose first case is on the CPU) holds the GPU that
+    calibrate saw; a fleet of hosts with the same CPU and other GPUs shares that key. Before, an H100 run
+    was placed against an A100's measured peaks; now a cuda entry whose device_name is not the run's GPU
+    is left out (the spec sheet of the run's own GPU stands in) and the ceilings say why."""
+    path = roofline.ceilings_path(tmp_path, "cpu-key")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"schema": roofline.CEILINGS_SCHEMA,
+                                "cpu": {"flops": {"float32": 1e11}, "bandwidth": {"copy": 1e10}, "threads": 1},
+                                "cuda": {"flops": {"float32": 1.9e13}, "bandwidth": {"copy": 1.5e12},
+                                         "device_name": "NVIDIA A100-SXM4-40GB"}}))
+    env = {"machine_key": "cpu-key", "device_name": "NVIDIA H100 80GB HBM3", "threads": 1}
+    got = roofline.ceilings_for_run(tmp_path, env)
+    assert "cuda" not in got and got["cpu"]["flops"]["float32"] == 1e11
+    assert any("NVIDIA A100-SXM4-40GB" in n and "NVIDIA H100 80GB HBM3" in n for n in got["not_used"])
+    assert roof_for(got, "cuda").source == "spec sheet (H100 SXM)"
+    # CPU ceilings measured with other threads than the run's: not this run's ceilings either
+    got = roofline.ceilings_for_run(tmp_path, {**env, "threads": 4, "device_name": "NVIDIA A100-SXM4-40GB"})
+    assert "cpu" not in got and got["cuda"]["flops"]["float32"] == 1.9e13
+    assert any("1 thread" in n and "4" in n for n in got["not_used"])
+
+
+def test_the_report_says_why_stored_ceilings_were_not_used():
+    from fixtures.synthetic import roofline_run
+
+    from perfgate.exporters import html
+    from perfgate.exporters.base import ReportInput
+
+    run = roofline_run()
+    run.ceilings = {"not_used": ["cpu: measured with 1 thread(s), this run uses 4", "cuda: measured on X"]}
+    (group,) = ReportInput(run).groups
+    chart = html.roofline_chart(group, run.ceilings)
+    assert chart.missing == ("this run carries no ceilings for cpu (the stored ones were not used: measured "
+                             "with 1 thread(s), this run uses 4)")

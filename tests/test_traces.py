@@ -391,3 +391,91 @@ def test_an_op_that_runs_in_some_steps_only_keeps_its_mean_time_and_is_the_top_m
     assert head.time_us["aten::addmm"] == pytest.approx(110.0)  # in every step: still the median
     changes = traces.kernel_diff(base, head)
     assert [c.name for c in changes] == ["aten::_local_scalar_dense", "aten::addmm"]
+
+
+# ---------------------------------------------------------------- kernels belong to the step that launched them
+
+
+def _gpu_step_trace(leaked: int = 0, late: int = 0, after: int = 0, flows_only: bool = False) -> dict:
+    """Three ProfilerStep windows (host), each launching 2 ``gemm`` and 3 ``relu`` kernels: a
+    cudaLaunchKernel inside the window and its kernel with the same correlation id (on the GPU timeline).
+    ``leaked`` kernels of the warm-up step before the window (their launches not recorded: the host side was
+    not profiled) run early in the first window; the last step's ``late`` kernels run after its host window
+    ends (launched inside it); ``after`` kernels are launched after the last window. ``flows_only``: the
+    runtime calls carry no correlation, the ac2g flow events link them instead."""
+    events: list[dict] = []
+    corr = 100
+    for c in range(leaked):  # launched in the warm-up step: no runtime call in the trace
+        events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 1001.0 + c, "dur": 40.0,
+                       "args": {"correlation": 10 + c, "stream": 7}})
+
+    def launch(ts: float, name: str, kernel_ts: float, dur: float) -> None:
+        nonlocal corr
+        corr += 1
+        runtime = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts,
+                   "dur": 2.0, "args": {} if flows_only else {"correlation": corr}}
+        events.append(runtime)
+        if flows_only:
+            events.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": 1, "tid": 1, "ts": ts})
+            events.append({"ph": "f", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": 0, "tid": 7, "ts": kernel_ts,
+                           "bp": "e"})
+        events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": kernel_ts, "dur": dur,
+                       "args": {"correlation": corr, "stream": 7}})
+
+    for s in range(3):
+        start = 1000.0 + s * 1000
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s + 2}", "pid": 1, "tid": 1,
+                       "ts": start, "dur": 500.0, "args": {}})
+        events.append({"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{s + 2}", "pid": 0,
+                       "tid": 7, "ts": start + 50, "dur": 480.0})
+        for k in range(2):
+            launch(start + 10 + k, "gemm", start + 100 + 20 * k, 10.0)
+        for k in range(3):
+            launch(start + 20 + k, "relu", start + 200 + 5 * k, 1.0)
+        if s == 2:
+            for k in range(late):  # launched at the window's end, run after it
+                launch(start + 490 + k * 0.1, "gemm", start + 600 + 20 * k, 10.0)
+    for k in range(after):
+        launch(4000.0 + k, "relu", 4100.0 + k, 1.0)
+    return {"schemaVersion": 1, "traceEvents": events}
+
+
+def test_gpu_kernels_are_counted_in_the_step_that_launched_them(tmp_path):
+    """Before: every kernel event of the trace was summed and divided by the host steps: kernels of the
+    warm-up step running inside the window, and kernels launched after it, inflated kernels per step. Now a
+    kernel counts in the ProfilerStep window its launching runtime call (same correlation id) lies in;
+    kernels launched outside the windows are left out and counted apart."""
+    clean = traces.read_trace(_write(tmp_path / "c.pt.trace.json", _gpu_step_trace()), "kernel")
+    assert clean.count == {"gemm": 2.0, "relu": 3.0} and clean.time_us == {"gemm": 20.0, "relu": 3.0}
+    assert clean.outside == 0
+    dirty = traces.read_trace(_write(tmp_path / "d.pt.trace.json", _gpu_step_trace(leaked=3, late=3, after=2)),
+                              "kernel")
+    # the 3 late kernels were launched inside step 3: they are its kernels, 3 more over 3 steps
+    assert dirty.count == {"gemm": 3.0, "relu": 3.0} and dirty.time_us == {"gemm": 30.0, "relu": 3.0}
+    assert dirty.outside == 5  # 3 warm-up kernels with no recorded launch, 2 launched after the window
+    # the same diffed: only the late launches moved, by exactly one gemm per step
+    (change,) = traces.kernel_diff(clean, dirty)
+    assert (change.name, change.base_count, change.head_count) == ("gemm", 2.0, 3.0)
+
+
+def test_kernels_are_linked_to_their_launch_by_flow_events_too(tmp_path):
+    totals = traces.read_trace(_write(tmp_path / "f.pt.trace.json", _gpu_step_trace(leaked=2, after=1,
+                                                                                     flows_only=True)), "kernel")
+    assert totals.count == {"gemm": 2.0, "relu": 3.0} and totals.outside == 3
+
+
+def test_a_trace_pair_notes_the_kernels_left_out(tmp_path):
+    from perfgate.model import CaseResult, CaseSpec
+
+    run_dir = tmp_path / "run"
+    rel = "tb/w/smoke/eager/w.pt.trace.json"
+    _write(run_dir / rel, _gpu_step_trace(leaked=2))
+    case = CaseResult(CaseSpec("w", "smoke", ("eager",), "cuda"), "ok", profile={"trace_file": rel})
+    base_dir = tmp_path / "base"
+    _write(base_dir / rel, _gpu_step_trace())
+    from perfgate.model import RunResult
+
+    bases = [traces.BaseRun(base_dir, RunResult("b", None, {}, cases=[case]), "the base")]
+    pair = traces.trace_pair(case, bases, run_dir)
+    assert pair.compared and pair.changes == []
+    assert any("head trace: 2 kernels launched outside the recorded steps" in n for n in pair.notes), pair.notes

@@ -381,6 +381,8 @@ class CaseRow:
             parts.append(f"mean op {format_seconds(e['mean_op_s'])}")
         if e.get("arithmetic_intensity") is not None:
             parts.append(f"{e['arithmetic_intensity']:.3g} FLOP/B")
+        elif self.bound.flops_note:
+            parts.append(f"FLOPs not counted ({self.bound.flops_note})")
         return ", ".join(parts)
 
     @property

@@ -233,6 +233,10 @@ def _decades(lo: float, hi: float) -> tuple[int, int]:
     return math.floor(math.log10(lo)), math.ceil(math.log10(hi))
 
 
+# the highest arithmetic intensity a chart places (a 100k x 100k matmul in float16 is ~3e4 FLOP/B)
+MAX_INTENSITY = 1e9
+
+
 def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | None:
     """The roofline of one workload's toggles; None when no case has a bound class at all, a chart with only
     ``missing`` set where there are no ceilings to draw or no point to place."""
@@ -242,10 +246,15 @@ def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | No
     placed, unplaced = [], []
     for r in rows:
         ai, fl = r.bound.evidence.get("arithmetic_intensity"), r.bound.evidence.get("achieved_flops_per_s")
-        if ai and fl and ai > 0 and fl > 0:
+        if ai and fl and 0 < ai <= MAX_INTENSITY and 0 < fl <= roofline.PLAUSIBLE["flops"][1]:
             placed.append((r, ai, fl))
+        elif ai and fl:  # a results.json no device could have written: off any chart (and its axis infinite)
+            unplaced.append(f"{r.spec.toggle_name} ({r.bound.bound}; {ai:.3g} FLOP/B at {format_rate(fl)}: "
+                            "past any device)")
         else:
-            unplaced.append(f"{r.spec.toggle_name} ({r.bound.bound}; no FLOPs counted: elementwise work only)")
+            why = (f"FLOPs not counted: {r.bound.flops_note}" if r.bound.flops_note
+                   else "no FLOPs counted: elementwise work only")
+            unplaced.append(f"{r.spec.toggle_name} ({r.bound.bound}; {why})")
     roofs = []
     for dtype in sorted({roofline.compute_dtype(r.spec.toggles) for r, _, _ in placed} or {"float32"}):
         roof = roofline.roof_for(ceilings, group.device, dtype)
@@ -255,7 +264,12 @@ def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | No
             roofs.append((f"spec sheet {dtype}", roof.spec_flops, roof.spec_bandwidth, "roof spec"))
     chart = RooflineChart(CHART_WIDTH, 300, 84.0, CHART_WIDTH - 150.0, 12.0, 260.0, unplaced=unplaced)
     if not roofs:
-        chart.missing, chart.needs_ceilings = f"this run carries no ceilings for {group.device}", True
+        kind = roofline.device_kind(group.device)
+        why = [n for n in ceilings.get("not_used", []) if isinstance(n, str) and n.startswith(f"{kind}:")] \
+            if isinstance(ceilings.get("not_used"), list) else []
+        chart.missing = f"this run carries no ceilings for {group.device}" + (
+            f" (the stored ones were not used: {'; '.join(n[len(kind) + 2:] for n in why)})" if why else "")
+        chart.needs_ceilings = True
         return chart
     if not placed:
         chart.missing = "no case of this workload counted FLOPs to place it by"
