@@ -368,8 +368,10 @@ def ceilings_for_run(baselines_dir: Any, environment: dict[str, Any]) -> dict[st
     path = ceilings_path(baselines_dir, str(environment.get("machine_key", "unknown-machine")))
     try:
         stored = check(CeilingsDocument, read_json_file(path, "ceilings"), str(path)) if path.is_file() else None
-    except SchemaError:  # a damaged file measured nothing; `perfgate calibrate --write` rewrites it
+    except SchemaError as exc:  # a damaged file measured nothing; `perfgate calibrate --write` rewrites it
         stored = None
+        why = f"{path} is damaged ({str(exc)[:200]}); `perfgate calibrate --write` rewrites it"
+        out["source"], out["not_used"] = str(path), [f"cpu: {why}", f"cuda: {why}"]  # the report says why
     if stored is not None:
         not_used = []
         for kind in ("cpu", "cuda"):

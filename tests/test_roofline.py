@@ -404,6 +404,19 @@ def test_ceilings_measured_on_another_gpu_are_not_used_for_this_one(tmp_path):
     assert any("1 thread" in n and "4" in n for n in got["not_used"])
 
 
+def test_a_damaged_ceilings_file_is_named_not_silently_dropped(tmp_path):
+    """A ceilings.json that fails its schema measured nothing, and the run goes on with the default ridge;
+    before, nothing said so and the report read as if calibrate had never run."""
+    path = roofline.ceilings_path(tmp_path, "cpu-key")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"schema": roofline.CEILINGS_SCHEMA, "cpu": {"flops": {"float32": "fast"}}}))
+    got = roofline.ceilings_for_run(tmp_path, {"machine_key": "cpu-key", "threads": 1})
+    assert "cpu" not in got and got["source"] == str(path)
+    assert all(str(path) in n and "calibrate --write" in n for n in got["not_used"])
+    assert [n.split(":")[0] for n in got["not_used"]] == ["cpu", "cuda"]
+    assert roof_for(got, "cpu").source == "default ridge"
+
+
 def test_the_report_says_why_stored_ceilings_were_not_used():
     from fixtures.synthetic import roofline_run
 
