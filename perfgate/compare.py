@@ -1092,6 +1092,13 @@ Remeasure = Callable[[str], "tuple[CaseResult, CaseResult | None] | None"]
 NO_TIME = ("skipped", "missing", "new")
 
 
+def gives_no_time(v: Verdict) -> bool:
+    """Does this verdict of a re-measure or a lockstep pair carry no step time? Those of NO_TIME, and a step
+    time judged with no ratio at all (``inconclusive`` at "a step time of 0": samples of 0 ns): such a
+    measurement is broken, and a broken second measurement must never soften the first."""
+    return v.kind in NO_TIME or (v.metric == STEP_TIME and v.kind == "inconclusive" and v.ratio is None)
+
+
 def _ratio_text(v: Verdict) -> str:
     """A step-time verdict's ratio and CI as rule texts quote it: '1.106x [1.079, 1.131]'."""
     if v.ratio is None:
@@ -1130,7 +1137,7 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
         n = new[0]
         first = f"first measurement {_ratio_text(v)}"
         was = "regressed" if v.kind == "regression" else "was faster"
-        if n.kind in NO_TIME:  # skipped, or no samples: nothing confirms or contradicts the first measurement
+        if gives_no_time(n):  # skipped, no samples, or 0 ns: nothing confirms or contradicts the first measurement
             if v.kind == "regression":  # fail safe: the regression stands
                 verdicts[i] = replace(v, rule=f"{v.rule}; the re-measure gave no step time to confirm it "
                                               f"({n.kind}: {n.rule}), so the {first} stands")
@@ -1181,7 +1188,7 @@ def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSet
         pairs.append((head, base))
         new = [n for n in judge_case(v.case_key, base, head, gate, paired=True, calibration=calibration,
                                      look_confidence=look_confidence) if n.metric == STEP_TIME]
-        if new and new[0].kind not in NO_TIME:  # else a side failed, skipped or had no samples: the stored verdict stands
+        if new and not gives_no_time(new[0]):  # else a side failed, skipped, had no samples or 0 ns: the stored verdict stands
             n = new[0]
             verdicts[i] = replace(n, rule=f"{n.rule}; settled in lockstep against the baseline's commit "
                                          f"{commit[:12]} (the stored comparison: {v.kind} at {_ratio_text(v)})")

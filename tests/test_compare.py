@@ -925,3 +925,30 @@ def test_an_interval_wider_than_a_float_holds_is_clamped_not_an_overflow():
     change = time_change(base, head, confidence=0.999999, resamples=200)
     assert 1e-9 * 0.999 <= change.low <= change.ratio <= change.high <= 1e9 * 1.001
     assert change.high > 1e6 and not change.significant
+
+
+def test_a_re_measure_or_lockstep_pair_whose_step_time_is_0_never_clears_a_regression():
+    """A re-measure (or a lockstep pair) whose processes' samples are 0 ns gives no ratio: judge_case calls its
+    step time `inconclusive` ("a step time of 0 now"). Before 2026-12-01 confirm_regressions took that as a
+    re-measure that did not regress and settle_in_lockstep as the settled verdict: a regression became
+    `inconclusive` and the gate passed (a pull request could make its second measurement read 0). A step
+    time of 0 is no step time: the first measurement's regression stands; a win does not repeat."""
+    rnd = random.Random(25)
+    base = run(case("eager", groups(rnd, 4, 1e-3, 0.002, 0.002)))
+    cur = run(case("eager", groups(rnd, 4, 1.3e-3, 0.002, 0.002)))
+    gate = GateSettings(bootstrap_resamples=1000, run_to_run=0.01)
+    cmp = compare_runs(cur, base, gate)
+    assert [v.kind for v in cmp.verdicts] == ["regression"]
+    zeros = case("eager", [[0.0] * 8 for _ in range(4)])
+    confirmed, _ = confirm_regressions(cmp, cur, gate, lambda key: (zeros, None))
+    (v,) = confirmed.verdicts
+    assert v.kind == "regression" and "a step time of 0" in v.rule and confirmed.gate_failed, v
+    settled, _, keys = settle_in_lockstep(cmp, lambda key: (zeros, base.cases[0]), gate, commit="a" * 40)
+    (v,) = settled.verdicts
+    assert v.kind == "regression" and not keys and settled.gate_failed, v
+    faster = run(case("eager", groups(rnd, 4, 0.7e-3, 0.002, 0.002)))
+    won = compare_runs(faster, base, gate)
+    assert [v.kind for v in won.verdicts] == ["win"]
+    unconfirmed, _ = confirm_regressions(won, faster, gate, lambda key: (zeros, None), kinds=("regression", "win"))
+    (v,) = unconfirmed.verdicts
+    assert v.kind == "inconclusive" and "no step time to confirm" in v.rule, v
