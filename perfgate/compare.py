@@ -895,6 +895,44 @@ def judge_accuracy(key: str, base: dict[str, Any], cur: dict[str, Any], errors: 
     return Verdict(kind="unchanged", rule="output within the workload's tolerance", **common)
 
 
+# The sections of the worker's profile pass (perfgate.profiling.profile_pass) that, when they raise, record
+# "SECTION: ExcType: message" under the case's profile["errors"] and drop their own figures while the case
+# still ends ok, with the gated metrics each one's failure costs. The FLOP count runs on the reference the
+# accuracy check builds, so a failed reference check costs it too.
+PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {
+    "profiler window": ("aten_ops_per_step", "kernels_per_step", "memcpy_per_step", "memset_per_step",
+                        "syncs_per_step", "cpu_bytes_allocated_per_step"),
+    "flops": ("flops_per_step",),
+    "accuracy": ("flops_per_step",),
+}
+
+
+def section_error(metric: str, errors: Sequence[Any]) -> str | None:
+    """The first of a case's profile errors whose section measures ``metric`` (PROFILE_SECTIONS), else None."""
+    for e in errors:
+        section, sep, _ = str(e).partition(":")
+        if sep and metric in PROFILE_SECTIONS.get(section.strip(), ()):
+            return str(e)
+    return None
+
+
+def _lost_to_error(v: Verdict, errors: Sequence[Any]) -> Verdict:
+    """A gated metric the baseline measured and the case lost now (``missing``) is a regression when the
+    section of the profile pass that measures it recorded an error: the measurement broke, and a pull request
+    that breaks the profiler must not pass by dropping every count it gates. Missing for any other reason
+    (no profile pass ran, a compile time a warm cache does not measure) it stays ``missing``."""
+    if v.kind != "missing":
+        return v
+    error = section_error(v.metric, errors)
+    if error is None:
+        return v
+    return replace(v, kind="regression",
+                   rule=f"measured in the baseline, not now: the measurement broke ({error[:200]})",
+                   advice="the case's profile pass failed where it measures this metric (see the case's "
+                          "profile errors in results.json): fix what makes it fail; the gate cannot vouch "
+                          "for a metric it can no longer measure")
+
+
 # ---------------------------------------------------------------- one case, one run
 
 def _status_verdict(key: str, base: CaseResult | None, cur: CaseResult | None) -> Verdict | None:
@@ -985,13 +1023,14 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
             threshold=threshold, rule=rule, advice=advice,
         ))
     errors = cur.profile.get("errors") if isinstance(cur.profile, dict) else None
-    acc = judge_accuracy(key, base.accuracy, cur.accuracy, errors if isinstance(errors, list) else ())
+    errors = errors if isinstance(errors, list) else []
+    acc = judge_accuracy(key, base.accuracy, cur.accuracy, errors)
     if acc is not None:
         out.append(acc)
     for metric in [m for m in METRIC_KINDS if m in cur.metrics or m in base.metrics]:
         v = judge_metric(key, metric, base.metrics.get(metric), cur.metrics.get(metric), gate)
         if v is not None:
-            out.append(v)
+            out.append(_lost_to_error(v, errors))
     differs = spec_difference(base.spec, cur.spec)
     if differs:
         out = [_other_parameters(v, differs) for v in out]

@@ -952,3 +952,62 @@ def test_a_re_measure_or_lockstep_pair_whose_step_time_is_0_never_clears_a_regre
     unconfirmed, _ = confirm_regressions(won, faster, gate, lambda key: (zeros, None), kinds=("regression", "win"))
     (v,) = unconfirmed.verdicts
     assert v.kind == "inconclusive" and "no step time to confirm" in v.rule, v
+
+
+def test_a_gated_metric_the_profile_pass_lost_to_an_error_is_a_regression():
+    """The worker's profile pass records a section that raises under profile["errors"] ("profiler window: ...",
+    "flops: ...", "accuracy: ..." whose reference the FLOP count needs) and drops that section's figures; the
+    case still ends ok. Before 2026-12-01 a count the baseline measured and the run lost that way was
+    `missing`, which passes: a pull request that broke the profiler window dropped every kernel and op count
+    and passed the gate. Now a gated metric missing where its section recorded an error is a regression
+    quoting the error; one missing for another reason (the profile pass did not run: a re-measure; a compile
+    time a warm persistent cache does not measure) stays `missing`."""
+    rnd = random.Random(26)
+    gs = groups(rnd, 3, 1e-3, 0.001, 0.001)
+    measured = {"aten_ops_per_step": 40.0, "kernels_per_step": 12.0, "flops_per_step": 1e6, "peak_rss_bytes": 2e8,
+                "compile_cold_s": 3.0, "bytes_per_step": 1e6, "cpu_bytes_allocated_per_step": 4096.0}
+    base = case("compile", gs, metrics=measured)
+    window = "profiler window: RuntimeError: Profiler is already enabled on this thread"
+    lost = replace(case("compile", gs, metrics={"flops_per_step": 1e6, "peak_rss_bytes": 2e8}),
+                   profile={"errors": [window]})
+
+    def kinds(cur):
+        return {v.metric: v for v in judge_case("k", base, cur, GateSettings(bootstrap_resamples=200))
+                if v.metric not in ("step_time", "accuracy")}
+
+    got = kinds(lost)
+    for metric in ("aten_ops_per_step", "kernels_per_step", "cpu_bytes_allocated_per_step"):
+        v = got[metric]
+        assert v.kind == "regression" and "the measurement broke" in v.rule and "Profiler is already" in v.rule, v
+        assert v.baseline == measured[metric] and v.current is None and v.fails_gate
+    assert got["compile_cold_s"].kind == "missing"  # not the window's: a warm persistent cache measures none
+    assert got["flops_per_step"].kind == "unchanged"
+    assert "bytes_per_step" not in got  # info: never judged
+    # the reference check failed: no reference, so no FLOP count either
+    no_ref = replace(case("compile", gs, metrics={k: v for k, v in measured.items() if k != "flops_per_step"}),
+                     profile={"errors": ["accuracy: AttributeError: 'tuple' object has no attribute 'detach'"]})
+    v = kinds(no_ref)["flops_per_step"]
+    assert v.kind == "regression" and "AttributeError" in v.rule, v
+    flops = replace(no_ref, profile={"errors": ["flops: NotImplementedError: no FLOP formula"]})
+    assert kinds(flops)["flops_per_step"].kind == "regression"
+    # no profile pass now (a re-measure runs none): no error, nothing broke, `missing` as before
+    unprofiled = case("compile", gs)
+    assert {v.kind for v in kinds(unprofiled).values()} == {"missing"}
+    # an error of another section costs nothing the window measured
+    other = replace(case("compile", gs, metrics={"flops_per_step": 1e6}), profile={"errors": ["bytes: ValueError: x"]})
+    assert kinds(other)["kernels_per_step"].kind == "missing"
+
+
+def test_every_section_of_the_profile_pass_that_records_errors_is_known_to_the_gate():
+    """compare.PROFILE_SECTIONS names the sections perfgate.profiling.profile_pass records errors for: a new
+    section must say which gated metrics its failure costs (one that costs only info metrics maps to none)."""
+    import re
+    from pathlib import Path
+
+    from perfgate import compare
+
+    source = (Path(compare.__file__).parent / "profiling.py").read_text()
+    recorded = set(re.findall(r'errors\.append\(f"([a-z ]+): ', source))
+    assert recorded == {*compare.PROFILE_SECTIONS, "bytes"}, recorded
+    gated = {m for ms in compare.PROFILE_SECTIONS.values() for m in ms}
+    assert all(METRICS[m].kind != "info" for m in gated)
