@@ -1100,13 +1100,33 @@ def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | N
         warnings.append("WARNING: the baseline measured " + "; ".join(f"{k} with other parameters ({d})" for k, d in others)
                         + ": its wins are inconclusive; update the baseline once the change is merged")
     keys = [c.key for c in current.cases] + [c.key for c in baseline.cases if current.case(c.key) is None]
+    # a run of the whole suite (no selection, filter or shard) that lacks a case the baseline of the same suite
+    # ran ok: a change dropped the case from the suite, and none of its regressions can be seen any more
+    whole_suite = mode == "baseline" and bool(current.suite) and current.suite == baseline.suite \
+        and not current.part_of_suite
     verdicts: list[Verdict] = []
     for key in keys:
+        base_case = baseline.case(key)
+        if whole_suite and current.case(key) is None and base_case is not None and base_case.status == STATUS_OK:
+            verdicts.append(_gone_from_suite(key, current.suite))
+            continue
         verdicts.extend(judge_case(key, baseline.case(key), current.case(key), gate,
                                    paired=(mode == "against"), calibration=calibration,
                                    look_confidence=look_confidence))
     return Comparison(verdicts=verdicts, mode=mode, baseline_source=baseline_source, baseline=baseline,
                       environment_diff=diff, warnings=warnings)
+
+
+def _gone_from_suite(key: str, suite: str | None) -> Verdict:
+    """The verdict of a case that ran ok in the baseline and that a run of the whole suite lacks:
+    ``newly-failing``, as a case that ran in the baseline and is skipped now."""
+    return Verdict(key, STATUS, "newly-failing",
+                   rule=f"in the baseline, not in suite {suite!r} now: the run covered the whole suite, so a "
+                        "change dropped the case (a toggle set or workload taken out of the suite, a size or "
+                        "variant removed from the workload, its workload file removed)",
+                   advice="none of the case's regressions can be seen any more: if the change means it, update "
+                          "the baseline with the change (`perfgate baseline update` from a run of the whole "
+                          "suite drops the case); if not, restore the case")
 
 
 def acknowledged(comparison: Comparison, settings: Settings | None, today: date | None = None) -> Comparison:

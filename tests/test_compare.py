@@ -349,6 +349,8 @@ def test_status_verdicts_and_every_kind_is_produced():
         case("brand-new", g()), case("slow", g(1.5e-3)), case("fast", g()),
         case("noisy", groups(rnd, 2, 1.08e-3, 0.2, 0.01)), case("known", g(1.5e-3)),
     )
+    # a selection: "gone" is outside it (a run of the whole suite lacking it: newly-failing, below)
+    cur = replace(cur, settings={"selection": "toggles eager, compile, amp-bf16, tf32, brand-new, slow, ..."})
     # "known" regresses as "slow" does, and an acknowledgement in force covers it
     known = Entry("acknowledge[0]", "w/smoke/known/cpu", "step_time", "known", date(2026, 1, 1))
     # a 1% run-to-run term, as `perfgate calibrate` measures on a quiet runner: the default 3% leaves no
@@ -1011,3 +1013,41 @@ def test_every_section_of_the_profile_pass_that_records_errors_is_known_to_the_g
     assert recorded == {*compare.PROFILE_SECTIONS, "bytes"}, recorded
     gated = {m for ms in compare.PROFILE_SECTIONS.values() for m in ms}
     assert all(METRICS[m].kind != "info" for m in gated)
+
+
+def test_a_case_gone_from_a_run_of_the_whole_suite_is_newly_failing():
+    """A baseline case the run lacks was `missing` ("case in the baseline, not run now"), which passes. That
+    is right for part of the suite (a selection, `-w` / `-t` / `--size` / `--device`, a shard, a merge with
+    planned cases missing), but before 2026-12-01 a pull request that dropped a case from the suite itself (a
+    toggle set taken out of the suite in pyproject.toml, a size or variant removed from a workload, a
+    workload file deleted) passed the gate with none of that case's regressions seen. A run of the whole
+    suite that lacks a baseline case is now `newly-failing`, as a case that ran in the baseline and is
+    skipped now is; part of the suite keeps `missing`."""
+    rnd = random.Random(27)
+    g = GateSettings(bootstrap_resamples=200, run_to_run=0.01)
+
+    def c(toggle):
+        return case(toggle, groups(rnd, 3, 1e-3, 0.002, 0.002))
+
+    base = run(c("eager"), c("compile"), case("tf32", status="skipped"), case("amp-bf16", status="failed"))
+    whole = run(c("eager"))
+
+    def gone(current, baseline=base):
+        (v,) = [v for v in compare_runs(current, baseline, g).verdicts if v.case_key == "w/smoke/compile/cpu"]
+        return v
+
+    v = gone(whole)
+    assert v.kind == "newly-failing" and v.metric == "status" and v.fails_gate, v
+    assert "not in suite 'smoke' now" in v.rule and "baseline update" in v.advice, v
+    parts = ({"selection": "workloads w"}, {"filters": "toggles eager"},
+             {"shard": {"index": 1, "count": 2, "plan": ["w/smoke/eager/cpu", "w/smoke/compile/cpu"]}},
+             {"shard": {"merged": [1], "count": 2, "missing_cases": ["w/smoke/compile/cpu"]}})
+    for settings in parts:
+        v = gone(replace(whole, settings=settings))
+        assert v.kind == "missing" and not v.fails_gate, (settings, v)
+    assert gone(replace(whole, suite="pr")).kind == "missing"  # another suite's run: nothing says what it covers
+    # never measured in the baseline (skipped or failed there): no regression of it can go unseen
+    assert {v.kind for v in compare_runs(whole, base, g).verdicts if "/compile/" not in v.case_key
+            and "/eager/" not in v.case_key} == {"missing"}
+    # --against: the base is measured from the run's own cases; nothing of it is judged this way
+    assert [v.kind for v in compare_runs(whole, base, g, mode="against").verdicts if v.metric == "status"] == ["missing"] * 3
