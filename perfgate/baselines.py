@@ -282,25 +282,10 @@ def updated(run: RunResult, previous: Baseline | None, source: str, patterns: Se
     return with_cases_from(previous, run, patterns, source, allow_failed=allow_failed)
 
 
-def part_of_suite(run: RunResult) -> str:
-    """Why ``run`` holds only part of its suite's cases, in words ('shard 1/3', 'a selection (workloads x)',
-    'a merge missing 2 planned case(s)'), or '' for a run of the whole suite."""
-    settings = run.settings if isinstance(run.settings, dict) else {}
-    shard = settings.get("shard")
-    if isinstance(shard, dict):
-        if shard.get("index") is not None:
-            return f"shard {shard.get('index')}/{shard.get('count')}"
-        missing = shard.get("missing_cases")
-        if isinstance(missing, list) and missing:
-            return f"a merge missing {len(missing)} planned case(s)"
-    chosen = settings.get("selection") or settings.get("filters")
-    return f"a selection ({chosen})" if chosen else ""
-
-
 def refuse_dropping(run: RunResult, previous: Baseline | None, source: str) -> None:
-    """ConfigError when ``run`` is part of its suite (``part_of_suite``) and making it the whole baseline would
+    """ConfigError when ``run`` is part of its suite (``RunResult.part_of_suite``) and making it the whole baseline would
     drop cases ``previous`` holds: they would be `new` to every later gate, never judged again."""
-    part = part_of_suite(run)
+    part = run.part_of_suite
     if previous is None or not part:
         return
     dropped = [c.key for c in previous.run.cases if run.case(c.key) is None]

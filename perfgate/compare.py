@@ -895,6 +895,44 @@ def judge_accuracy(key: str, base: dict[str, Any], cur: dict[str, Any], errors: 
     return Verdict(kind="unchanged", rule="output within the workload's tolerance", **common)
 
 
+# The sections of the worker's profile pass (perfgate.profiling.profile_pass) that, when they raise, record
+# "SECTION: ExcType: message" under the case's profile["errors"] and drop their own figures while the case
+# still ends ok, with the gated metrics each one's failure costs. The FLOP count runs on the reference the
+# accuracy check builds, so a failed reference check costs it too.
+PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {
+    "profiler window": ("aten_ops_per_step", "kernels_per_step", "memcpy_per_step", "memset_per_step",
+                        "syncs_per_step", "cpu_bytes_allocated_per_step"),
+    "flops": ("flops_per_step",),
+    "accuracy": ("flops_per_step",),
+}
+
+
+def section_error(metric: str, errors: Sequence[Any]) -> str | None:
+    """The first of a case's profile errors whose section measures ``metric`` (PROFILE_SECTIONS), else None."""
+    for e in errors:
+        section, sep, _ = str(e).partition(":")
+        if sep and metric in PROFILE_SECTIONS.get(section.strip(), ()):
+            return str(e)
+    return None
+
+
+def _lost_to_error(v: Verdict, errors: Sequence[Any]) -> Verdict:
+    """A gated metric the baseline measured and the case lost now (``missing``) is a regression when the
+    section of the profile pass that measures it recorded an error: the measurement broke, and a pull request
+    that breaks the profiler must not pass by dropping every count it gates. Missing for any other reason
+    (no profile pass ran, a compile time a warm cache does not measure) it stays ``missing``."""
+    if v.kind != "missing":
+        return v
+    error = section_error(v.metric, errors)
+    if error is None:
+        return v
+    return replace(v, kind="regression",
+                   rule=f"measured in the baseline, not now: the measurement broke ({error[:200]})",
+                   advice="the case's profile pass failed where it measures this metric (see the case's "
+                          "profile errors in results.json): fix what makes it fail; the gate cannot vouch "
+                          "for a metric it can no longer measure")
+
+
 # ---------------------------------------------------------------- one case, one run
 
 def _status_verdict(key: str, base: CaseResult | None, cur: CaseResult | None) -> Verdict | None:
@@ -985,13 +1023,14 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
             threshold=threshold, rule=rule, advice=advice,
         ))
     errors = cur.profile.get("errors") if isinstance(cur.profile, dict) else None
-    acc = judge_accuracy(key, base.accuracy, cur.accuracy, errors if isinstance(errors, list) else ())
+    errors = errors if isinstance(errors, list) else []
+    acc = judge_accuracy(key, base.accuracy, cur.accuracy, errors)
     if acc is not None:
         out.append(acc)
     for metric in [m for m in METRIC_KINDS if m in cur.metrics or m in base.metrics]:
         v = judge_metric(key, metric, base.metrics.get(metric), cur.metrics.get(metric), gate)
         if v is not None:
-            out.append(v)
+            out.append(_lost_to_error(v, errors))
     differs = spec_difference(base.spec, cur.spec)
     if differs:
         out = [_other_parameters(v, differs) for v in out]
@@ -1061,13 +1100,33 @@ def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | N
         warnings.append("WARNING: the baseline measured " + "; ".join(f"{k} with other parameters ({d})" for k, d in others)
                         + ": its wins are inconclusive; update the baseline once the change is merged")
     keys = [c.key for c in current.cases] + [c.key for c in baseline.cases if current.case(c.key) is None]
+    # a run of the whole suite (no selection, filter or shard) that lacks a case the baseline of the same suite
+    # ran ok: a change dropped the case from the suite, and none of its regressions can be seen any more
+    whole_suite = mode == "baseline" and bool(current.suite) and current.suite == baseline.suite \
+        and not current.part_of_suite
     verdicts: list[Verdict] = []
     for key in keys:
+        base_case = baseline.case(key)
+        if whole_suite and current.case(key) is None and base_case is not None and base_case.status == STATUS_OK:
+            verdicts.append(_gone_from_suite(key, current.suite))
+            continue
         verdicts.extend(judge_case(key, baseline.case(key), current.case(key), gate,
                                    paired=(mode == "against"), calibration=calibration,
                                    look_confidence=look_confidence))
     return Comparison(verdicts=verdicts, mode=mode, baseline_source=baseline_source, baseline=baseline,
                       environment_diff=diff, warnings=warnings)
+
+
+def _gone_from_suite(key: str, suite: str | None) -> Verdict:
+    """The verdict of a case that ran ok in the baseline and that a run of the whole suite lacks:
+    ``newly-failing``, as a case that ran in the baseline and is skipped now."""
+    return Verdict(key, STATUS, "newly-failing",
+                   rule=f"in the baseline, not in suite {suite!r} now: the run covered the whole suite, so a "
+                        "change dropped the case (a toggle set or workload taken out of the suite, a size or "
+                        "variant removed from the workload, its workload file removed)",
+                   advice="none of the case's regressions can be seen any more: if the change means it, update "
+                          "the baseline with the change (`perfgate baseline update` from a run of the whole "
+                          "suite drops the case); if not, restore the case")
 
 
 def acknowledged(comparison: Comparison, settings: Settings | None, today: date | None = None) -> Comparison:
@@ -1090,6 +1149,13 @@ Remeasure = Callable[[str], "tuple[CaseResult, CaseResult | None] | None"]
 # Verdicts of a re-measure or a lockstep pair that carry no step time (a side skipped, no samples): they
 # neither confirm nor contradict the verdict being checked, which therefore stands.
 NO_TIME = ("skipped", "missing", "new")
+
+
+def gives_no_time(v: Verdict) -> bool:
+    """Does this verdict of a re-measure or a lockstep pair carry no step time? Those of NO_TIME, and a step
+    time judged with no ratio at all (``inconclusive`` at "a step time of 0": samples of 0 ns): such a
+    measurement is broken, and a broken second measurement must never soften the first."""
+    return v.kind in NO_TIME or (v.metric == STEP_TIME and v.kind == "inconclusive" and v.ratio is None)
 
 
 def _ratio_text(v: Verdict) -> str:
@@ -1130,7 +1196,7 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
         n = new[0]
         first = f"first measurement {_ratio_text(v)}"
         was = "regressed" if v.kind == "regression" else "was faster"
-        if n.kind in NO_TIME:  # skipped, or no samples: nothing confirms or contradicts the first measurement
+        if gives_no_time(n):  # skipped, no samples, or 0 ns: nothing confirms or contradicts the first measurement
             if v.kind == "regression":  # fail safe: the regression stands
                 verdicts[i] = replace(v, rule=f"{v.rule}; the re-measure gave no step time to confirm it "
                                               f"({n.kind}: {n.rule}), so the {first} stands")
@@ -1181,7 +1247,7 @@ def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSet
         pairs.append((head, base))
         new = [n for n in judge_case(v.case_key, base, head, gate, paired=True, calibration=calibration,
                                      look_confidence=look_confidence) if n.metric == STEP_TIME]
-        if new and new[0].kind not in NO_TIME:  # else a side failed, skipped or had no samples: the stored verdict stands
+        if new and not gives_no_time(new[0]):  # else a side failed, skipped, had no samples or 0 ns: the stored verdict stands
             n = new[0]
             verdicts[i] = replace(n, rule=f"{n.rule}; settled in lockstep against the baseline's commit "
                                          f"{commit[:12]} (the stored comparison: {v.kind} at {_ratio_text(v)})")

@@ -512,6 +512,21 @@ class RunResult:
             return f"a selection ({selection}) with defaults from suite {self.suite!r}"
         return f"suite {self.suite!r}" if self.suite else "no suite"
 
+    @property
+    def part_of_suite(self) -> str:
+        """Why the run holds only part of its suite's cases, in words ('shard 1/3', 'a selection (workloads x)',
+        'a merge missing 2 planned case(s)'), or '' for a run of the whole suite."""
+        settings = self.settings if isinstance(self.settings, dict) else {}
+        shard = settings.get("shard")
+        if isinstance(shard, dict):
+            if shard.get("index") is not None:
+                return f"shard {shard.get('index')}/{shard.get('count')}"
+            missing = shard.get("missing_cases")
+            if isinstance(missing, list) and missing:
+                return f"a merge missing {len(missing)} planned case(s)"
+        chosen = settings.get("selection") or settings.get("filters")
+        return f"a selection ({chosen})" if chosen else ""
+
     def gate_setting(self, key: str, default: float, low: float, high: float) -> float:
         """A number from the run's recorded ``[tool.perfgate.gate]`` (``settings["gate"]``): a results.json is
         untrusted, so ``default`` where it recorded none, or something other than a number in [low, high]."""

@@ -57,7 +57,7 @@ METRICS: dict[str, Metric] = {
     "setup_exit_criterion_met": Metric("info", _HIGHER),
     # roofline (perfgate.roofline): traffic and placement of a step; informative, never gated
     "bytes_per_step": Metric("info"),
-    "arithmetic_intensity": Metric("info"),
+    "arithmetic_intensity": Metric("info", _HIGHER),  # more FLOPs per byte moved: the compute side of the roofline
     "achieved_bytes_per_s": Metric("info", _HIGHER),
     "kernel_concentration_80": Metric("info"),
     "device_idle_fraction": Metric("info"),

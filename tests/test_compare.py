@@ -349,6 +349,8 @@ def test_status_verdicts_and_every_kind_is_produced():
         case("brand-new", g()), case("slow", g(1.5e-3)), case("fast", g()),
         case("noisy", groups(rnd, 2, 1.08e-3, 0.2, 0.01)), case("known", g(1.5e-3)),
     )
+    # a selection: "gone" is outside it (a run of the whole suite lacking it: newly-failing, below)
+    cur = replace(cur, settings={"selection": "toggles eager, compile, amp-bf16, tf32, brand-new, slow, ..."})
     # "known" regresses as "slow" does, and an acknowledgement in force covers it
     known = Entry("acknowledge[0]", "w/smoke/known/cpu", "step_time", "known", date(2026, 1, 1))
     # a 1% run-to-run term, as `perfgate calibrate` measures on a quiet runner: the default 3% leaves no
@@ -925,3 +927,127 @@ def test_an_interval_wider_than_a_float_holds_is_clamped_not_an_overflow():
     change = time_change(base, head, confidence=0.999999, resamples=200)
     assert 1e-9 * 0.999 <= change.low <= change.ratio <= change.high <= 1e9 * 1.001
     assert change.high > 1e6 and not change.significant
+
+
+def test_a_re_measure_or_lockstep_pair_whose_step_time_is_0_never_clears_a_regression():
+    """A re-measure (or a lockstep pair) whose processes' samples are 0 ns gives no ratio: judge_case calls its
+    step time `inconclusive` ("a step time of 0 now"). Before 2026-12-01 confirm_regressions took that as a
+    re-measure that did not regress and settle_in_lockstep as the settled verdict: a regression became
+    `inconclusive` and the gate passed (a pull request could make its second measurement read 0). A step
+    time of 0 is no step time: the first measurement's regression stands; a win does not repeat."""
+    rnd = random.Random(25)
+    base = run(case("eager", groups(rnd, 4, 1e-3, 0.002, 0.002)))
+    cur = run(case("eager", groups(rnd, 4, 1.3e-3, 0.002, 0.002)))
+    gate = GateSettings(bootstrap_resamples=1000, run_to_run=0.01)
+    cmp = compare_runs(cur, base, gate)
+    assert [v.kind for v in cmp.verdicts] == ["regression"]
+    zeros = case("eager", [[0.0] * 8 for _ in range(4)])
+    confirmed, _ = confirm_regressions(cmp, cur, gate, lambda key: (zeros, None))
+    (v,) = confirmed.verdicts
+    assert v.kind == "regression" and "a step time of 0" in v.rule and confirmed.gate_failed, v
+    settled, _, keys = settle_in_lockstep(cmp, lambda key: (zeros, base.cases[0]), gate, commit="a" * 40)
+    (v,) = settled.verdicts
+    assert v.kind == "regression" and not keys and settled.gate_failed, v
+    faster = run(case("eager", groups(rnd, 4, 0.7e-3, 0.002, 0.002)))
+    won = compare_runs(faster, base, gate)
+    assert [v.kind for v in won.verdicts] == ["win"]
+    unconfirmed, _ = confirm_regressions(won, faster, gate, lambda key: (zeros, None), kinds=("regression", "win"))
+    (v,) = unconfirmed.verdicts
+    assert v.kind == "inconclusive" and "no step time to confirm" in v.rule, v
+
+
+def test_a_gated_metric_the_profile_pass_lost_to_an_error_is_a_regression():
+    """The worker's profile pass records a section that raises under profile["errors"] ("profiler window: ...",
+    "flops: ...", "accuracy: ..." whose reference the FLOP count needs) and drops that section's figures; the
+    case still ends ok. Before 2026-12-01 a count the baseline measured and the run lost that way was
+    `missing`, which passes: a pull request that broke the profiler window dropped every kernel and op count
+    and passed the gate. Now a gated metric missing where its section recorded an error is a regression
+    quoting the error; one missing for another reason (the profile pass did not run: a re-measure; a compile
+    time a warm persistent cache does not measure) stays `missing`."""
+    rnd = random.Random(26)
+    gs = groups(rnd, 3, 1e-3, 0.001, 0.001)
+    measured = {"aten_ops_per_step": 40.0, "kernels_per_step": 12.0, "flops_per_step": 1e6, "peak_rss_bytes": 2e8,
+                "compile_cold_s": 3.0, "bytes_per_step": 1e6, "cpu_bytes_allocated_per_step": 4096.0}
+    base = case("compile", gs, metrics=measured)
+    window = "profiler window: RuntimeError: Profiler is already enabled on this thread"
+    lost = replace(case("compile", gs, metrics={"flops_per_step": 1e6, "peak_rss_bytes": 2e8}),
+                   profile={"errors": [window]})
+
+    def kinds(cur):
+        return {v.metric: v for v in judge_case("k", base, cur, GateSettings(bootstrap_resamples=200))
+                if v.metric not in ("step_time", "accuracy")}
+
+    got = kinds(lost)
+    for metric in ("aten_ops_per_step", "kernels_per_step", "cpu_bytes_allocated_per_step"):
+        v = got[metric]
+        assert v.kind == "regression" and "the measurement broke" in v.rule and "Profiler is already" in v.rule, v
+        assert v.baseline == measured[metric] and v.current is None and v.fails_gate
+    assert got["compile_cold_s"].kind == "missing"  # not the window's: a warm persistent cache measures none
+    assert got["flops_per_step"].kind == "unchanged"
+    assert "bytes_per_step" not in got  # info: never judged
+    # the reference check failed: no reference, so no FLOP count either
+    no_ref = replace(case("compile", gs, metrics={k: v for k, v in measured.items() if k != "flops_per_step"}),
+                     profile={"errors": ["accuracy: AttributeError: 'tuple' object has no attribute 'detach'"]})
+    v = kinds(no_ref)["flops_per_step"]
+    assert v.kind == "regression" and "AttributeError" in v.rule, v
+    flops = replace(no_ref, profile={"errors": ["flops: NotImplementedError: no FLOP formula"]})
+    assert kinds(flops)["flops_per_step"].kind == "regression"
+    # no profile pass now (a re-measure runs none): no error, nothing broke, `missing` as before
+    unprofiled = case("compile", gs)
+    assert {v.kind for v in kinds(unprofiled).values()} == {"missing"}
+    # an error of another section costs nothing the window measured
+    other = replace(case("compile", gs, metrics={"flops_per_step": 1e6}), profile={"errors": ["bytes: ValueError: x"]})
+    assert kinds(other)["kernels_per_step"].kind == "missing"
+
+
+def test_every_section_of_the_profile_pass_that_records_errors_is_known_to_the_gate():
+    """compare.PROFILE_SECTIONS names the sections perfgate.profiling.profile_pass records errors for: a new
+    section must say which gated metrics its failure costs (one that costs only info metrics maps to none)."""
+    import re
+    from pathlib import Path
+
+    from perfgate import compare
+
+    source = (Path(compare.__file__).parent / "profiling.py").read_text()
+    recorded = set(re.findall(r'errors\.append\(f"([a-z ]+): ', source))
+    assert recorded == {*compare.PROFILE_SECTIONS, "bytes"}, recorded
+    gated = {m for ms in compare.PROFILE_SECTIONS.values() for m in ms}
+    assert all(METRICS[m].kind != "info" for m in gated)
+
+
+def test_a_case_gone_from_a_run_of_the_whole_suite_is_newly_failing():
+    """A baseline case the run lacks was `missing` ("case in the baseline, not run now"), which passes. That
+    is right for part of the suite (a selection, `-w` / `-t` / `--size` / `--device`, a shard, a merge with
+    planned cases missing), but before 2026-12-01 a pull request that dropped a case from the suite itself (a
+    toggle set taken out of the suite in pyproject.toml, a size or variant removed from a workload, a
+    workload file deleted) passed the gate with none of that case's regressions seen. A run of the whole
+    suite that lacks a baseline case is now `newly-failing`, as a case that ran in the baseline and is
+    skipped now is; part of the suite keeps `missing`."""
+    rnd = random.Random(27)
+    g = GateSettings(bootstrap_resamples=200, run_to_run=0.01)
+
+    def c(toggle):
+        return case(toggle, groups(rnd, 3, 1e-3, 0.002, 0.002))
+
+    base = run(c("eager"), c("compile"), case("tf32", status="skipped"), case("amp-bf16", status="failed"))
+    whole = run(c("eager"))
+
+    def gone(current, baseline=base):
+        (v,) = [v for v in compare_runs(current, baseline, g).verdicts if v.case_key == "w/smoke/compile/cpu"]
+        return v
+
+    v = gone(whole)
+    assert v.kind == "newly-failing" and v.metric == "status" and v.fails_gate, v
+    assert "not in suite 'smoke' now" in v.rule and "baseline update" in v.advice, v
+    parts = ({"selection": "workloads w"}, {"filters": "toggles eager"},
+             {"shard": {"index": 1, "count": 2, "plan": ["w/smoke/eager/cpu", "w/smoke/compile/cpu"]}},
+             {"shard": {"merged": [1], "count": 2, "missing_cases": ["w/smoke/compile/cpu"]}})
+    for settings in parts:
+        v = gone(replace(whole, settings=settings))
+        assert v.kind == "missing" and not v.fails_gate, (settings, v)
+    assert gone(replace(whole, suite="pr")).kind == "missing"  # another suite's run: nothing says what it covers
+    # never measured in the baseline (skipped or failed there): no regression of it can go unseen
+    assert {v.kind for v in compare_runs(whole, base, g).verdicts if "/compile/" not in v.case_key
+            and "/eager/" not in v.case_key} == {"missing"}
+    # --against: the base is measured from the run's own cases; nothing of it is judged this way
+    assert [v.kind for v in compare_runs(whole, base, g, mode="against").verdicts if v.metric == "status"] == ["missing"] * 3

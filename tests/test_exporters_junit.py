@@ -73,3 +73,20 @@ def test_cases_missing_from_this_run_show_as_skipped():
     suite = ET.fromstring(text).find("testsuite[@name='perfgate cases missing from this run']")
     assert suite.get("tests") == suite.get("skipped") == "6"
     assert suite.find("testcase").get("name") == "gone/smoke/eager/cpu status"
+
+
+def test_a_case_gone_from_a_run_of_the_whole_suite_is_a_junit_failure():
+    """A baseline case a run of the whole suite lacks fails the gate (`newly-failing`, compare.compare_runs);
+    junit.xml listed every case missing from the run as skipped, so CI showed no failing test for it."""
+    from dataclasses import replace
+
+    run, _ = fixed_run()
+    baseline = synthetic_run(["operator_rollout", "field_superposition", "gone"], seed=1)
+    comp = synthetic_comparison(run, baseline)
+    comp = replace(comp, verdicts=[replace(v, kind="newly-failing") if v.case_key == "gone/smoke/eager/cpu" else v
+                                   for v in comp.verdicts])
+    text = render(run, comp)
+    SCHEMA.validate(text)
+    suite = ET.fromstring(text).find("testsuite[@name='perfgate cases missing from this run']")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("6", "1", "5")
+    assert suite.find("testcase[@name='gone/smoke/eager/cpu status']/failure").get("type") == "newly-failing"

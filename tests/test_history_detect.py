@@ -71,6 +71,18 @@ def test_more_cache_hits_and_more_bytes_per_second_are_wins() -> None:
         assert [c.kind for c in analyse("c", metric, points(x)).change_points] == ["win"], metric
 
 
+def test_less_traffic_for_the_same_flops_is_a_win_in_bytes_and_in_arithmetic_intensity() -> None:
+    """One change (amp halving the bytes a step moves, FLOPs the same) moves bytes_per_step down and
+    arithmetic_intensity (FLOPs / bytes) up. Before 2026-12-01 the table read arithmetic_intensity as worse when
+    higher, so history detect called the same change a win in one series and a regression in the other;
+    more FLOPs per byte is the better side of the roofline (docs/roofline.md)."""
+    bytes_per_step = noisy(80, 0.02, 1) * 1e6
+    bytes_per_step[40:] *= 0.5
+    intensity = 2e6 / bytes_per_step
+    assert [c.kind for c in analyse("c", "bytes_per_step", points(bytes_per_step)).change_points] == ["win"]
+    assert [c.kind for c in analyse("c", "arithmetic_intensity", points(intensity)).change_points] == ["win"]
+
+
 def test_noise_alone_gives_almost_no_change_points() -> None:
     false = sum(len(change_point_indices(noisy(100, 0.03, 100 + s))) for s in range(50))
     assert false <= 2

@@ -157,17 +157,25 @@ class JunitExporter:
             suite.set("time", "0")
         missing = report.missing_verdicts
         if missing:
-            # cases the baseline has and this run lacks: shown as skipped, so a shrinking suite is visible
+            # cases the baseline has and this run lacks: shown as skipped, so a shrinking suite is visible; a
+            # failure where the verdict fails the gate (a run of the whole suite that lost the case)
             suite = ET.SubElement(root, "testsuite", name="perfgate cases missing from this run", package="perfgate",
                                   id=str(len(root)), timestamp=timestamp, hostname=hostname)
             ET.SubElement(suite, "properties")
+            failed = 0
             for v in missing:
                 tc = ET.SubElement(suite, "testcase", name=clean(f"{v.case_key} {v.metric}"),
                                    classname="perfgate.missing", time="0")
-                ET.SubElement(tc, "skipped", message=clean(verdict_message(v)))
+                if v.fails_gate:
+                    failed += 1
+                    el = ET.SubElement(tc, "failure", type=v.kind, message=clean(verdict_message(v)))
+                    el.text = clean(verdict_message(v) + (f"\nadvice: {v.advice}" if v.advice else ""))
+                else:
+                    ET.SubElement(tc, "skipped", message=clean(verdict_message(v)))
             ET.SubElement(suite, "system-out").text = ""
             ET.SubElement(suite, "system-err").text = ""
-            for attr, value in (("tests", len(missing)), ("failures", 0), ("errors", 0), ("skipped", len(missing))):
+            for attr, value in (("tests", len(missing)), ("failures", failed), ("errors", 0),
+                                ("skipped", len(missing) - failed)):
                 suite.set(attr, str(value))
             suite.set("time", "0")
         ET.indent(root)
