@@ -566,7 +566,7 @@ class SeriesFilter:
     metric: str = "step_time"
     case_keys: tuple[str, ...] | None = None  # None: every case
     since: str | None = None  # ISO date or time: runs started at or after it
-    last: int | None = None  # only each series' last N points
+    last: int | None = None  # only each series' last N points: per case and machine key
     branch: str | None = None
     machine_key: str | None = None
     suite: str | None = None
@@ -617,8 +617,21 @@ def series(store: Store, flt: SeriesFilter) -> dict[str, list[Point]]:
                                                             r.value, r.ci_low, r.ci_high, r.n))
     out = dict(sorted(out.items()))
     if flt.last:
-        out = {k: v[-flt.last:] for k, v in out.items()}
+        out = {k: last_per_machine(v, flt.last) for k, v in out.items()}
     return out
+
+
+def last_per_machine(points: list[Point], last: int) -> list[Point]:
+    """The last ``last`` points of each machine key among ``points``, in their order: detect and report
+    analyse a case per machine (detect.by_machine), so N runs means N in each machine's series, not the
+    case's last N shared out among its machines."""
+    kept: dict[str | None, int] = {}
+    out: list[Point] = []
+    for p in reversed(points):
+        if kept.get(p.machine_key, 0) < last:
+            kept[p.machine_key] = kept.get(p.machine_key, 0) + 1
+            out.append(p)
+    return out[::-1]
 
 
 def run_count(store: Store) -> int:
