@@ -142,3 +142,31 @@ def test_a_merge_named_as_the_first_commit_says_what_it_merged(tmp_path: Path) -
     ordinary = BisectResult(first_bad=repo.names["bad"], before=None, after=m, step=m, measurements=[m],
                             commits_in_range=2, path_parent=repo.names["merge-side"])
     assert "merge" not in "\n".join(bisect_mod.report_lines(ordinary, repo.path)).replace("merge-side", "")
+
+
+def test_skipped_commits_are_preceded_by_the_commit_before_them_on_the_path(tmp_path: Path) -> None:
+    """When skipped commits right before the step are named as candidates, the 'last commit before them' line
+    named the first candidate's first parent (first^): where the path left a merge by its second parent
+    (GOOD on a merged branch), that is a main-line commit never measured, shown with GOOD..s2's ratio."""
+    from perfgate.history.bisect import BisectResult, Measurement
+
+    repo = Repo(tmp_path / "r")
+    repo.commit("base")
+    repo.git("checkout", "-q", "-b", "s")
+    repo.commit("good")
+    repo.commit("s2")
+    repo.git("checkout", "-q", "main")
+    repo.commit("p1")
+    repo.merge("merge-s", "s")
+    repo.commit("after")
+    repo.commit("bad")
+    commits = bisect_mod.commit_range(repo.path, repo.names["good"], repo.names["bad"])
+    assert repo.named(commits) == ["good", "s2", "merge-s", "after", "bad"]
+    m = Measurement("x", 1.2, 1.1, 1.3, 0.01, 0.012, 1.0)
+    before = Measurement(repo.names["s2"], 1.0, 0.99, 1.01, 0.01, 0.01, 1.0)
+    result = BisectResult(first_bad=repo.names["after"], before=before, after=m, step=m, measurements=[before, m],
+                          commits_in_range=4, skipped=[(repo.names["merge-s"], "failed")],
+                          candidates=[repo.names["merge-s"], repo.names["after"]], path_parent=repo.names["merge-s"],
+                          last_before=repo.names["s2"])
+    line = next(ln for ln in bisect_mod.report_lines(result, repo.path) if "last commit before them" in ln)
+    assert f"({repo.names['s2'][:7]} s2)" in line and "p1" not in line

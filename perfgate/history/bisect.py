@@ -65,6 +65,7 @@ class BisectResult:
     # when skipped commits lie right before first_bad: each of them could be the first commit of the step
     candidates: list[str] = field(default_factory=list)
     path_parent: str | None = None  # first_bad's parent on the path bisected (for a merge: the branch not entered)
+    last_before: str | None = None  # the last commit of the path measured before the step (GOOD when none)
     case_key: str = ""
 
 
@@ -260,7 +261,7 @@ def bisect(settings: Settings, good_ref: str, bad_ref: str, case: Suite, echo: E
     return BisectResult(first_bad=commits[hi], before=found.get(lo), after=found[hi], step=step,
                         measurements=measurements, commits_in_range=len(commits) - 1,
                         skipped=[(commits[i], why) for i, why in sorted(skipped.items())], candidates=candidates,
-                        path_parent=commits[hi - 1], case_key=spec.key)
+                        path_parent=commits[hi - 1], last_before=commits[lo], case_key=spec.key)
 
 
 class NoStep(ConfigError):
@@ -308,7 +309,10 @@ def report_lines(result: BisectResult, root: Path) -> list[str]:
                + ", ".join(c[:12] for c, _ in result.skipped)] if result.skipped else []
     if result.candidates:
         first = result.candidates[0]
-        parent = (subprocess.run(["git", "log", "-1", "--format=%h %s", f"{first}^"], cwd=root, capture_output=True,
+        # the commit before them on the path bisected: its parent there, which for a merge left by its
+        # second parent (GOOD on a merged branch) is not first^
+        before_them = result.last_before or f"{first}^"
+        parent = (subprocess.run(["git", "log", "-1", "--format=%h %s", before_them], cwd=root, capture_output=True,
                                  text=True, timeout=60).stdout.strip())
         return [
             f"the first commit of the step is one of {len(result.candidates)}: the skipped commit(s) right before "
