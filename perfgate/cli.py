@@ -519,7 +519,7 @@ series_options = [
                  help="Only cases whose workload or key matches (glob; repeatable)."),
     metric_option,
     click.option("--since", default=None, help="Only runs started at or after this date (YYYY-MM-DD...)."),
-    click.option("--last", type=click.IntRange(min=1), default=None, help="Only each case's last N runs."),
+    click.option("--last", type=click.IntRange(min=1), default=None, help="Only each case's last N runs on each machine."),
     click.option("--branch", default=None, help="Only runs of this branch."),
     click.option("--machine", "machine_key", default=None, help="Only runs on this machine key."),
 ]

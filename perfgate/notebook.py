@@ -300,7 +300,7 @@ def load_history(url: str | os.PathLike[str] | None = None, metric: str | Sequen
     else .perfgate/history.db under the project root). ``metric``: a metric name (default step_time), a list
     of them, or None for every metric in the store. The filters are those of ``perfgate history show``:
     ``cases`` (globs over the workload name or the whole key), ``since`` (a date YYYY-MM-DD or a UTC
-    time), ``last`` (each series' last N runs), ``branch``, ``machine`` (the machine key).
+    time), ``last`` (each series' last N runs, per machine key), ``branch``, ``machine`` (the machine key).
 
     Columns: ``case``, its parts (``workload``, ``size``, ``toggles``, ``device``), ``metric``, ``run_id``,
     ``commit``, ``branch``, ``started_at`` (a UTC timestamp; NaT where the store holds no readable time),

@@ -263,3 +263,34 @@ def test_a_step_between_two_runs_of_one_commit_is_not_blamed_on_a_code_change() 
     from perfgate.history.report import trend_chart
 
     assert "not a code change" in trend_chart(pts, a).findings[0]
+
+
+def test_last_n_is_each_machines_last_n_runs(tmp_path) -> None:  # noqa: ANN001
+    """Runs from two machines interleaved: `--last 20` kept the last 20 runs of the case and then split them
+    per machine, so each machine's series had about 10 points (too few to find a step) while the filter read
+    '20'. Now each machine's series has its last 20 runs, in show, detect and report alike."""
+    import dataclasses as dc
+    from pathlib import Path
+
+    from fixtures.history import make_run
+
+    from perfgate.history import commands, ingest
+    from perfgate.history import show as show_mod
+    from perfgate.history.store import add_run, open_store
+
+    rng = np.random.default_rng(5)
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    with open_store(url, create=True) as store:
+        for i in range(80):
+            machine = ("fast-runner", "slow-runner")[i % 2]
+            t = 0.010 * (1.3 if machine == "slow-runner" else 1.0) * (1.2 if i >= 60 else 1.0) * rng.normal(1, 0.01)
+            run = dc.replace(make_run(i, [t]), environment={**make_run(i, [t]).environment, "machine_key": machine})
+            add_run(store, ingest.record_from_run(run, "x", Path(tmp_path)))
+        found = commands._analyses(store, ["step_time"], [], None, 20, None, None)
+        shown = show_mod.read(store, "step_time", [], None, 20)["workload_0/smoke/eager/cpu"]
+        one = show_mod.read(store, "step_time", [], None, 20, machine_key="slow-runner")["workload_0/smoke/eager/cpu"]
+    assert [(a.machine_key, a.points) for a in found] == [("fast-runner", 20), ("slow-runner", 20)]
+    # the step 10 runs before each machine's end is found on each (in 10 points a side, not 5)
+    assert [[(c.index, c.kind) for c in a.change_points] for a in found] == [[(10, "regression")]] * 2
+    assert len(shown) == 40 and [p.run_id for p in shown] == [f"run-{i:06d}" for i in range(40, 80)]
+    assert [p.run_id for p in one] == [f"run-{i:06d}" for i in range(41, 80, 2)]

@@ -391,3 +391,57 @@ def test_a_run_that_recorded_no_commit_is_not_given_todays_head(tmp_path):
     assert ingest.record_from_run(run, None, tmp_path).commit is None
     del run.environment["git_commit"]  # a file that never recorded one: git's at the time of `history add`
     assert ingest.record_from_run(run, None, tmp_path).commit == ingest.git_commit_and_branch(tmp_path)[0]
+
+
+_STEP_TIME_ROW = "run = 2 AND series = (SELECT id FROM series WHERE metric = 'step_time' LIMIT 1)"
+
+
+@pytest.mark.parametrize(("tamper", "says"), [
+    (f"UPDATE measurements SET value = 'fast' WHERE {_STEP_TIME_ROW}", "value is 'fast'"),
+    (f"UPDATE measurements SET value = 9e999 WHERE {_STEP_TIME_ROW}", "value is inf"),  # SQLite's infinity
+    (f"UPDATE measurements SET value = 1e200 WHERE {_STEP_TIME_ROW}", "value is 1e+200"),
+    (f"UPDATE measurements SET ci_low = x'00' WHERE {_STEP_TIME_ROW}", "ci_low is b'\\x00'"),
+    (f"UPDATE measurements SET n = 'many' WHERE {_STEP_TIME_ROW}", "n is 'many'"),
+    ("UPDATE runs SET \"commit\" = x'00ff' WHERE id = 2", "commit is bytes"),
+    ("UPDATE case_specs SET case_key = x'00' WHERE id = 1", "case key is bytes"),
+])
+def test_a_malformed_row_in_the_store_is_one_line_naming_it(tmp_path: Path, tamper: str, says: str) -> None:
+    """A store is input like any file (hand-edited, written by another tool, a PostgreSQL float NaN): a value
+    that is text or a blob, an infinity, a count that is not one, was an 'unexpected TypeError' (exit 3) in
+    show, detect and report, or an infinity read on as a point that broke the series' statistics and wrote
+    `Infinity` into --format json. Now each is refused with one line naming the run, case, metric and column."""
+    from perfgate.history import commands
+    from perfgate.history import show as show_mod
+
+    url = resolve_url({}, tmp_path, "sqlite:///history.db")
+    with open_store(url, create=True) as store:
+        for i in range(3):
+            add_run(store, _record(i, [0.010, 0.020]))
+    con = sqlite3.connect(tmp_path / "history.db")
+    con.execute(tamper)
+    con.commit()
+    con.close()
+    with open_store(url, create=False) as store:
+        with pytest.raises(HistoryError, match="valid: ") as err:
+            show_mod.read(store, "step_time", [], None, None)
+        with pytest.raises(HistoryError):
+            commands._analyses(store, ["step_time"], [], None, None, None, None)
+    assert says in str(err.value) and "\n" not in str(err.value)
+    if "case key" not in says:
+        assert "run-000001" in str(err.value) and "step_time" in str(err.value)
+    env = {k: v for k, v in os.environ.items() if k != "PERFGATE_HISTORY_URL"}
+    out = subprocess.run([sys.executable, "-m", "perfgate", "history", "detect", "--history-url", url], cwd=tmp_path,
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and says in out.stderr, out.stderr
+
+
+def test_ingest_keeps_no_value_too_large_to_analyse() -> None:
+    """A results.json value of 1e200 (finite, so the reader takes it) was stored, and change detection's sums
+    of squares then overflowed (NaN statistics, warnings on stderr); it is dropped like an infinity."""
+    import dataclasses as dc
+
+    run = make_run(0, [0.010])
+    case = dc.replace(run.cases[0], metrics={"kernels_per_step": 1e200, "peak_rss_bytes": 1.5e8})
+    record = ingest.record_from_run(dc.replace(run, cases=[case]), None, ROOT)
+    assert {m["metric"] for m in record.measurements} >= {"step_time", "peak_rss_bytes"}
+    assert "kernels_per_step" not in {m["metric"] for m in record.measurements}

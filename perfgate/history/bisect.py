@@ -6,10 +6,11 @@ Ctrl-C or SIGTERM. A measurement is one ``--against`` pair: GOOD's and the commi
 by side, sampling in lockstep (runner.run_lockstep), judged by the gate's paired statistic
 (compare.judge_case: the median per-pair ratio with its CI).
 
-The search: GOOD against BAD first (the step to find: ratio R). Then like ``git bisect``, on the first-
-parent path from GOOD to BAD: the middle commit is measured against GOOD, and counts as "after the step"
-when its ratio moved more than half of R's way (in log terms; ``--threshold`` sets the line instead).
-16 commits take 1 + log2(16) = 5 measurements. No torch here.
+The search: GOOD against BAD first (the step to find: ratio R). Then like ``git bisect --first-parent``,
+on the path from GOOD to BAD (commit_range): the middle commit is measured against GOOD, and counts as
+"after the step" when its ratio moved more than half of R's way (in log terms; ``--threshold`` sets the
+line instead). 16 commits take 1 + log2(16) = 5 measurements. A merge named as the first commit is said
+to be one, with the branch it brought in. No torch here.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ class BisectResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     # when skipped commits lie right before first_bad: each of them could be the first commit of the step
     candidates: list[str] = field(default_factory=list)
+    path_parent: str | None = None  # first_bad's parent on the path bisected (for a merge: the branch not entered)
+    last_before: str | None = None  # the last commit of the path measured before the step (GOOD when none)
+    case_key: str = ""
 
 
 def _git(root: Path, *args: str) -> str:
@@ -73,7 +77,11 @@ def _git(root: Path, *args: str) -> str:
 
 
 def commit_range(root: Path, good: str, bad: str) -> list[str]:
-    """[GOOD, c1, ..., BAD]: the first-parent path from GOOD to BAD, oldest first."""
+    """[GOOD, c1, ..., BAD], oldest first: a path in which each commit is a child of the one before, so
+    each commit measured holds every change before it (what halving the range assumes). From BAD it
+    follows first parents, like ``git bisect --first-parent``: a merge is one step, its side branch is not
+    entered (those commits lack GOOD's, or main's, changes). When GOOD is on a branch merged in (not on
+    BAD's first-parent line), the merge that brought it in is left by the parent that leads to GOOD."""
     resolved = []
     for name, ref in (("GOOD", good), ("BAD", bad)):
         out = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=root,
@@ -82,15 +90,18 @@ def commit_range(root: Path, good: str, bad: str) -> list[str]:
             raise ConfigError(f"bisect: {name} {ref!r} is not a commit in {root} (a branch, tag or hash is valid)")
         resolved.append(out.stdout.strip())
     g, b = resolved
+    if g == b:
+        raise ConfigError(f"bisect: GOOD and BAD are the same commit ({g[:12]})")
     if subprocess.run(["git", "merge-base", "--is-ancestor", g, b], cwd=root, timeout=60).returncode != 0:
         raise ConfigError(f"bisect: GOOD {good} is not an ancestor of BAD {bad}")
-    path = _git(root, "rev-list", "--first-parent", "--reverse", f"{g}..{b}").split()
-    if g not in _git(root, "rev-list", "--first-parent", b).split():
-        # GOOD is merged in from a side branch: every commit after it, in order
-        path = _git(root, "rev-list", "--reverse", "--ancestry-path", f"{g}..{b}").split()
-    if not path:
-        raise ConfigError(f"bisect: GOOD and BAD are the same commit ({g[:12]})")
-    return [g, *path]
+    # every descendant of GOOD that BAD holds, with its parents: "commit parent1 parent2 ..."
+    parents = {c: ps for c, *ps in (line.split() for line in
+                                    _git(root, "rev-list", "--parents", "--ancestry-path", f"{g}..{b}").splitlines())}
+    path = [b]
+    while path[-1] != g:
+        # the first parent when it still descends from GOOD (or is GOOD), else the parent that does
+        path.append(next(p for p in parents[path[-1]] if p == g or p in parents))
+    return path[::-1]
 
 
 def resolve_case(text: str) -> Suite:
@@ -249,7 +260,8 @@ def bisect(settings: Settings, good_ref: str, bad_ref: str, case: Suite, echo: E
     candidates = [commits[i] for i in range(lo + 1, hi + 1)] if hi - lo > 1 else []
     return BisectResult(first_bad=commits[hi], before=found.get(lo), after=found[hi], step=step,
                         measurements=measurements, commits_in_range=len(commits) - 1,
-                        skipped=[(commits[i], why) for i, why in sorted(skipped.items())], candidates=candidates)
+                        skipped=[(commits[i], why) for i, why in sorted(skipped.items())], candidates=candidates,
+                        path_parent=commits[hi - 1], last_before=commits[lo], case_key=spec.key)
 
 
 class NoStep(ConfigError):
@@ -265,6 +277,29 @@ class Unmeasurable(runner.InfrastructureError):
         self.missing_workload = missing_workload
 
 
+def merge_lines(result: BisectResult, root: Path) -> list[str]:
+    """When the first commit of the step is a merge: what it merged (its parents off the path bisected, whose
+    commits were not measured) and the bisection that looks inside that branch; [] otherwise."""
+    if result.path_parent is None:
+        return []
+    out = subprocess.run(["git", "rev-list", "--parents", "-n", "1", result.first_bad], cwd=root, capture_output=True,
+                         text=True, timeout=60)
+    merged = [p for p in out.stdout.split()[1:] if p != result.path_parent]
+    if out.returncode != 0 or not merged:
+        return []
+    lines = [f"  {result.first_bad[:12]} is a merge: the step came in with what it merged, whose commits were not "
+             f"measured (the path follows first parents, like git bisect --first-parent):"]
+    for other in merged:
+        subject = subprocess.run(["git", "log", "-1", "--format=%h %s", other], cwd=root, capture_output=True,
+                                 text=True, timeout=60).stdout.strip()
+        base = subprocess.run(["git", "merge-base", result.path_parent, other], cwd=root, capture_output=True,
+                              text=True, timeout=60).stdout.strip()
+        inside = (f"; to find the commit in that branch: perfgate bisect {base[:12]} {other[:12]} -w {result.case_key}"
+                  if base and base != other and result.case_key else "")
+        lines.append(f"    merged {subject}{inside}")
+    return lines
+
+
 def report_lines(result: BisectResult, root: Path) -> list[str]:
     subject = subprocess.run(["git", "log", "-1", "--format=%h %s", result.first_bad], cwd=root, capture_output=True,
                              text=True, timeout=60).stdout.strip()
@@ -274,7 +309,10 @@ def report_lines(result: BisectResult, root: Path) -> list[str]:
                + ", ".join(c[:12] for c, _ in result.skipped)] if result.skipped else []
     if result.candidates:
         first = result.candidates[0]
-        parent = (subprocess.run(["git", "log", "-1", "--format=%h %s", f"{first}^"], cwd=root, capture_output=True,
+        # the commit before them on the path bisected: its parent there, which for a merge left by its
+        # second parent (GOOD on a merged branch) is not first^
+        before_them = result.last_before or f"{first}^"
+        parent = (subprocess.run(["git", "log", "-1", "--format=%h %s", before_them], cwd=root, capture_output=True,
                                  text=True, timeout=60).stdout.strip())
         return [
             f"the first commit of the step is one of {len(result.candidates)}: the skipped commit(s) right before "
@@ -290,6 +328,7 @@ def report_lines(result: BisectResult, root: Path) -> list[str]:
         f"  its parent against GOOD: {before}",
         f"  it against GOOD:         {result.after.text()}",
         f"  BAD against GOOD:        {result.step.text()}",
+        *merge_lines(result, root),
         *skipped,
         f"{len(result.measurements)} measurement(s) over {result.commits_in_range} commit(s), {total:.0f} s",
     ]

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from perfgate.history.store import HistoryError, RunRecord, Store, add_run
+from perfgate.history.store import MAX_MAGNITUDE, HistoryError, RunRecord, Store, add_run
 from perfgate.model import STATUS_OK, CaseResult, RunResult, load_results
 
 # accuracy entries kept as metrics, under these names
@@ -41,10 +41,12 @@ def git_commit_and_branch(root: Path) -> tuple[str | None, str | None]:
 
 
 def _finite(x: Any) -> float | None:
+    """``x`` as a measurement the store keeps: a finite number of magnitude at most store.MAX_MAGNITUDE
+    (a larger one is no measurement, and would overflow change detection's sums of squares); else None."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
     x = float(x)
-    return x if math.isfinite(x) else None
+    return x if math.isfinite(x) and abs(x) <= MAX_MAGNITUDE else None
 
 
 def case_measurements(case: CaseResult) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ relies on transactions and the unique constraint on ``runs.run_id``. No torch he
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sqlite3
@@ -45,6 +46,10 @@ from perfgate.config import ConfigError
 DEFAULT_URL = "sqlite:///.perfgate/history.db"
 URL_ENV = "PERFGATE_HISTORY_URL"
 SQLITE_BUSY_TIMEOUT_S = 60.0
+# The largest magnitude a measurement may have (ingest keeps no larger one; a store holding one is refused):
+# change detection squares and sums differences over thousands of points, which stays finite below it.
+# No step time, byte count or FLOP rate comes near it.
+MAX_MAGNITUDE = 1e150
 
 
 class HistoryError(ConfigError):
@@ -566,7 +571,7 @@ class SeriesFilter:
     metric: str = "step_time"
     case_keys: tuple[str, ...] | None = None  # None: every case
     since: str | None = None  # ISO date or time: runs started at or after it
-    last: int | None = None  # only each series' last N points
+    last: int | None = None  # only each series' last N points: per case and machine key
     branch: str | None = None
     machine_key: str | None = None
     suite: str | None = None
@@ -578,12 +583,12 @@ def case_keys(store: Store, metric: str | None = None) -> list[str]:
     if metric:
         q = q.where(series_table.c.metric == metric)
     with store.engine.connect() as conn:
-        return sorted(r[0] for r in conn.execute(q))
+        return sorted(_text(store, "case key", r[0]) for r in conn.execute(q))
 
 
 def metrics(store: Store) -> list[str]:
     with store.engine.connect() as conn:
-        return sorted(r[0] for r in conn.execute(sa.select(series_table.c.metric).distinct()))
+        return sorted(_text(store, "metric name", r[0]) for r in conn.execute(sa.select(series_table.c.metric).distinct()))
 
 
 def series(store: Store, flt: SeriesFilter) -> dict[str, list[Point]]:
@@ -613,12 +618,66 @@ def series(store: Store, flt: SeriesFilter) -> dict[str, list[Point]]:
         q = q.order_by(measurements.c.series, runs.c.started_at, runs.c.id)
         out: dict[str, list[Point]] = {}
         for r in conn.execute(q):
-            out.setdefault(keys[r.series], []).append(Point(r.run_id, r.commit, r.branch, r.started_at, r.machine_key,
-                                                            r.value, r.ci_low, r.ci_high, r.n))
+            out.setdefault(_text(store, "case key", keys[r.series]), []).append(_point(store, keys[r.series],
+                                                                                       flt.metric, r))
     out = dict(sorted(out.items()))
     if flt.last:
-        out = {k: v[-flt.last:] for k, v in out.items()}
+        out = {k: last_per_machine(v, flt.last) for k, v in out.items()}
     return out
+
+
+def last_per_machine(points: list[Point], last: int) -> list[Point]:
+    """The last ``last`` points of each machine key among ``points``, in their order: detect and report
+    analyse a case per machine (detect.by_machine), so N runs means N in each machine's series, not the
+    case's last N shared out among its machines."""
+    kept: dict[str | None, int] = {}
+    out: list[Point] = []
+    for p in reversed(points):
+        if kept.get(p.machine_key, 0) < last:
+            kept[p.machine_key] = kept.get(p.machine_key, 0) + 1
+            out.append(p)
+    return out[::-1]
+
+
+def _where(store: Store, run_id: Any, case_key: Any, metric: str) -> str:
+    return f"history store {store.describe()}: run {str(run_id)[:80]!r}, {str(case_key)[:80]}, {metric[:80]}"
+
+
+def _text(store: Store, what: str, value: Any, nullable: bool = False, where: str = "") -> Any:
+    """``value`` when it is text (or None where ``nullable``); a store written by something else may hold a
+    number or a blob in a text column (SQLite keeps whatever it is given)."""
+    if isinstance(value, str) or (nullable and value is None):
+        return value
+    raise HistoryError(f"{where or f'history store {store.describe()}'}: {what} is {type(value).__name__} "
+                       f"{value!r:.40}; valid: text{' or NULL' if nullable else ''} (the store was written by "
+                       "something other than perfgate)")
+
+
+def _number(store: Store, row: Any, case_key: str, metric: str, column: str, nullable: bool) -> float | None:
+    value = getattr(row, column)
+    if value is None and nullable:
+        return None
+    if (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+            and abs(value) <= MAX_MAGNITUDE):
+        return float(value)
+    raise HistoryError(f"{_where(store, row.run_id, case_key, metric)}: {column} is {value!r:.40}; valid: "
+                       f"a finite number of magnitude at most {MAX_MAGNITUDE:g}{' or NULL' if nullable else ''} "
+                       "(correct or delete that row, or re-add the run)")
+
+
+def _point(store: Store, case_key: str, metric: str, row: Any) -> Point:
+    """One measurement row as a Point, every column checked: the store is input like any file (a hand-edited
+    SQLite file, a PostgreSQL store another tool wrote NaN into) and a bad row is one line, exit 2."""
+    n = row.n
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        raise HistoryError(f"{_where(store, row.run_id, case_key, metric)}: n is {n!r:.40}; valid: a whole "
+                           "number of samples, 0 or more, or NULL")
+    where = _where(store, row.run_id, case_key, metric)
+    return Point(_text(store, "run id", row.run_id, where=where), _text(store, "commit", row.commit, True, where),
+                 _text(store, "branch", row.branch, True, where), _text(store, "start time", row.started_at, where=where),
+                 _text(store, "machine key", row.machine_key, True, where),
+                 _number(store, row, case_key, metric, "value", False), _number(store, row, case_key, metric, "ci_low", True),
+                 _number(store, row, case_key, metric, "ci_high", True), n)
 
 
 def run_count(store: Store) -> int:
