@@ -76,10 +76,13 @@ SCALED_WORK = REPO / "tests" / "workloads" / "scaled_work.py"
 
 def _scaled_work_repo(repo: Path, *sources: str) -> Path:
     """A git repository with one case (scaled_work, eager, one process pair) whose workload file is each of
-    ``sources`` in turn, one commit each."""
+    ``sources`` in turn, one commit each. min_time_s 0.05: one process a side is compared on its raw
+    samples (a bootstrap over every head x base pair of them), and the default half second of ~0.1 ms
+    steps made that comparison cost more than both workers; these tests need a verdict, not a resolution."""
     (repo / "workloads").mkdir(parents=True)
     (repo / "pyproject.toml").write_text(
-        '[tool.perfgate]\nworkloads_dirs = ["workloads"]\nprocesses = 1\n[tool.perfgate.timing]\nsamples = 3\n'
+        '[tool.perfgate]\nworkloads_dirs = ["workloads"]\nprocesses = 1\n'
+        '[tool.perfgate.timing]\nsamples = 3\nmin_time_s = 0.05\n'
         '[tool.perfgate.suites.smoke]\nworkloads = ["scaled_work"]\ntoggles = ["eager"]\ndevice = "cpu"\n')
     (repo / ".gitignore").write_text("runs/\n")
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
