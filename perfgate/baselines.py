@@ -270,7 +270,11 @@ def with_cases_from(previous: Baseline, run: RunResult, patterns: Sequence[str],
 def updated(run: RunResult, previous: Baseline | None, source: str, patterns: Sequence[str] = (), *,
             allow_failed: bool = False) -> Baseline:
     """`perfgate baseline update`: the whole run as the new baseline, or with ``patterns`` (``--case``) only
-    the cases they name replaced in ``previous`` (which must exist)."""
+    the cases they name replaced in ``previous`` (which must exist). ConfigError when ``previous`` is the
+    baseline of another suite (a `--baseline FILE` of another suite): its cases would be judged as this one's."""
+    if previous is not None and previous.suite and run.suite and previous.suite != run.suite:
+        raise ConfigError(f"{previous.path or 'the baseline'} is the baseline of suite {previous.suite!r}, and {source} "
+                          f"a run of suite {run.suite!r}; name a baseline of suite {run.suite!r}, or leave out --baseline")
     if not patterns:
         if not allow_failed:
             refuse_failed(run, source)
