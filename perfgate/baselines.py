@@ -146,6 +146,9 @@ def parse_baseline(data: Any, source: str) -> Baseline:
     if not isinstance(data, dict):
         raise SchemaError(f"{source}: not a perfgate baseline (expected a JSON object, got {type(data).__name__})")
     schema = data.get("schema")
+    if isinstance(schema, str) and schema.startswith("perfgate.results/"):  # not "a newer perfgate wrote it"
+        raise SchemaError(f"{source}: a run's results ({schema}), not a baseline; `perfgate baseline update {source}` "
+                          "makes a baseline of it, or compare with it as a run (`perfgate compare`, `report --against-results`)")
     if not isinstance(schema, str) or schema not in SCHEMA_HISTORY:
         raise SchemaError(f"{source}: unknown baseline schema {schema!r}; this perfgate reads "
                           f"{', '.join(SCHEMA_HISTORY)} (a newer perfgate wrote it? upgrade perfgate)")

@@ -39,6 +39,8 @@ def test_round_trip_keeps_raw_samples_and_calibration(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("{not json", "baseline is not valid JSON"),
     ('{"schema": "perfgate.baseline/99", "results": {}}', "unknown baseline schema 'perfgate.baseline/99'"),
+    ('{"schema": "perfgate.results/2", "cases": []}', r"a run's results \(perfgate.results/2\), not a baseline; "
+                                                      r"`perfgate baseline update .*` makes a baseline of it"),
     ('["a list"]', "not a perfgate baseline"),
     ('{"schema": "perfgate.baseline/2", "results": {"schema": "perfgate.results/1", "run_id": "r", "cases": []}}',
      "baseline holds no cases"),
