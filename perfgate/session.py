@@ -64,6 +64,11 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         self.shard_part()  # a bad --shard fails before the slow probe
+        # an empty REF (a CI variable unset: `--against "$BASE_REF"`) ran as no --against at all, gated on the
+        # stored baseline; a REF like an option is no branch, tag or hash either (git refuses such names)
+        if self.against_ref is not None and (not self.against_ref.strip() or self.against_ref.startswith("-")):
+            raise ConfigError(f"--against {self.against_ref!r}: not a git ref; give a branch, tag or commit "
+                              "(e.g. --against origin/main)")
         if self.against_ref:  # options of a stored baseline, which --against does not read: refused, not dropped
             for given, name in ((self.baseline_file, "--baseline"), (self.strict_env, "--strict-env")):
                 if given:
