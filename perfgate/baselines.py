@@ -146,6 +146,9 @@ def parse_baseline(data: Any, source: str) -> Baseline:
     if not isinstance(data, dict):
         raise SchemaError(f"{source}: not a perfgate baseline (expected a JSON object, got {type(data).__name__})")
     schema = data.get("schema")
+    if isinstance(schema, str) and schema.startswith("perfgate.results/"):  # not "a newer perfgate wrote it"
+        raise SchemaError(f"{source}: a run's results ({schema}), not a baseline; `perfgate baseline update {source}` "
+                          "makes a baseline of it, or compare with it as a run (`perfgate compare`, `report --against-results`)")
     if not isinstance(schema, str) or schema not in SCHEMA_HISTORY:
         raise SchemaError(f"{source}: unknown baseline schema {schema!r}; this perfgate reads "
                           f"{', '.join(SCHEMA_HISTORY)} (a newer perfgate wrote it? upgrade perfgate)")
@@ -270,7 +273,11 @@ def with_cases_from(previous: Baseline, run: RunResult, patterns: Sequence[str],
 def updated(run: RunResult, previous: Baseline | None, source: str, patterns: Sequence[str] = (), *,
             allow_failed: bool = False) -> Baseline:
     """`perfgate baseline update`: the whole run as the new baseline, or with ``patterns`` (``--case``) only
-    the cases they name replaced in ``previous`` (which must exist)."""
+    the cases they name replaced in ``previous`` (which must exist). ConfigError when ``previous`` is the
+    baseline of another suite (a `--baseline FILE` of another suite): its cases would be judged as this one's."""
+    if previous is not None and previous.suite and run.suite and previous.suite != run.suite:
+        raise ConfigError(f"{previous.path or 'the baseline'} is the baseline of suite {previous.suite!r}, and {source} "
+                          f"a run of suite {run.suite!r}; name a baseline of suite {run.suite!r}, or leave out --baseline")
     if not patterns:
         if not allow_failed:
             refuse_failed(run, source)

@@ -27,6 +27,7 @@ from perfgate import gate as gate_mod
 from perfgate.compare import GateSettings, case_time_change, gate_settings, judge_time
 from perfgate.config import ConfigError, Settings
 from perfgate.console import echo
+from perfgate.formatting import plural
 from perfgate.model import STATUS_OK, CaseResult, CaseSpec
 from perfgate.plan import Catalog, plan_cases
 from perfgate.sequential import with_sampling
@@ -214,7 +215,7 @@ def report_lines(noise: CaseNoise) -> list[str]:
                      f"{noise.run_to_run * 100:.1f}% is the run-to-run term of this case's unpaired comparisons "
                      "once --write stores it, and what the figures above assume)")
     if noise.needed_processes is not None:
-        lines.append(f"    a {noise.threshold * 100:g}% threshold needs about {noise.needed_processes} processes a side "
+        lines.append(f"    a {noise.threshold * 100:g}% threshold needs about {plural(noise.needed_processes, 'process', 'processes')} a side "
                      f"here (~{noise.needed_seconds:.0f} s of measuring per side, twice that with --against)")
     if noise.too_noisy:
         lines.append(

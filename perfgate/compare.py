@@ -35,7 +35,7 @@ from typing import Any
 
 from perfgate import acknowledge
 from perfgate.config import ConfigError, Settings
-from perfgate.formatting import format_environment
+from perfgate.formatting import format_environment, plural
 from perfgate.model import (
     METRIC_KINDS,
     STATUS_FAILED,
@@ -792,7 +792,7 @@ def budget_advice(change: TimeChange, threshold: float, sampling: dict[str, Any]
     line = math.log1p(threshold)
     # settled once the CI clears the nearer of: 1 (a real change), or the threshold (unchanged)
     needed_half = max(abs(est), line - abs(est)) if abs(est) < line else abs(est)
-    text = (f"at this budget ({n} processes a side, {seconds:.0f} s) the step time is known to "
+    text = (f"at this budget ({plural(n, 'process', 'processes')} a side, {seconds:.0f} s) the step time is known to "
             f"+/-{math.expm1(half) * 100:.1f}%, so only changes past about {math.expm1(half) * 100:.0f}% are settled")
     sampling_half = math.sqrt(max(half ** 2 - floor ** 2, 0.0))
     if needed_half <= floor or sampling_half == 0:
@@ -1012,7 +1012,7 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
         rule += f"; run-to-run {run_to_run * 100:g}% ({run_to_run_source})"
         if confidence != gate.confidence:
             rule += (f"; judged at {confidence * 100:.2f}% confidence (the sequential look at "
-                     f"{len(cur.processes)} processes)")
+                     f"{plural(len(cur.processes), 'process', 'processes')})")
         sampling = cur.metadata.get("sampling")
         if kind == "inconclusive" and isinstance(sampling, dict):
             advice = budget_advice(change, threshold, sampling, gate, confidence) or advice

@@ -12,7 +12,13 @@ from typing import Any
 from perfgate.stats import format_seconds
 
 __all__ = ["inert", "failure_note", "format_bytes", "format_count", "format_environment", "format_rate",
-           "format_ratio", "format_seconds", "format_value", "trend_anchor"]
+           "format_ratio", "format_seconds", "format_value", "plural", "trend_anchor"]
+
+
+def plural(n: float, one: str, many: str | None = None, *, shown: str | None = None) -> str:
+    """'1 case', '3 cases', '1 process', '2 processes': ``n`` (or ``shown``, its text where it is formatted
+    otherwise) and the noun that agrees with it (``many``, else ``one`` + "s")."""
+    return f"{n if shown is None else shown} {one if n == 1 else many or one + 's'}"
 
 
 def format_bytes(n: float | None) -> str:

@@ -22,6 +22,7 @@ from perfgate.compare import (
     settle_in_lockstep,
 )
 from perfgate.config import ConfigError, Settings
+from perfgate.formatting import plural
 from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, RunResult, evidence
 from perfgate.storage import atomic_write_json
 
@@ -138,7 +139,7 @@ class Lockstep:
             return f"the baseline's commit {self.commit[:12]}"
         counts = [(c, sum(1 for v in self.by_case.values() if v == c)) for c in self.commits]
         return "the commits the baseline's cases were measured at: " + ", ".join(
-            f"{c[:12]} ({n} case{'s' if n != 1 else ''})" for c, n in counts)
+            f"{c[:12]} ({plural(n, 'case')})" for c, n in counts)
 
 
 def lockstep_commits(settings: Settings, baseline: baselines.Baseline) -> tuple[Lockstep | None, str]:

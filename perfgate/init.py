@@ -160,11 +160,46 @@ def merged_pyproject(existing: str | None, table: str, force: bool, path: Path) 
 
 def _ignore_target(line: str) -> str:
     """The folder a .gitignore line ignores, spelled without its anchoring and trailing ``/``, ``/*`` or
-    ``/**`` (``/reports/*``, ``reports/`` and ``reports`` all say "reports"); "" for comments and negations."""
+    ``/**`` (``/reports/*``, ``reports/`` and ``reports`` all say "reports"), with a leading ``!`` where the
+    line re-includes it (``!reports/``: "!reports"); "" for comments."""
     text = line.strip()
-    if not text or text.startswith(("#", "!")):
+    if not text or text.startswith("#"):
         return ""
-    return text.rstrip("*").rstrip("/").lstrip("/")
+    negated = text.startswith("!")
+    return ("!" if negated else "") + text.lstrip("!").rstrip("*").rstrip("/").lstrip("/")
+
+
+def _ignored_in_text(text: str) -> set[str]:
+    """The folders the .gitignore ``text`` ignores, read line by line as git does: a later ``!folder/``
+    takes an earlier ``folder/`` back. The fallback where git cannot answer (``_ignored_by_git``)."""
+    ignored: set[str] = set()
+    for line in text.splitlines():
+        target = _ignore_target(line)
+        if target.startswith("!"):
+            ignored.discard(target[1:])
+        elif target:
+            ignored.add(target)
+    return ignored
+
+
+def _ignored_by_git(top: Path, entry: str) -> bool | None:
+    """Whether the repository's own .gitignore makes git ignore what perfgate writes under ``entry``
+    (``/reports/``), asked of git itself (``git check-ignore``: negations, ``**`` and every other rule as
+    git reads them); an ignore of this clone alone (.git/info/exclude, a global excludes file) does not
+    count, no other clone has it. None where git cannot answer."""
+    probe = entry.strip("/") + "/perfgate-run/results.json"
+    try:
+        proc = subprocess.run(["git", "check-ignore", "--no-index", "-v", probe], cwd=top, capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode == 1:
+        return False
+    if proc.returncode != 0:
+        return None
+    source, _, rest = proc.stdout.partition(":")
+    pattern = rest.partition(":")[2]
+    return source == GITIGNORE.name and not pattern.startswith("!")
 
 
 def planned_gitignore(top: Path) -> Planned:
@@ -187,8 +222,10 @@ def planned_gitignore(top: Path) -> Planned:
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); add /reports/ and /.perfgate/ to it "
                               "by hand") from exc
-    have = {_ignore_target(line) for line in (existing or "").splitlines()}
-    missing = [entry for entry in IGNORED if entry.strip("/") not in have]
+    have = _ignored_in_text(existing or "")
+    asked = {entry: _ignored_by_git(top, entry) if existing is not None else False for entry in IGNORED}
+    missing = [entry for entry in IGNORED
+               if not (asked[entry] if asked[entry] is not None else entry.strip("/") in have)]
     if existing is not None and not missing:
         return Planned(GITIGNORE, existing, "unchanged")
     block = "\n".join([GITIGNORE_HEADER, *missing]) + "\n"

@@ -18,7 +18,8 @@ from typing import Any
 
 from perfgate import acknowledge, console, runner
 from perfgate import gate as gate_mod
-from perfgate.baselines import baseline_path
+from perfgate.baselines import baseline_path, commit_of, with_commit
+from perfgate.compare import ENVIRONMENT_KEYS as COMPARED_ENVIRONMENT_KEYS
 from perfgate.config import ConfigError, Settings
 from perfgate.exporters import write_run_reports
 from perfgate.github import publish_summary
@@ -208,6 +209,21 @@ def check_compatible(runs: Sequence[tuple[Path, RunResult, Any]]) -> None:
             seen[case.key] = path
 
 
+def merged_environment(runs: Sequence[RunResult]) -> dict[str, Any]:
+    """The first shard's environment, with what the shards may differ in said for all of them: dirty
+    (``git_dirty``) when any shard ran on a tree with uncommitted changes, so `baseline update` and the
+    gate's lockstep see it; host names, and the keys a comparison reports (CPU model, address layout),
+    joined where they differ."""
+    environment = dict(runs[0].environment)
+    if any(r.environment.get("git_dirty") is True for r in runs):
+        environment["git_dirty"] = True
+    for key in ("hostname", *COMPARED_ENVIRONMENT_KEYS):
+        values = sorted({str(r.environment.get(key)) for r in runs})
+        if len(values) > 1:
+            environment[key] = ", ".join(values)
+    return environment
+
+
 def _rewrite_paths(case: CaseResult, old_root: Path, new_root: Path) -> CaseResult:
     """Trace paths inside a shard's folder point into the merged folder, where the traces are copied."""
     profile = dict(case.profile)
@@ -271,11 +287,15 @@ def merge_runs(paths: Sequence[str | Path], out_dir: str | Path) -> tuple[RunRes
     if remeasured:
         write_results(replace(first, run_id=out.name, cases=remeasured), out / REMEASURE_FILE)
     shard0 = first.settings.get("shard")
+    environment = merged_environment([r for _, r, _ in runs])
     cases: list[CaseResult] = []
     for f, run, _ in runs:
         shard_dir = f.parent.resolve()
         _copy_shard_files(shard_dir, out)
-        cases.extend(_rewrite_paths(c, shard_dir, out) for c in run.cases)
+        # each case keeps the tree it was measured in where the merged record says otherwise (a clean
+        # shard's cases in a run that another, dirty shard makes dirty): baseline update and repro read it
+        cases.extend(with_commit(_rewrite_paths(c, shard_dir, out), commit_of(run, c.key), environment)
+                     for c in run.cases)
     warnings: list[str] = []
     settings = dict(first.settings)
     if shard0:
@@ -295,10 +315,6 @@ def merge_runs(paths: Sequence[str | Path], out_dir: str | Path) -> tuple[RunRes
                             + (" ..." if len(missing) > 5 else ""))
         settings["shard"] = {"merged": merged, "count": shard0["count"], "cases_total": len(plan),
                              "missing_cases": missing, "plan": plan}
-    hosts = sorted({str(r.environment.get("hostname")) for _, r, _ in runs})
-    environment = dict(first.environment)
-    if len(hosts) > 1:
-        environment["hostname"] = ", ".join(hosts)
     starts = [r.started_at for _, r, _ in runs if r.started_at]
     ends = [r.finished_at for _, r, _ in runs if r.finished_at]
     merged_run = RunResult(

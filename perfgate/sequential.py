@@ -34,6 +34,7 @@ from typing import Any
 
 from perfgate.compare import GateSettings, case_time_change, gate_settings, judge_time, set_aside_slowed
 from perfgate.config import Settings
+from perfgate.formatting import plural
 from perfgate.model import STATUS_OK, CaseResult
 
 GROWTH = 1.5  # each look has about this many times the processes of the one before
@@ -187,7 +188,7 @@ class ComparisonRule:
         if not self.paired and change.n_head < floor:
             # too few processes to see performance modes: look again (the last look judges what there is;
             # a stored baseline's processes are what they are)
-            return Decision(False, f"{kind} at {ci}; unpaired, it settles from {floor} processes", kind)
+            return Decision(False, f"{kind} at {ci}; unpaired, it settles from {plural(floor, 'process', 'processes')}", kind)
         return Decision(kind in ("regression", "win", "unchanged"), f"{kind} at {ci}", kind)
 
 
@@ -232,7 +233,7 @@ class Sampler:
             return None
         if final:
             why = ("screened: one look" if self.budget.screen
-                   else f"budget: {self.budget.max_processes} processes" if nxt is None
+                   else f"budget: {plural(self.budget.max_processes, 'process', 'processes')}" if nxt is None
                    else f"budget: {self.budget.max_seconds:g} s (another look would take about "
                         f"{elapsed_s + per_process * (nxt - done):.0f} s)")
             self.stopped, self.confidence = f"{why}; {decision.why}", confidence
@@ -277,7 +278,7 @@ def sampling_text(case: CaseResult) -> str:
     if not isinstance(info, dict) or not isinstance(info.get("processes"), int):
         return ""
     n = info["processes"]
-    return f"{n} process{'es' if n != 1 else ''} ({str(info.get('stopped', ''))[:160]})"
+    return f"{plural(n, 'process', 'processes')} ({str(info.get('stopped', ''))[:160]})"
 
 
 def make_sampler(gate: GateSettings, processes: int, rule: Rule | None, screen: bool = False) -> Sampler:

@@ -64,6 +64,11 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         self.shard_part()  # a bad --shard fails before the slow probe
+        # an empty REF (a CI variable unset: `--against "$BASE_REF"`) ran as no --against at all, gated on the
+        # stored baseline; a REF like an option is no branch, tag or hash either (git refuses such names)
+        if self.against_ref is not None and (not self.against_ref.strip() or self.against_ref.startswith("-")):
+            raise ConfigError(f"--against {self.against_ref!r}: not a git ref; give a branch, tag or commit "
+                              "(e.g. --against origin/main)")
         if self.against_ref:  # options of a stored baseline, which --against does not read: refused, not dropped
             for given, name in ((self.baseline_file, "--baseline"), (self.strict_env, "--strict-env")):
                 if given:
@@ -114,21 +119,21 @@ def run_folder(settings: Settings, options: RunOptions, suite: Suite) -> tuple[P
     checked writable (with the compile cache) before the probe and any case: fail fast. Without ``--out``
     the run's folder is reserved (created atomically, runner.unique_run_dir): a second run started in the
     same second into the same reports folder gets a folder of its own, never this one."""
-    run_id = runner.new_run_id(suite.name)
-    run_dir = Path(options.out).resolve() if options.out else runner.unique_run_dir(settings.reports_dir, run_id)
+    run_dir = Path(options.out).resolve() if options.out else settings.reports_dir
     created = []
     missing = run_dir
     while not missing.exists() and missing.parent != missing:
         created.append(missing)
         missing = missing.parent
-    problem = check_writable_dir(run_dir.parent if not options.out else run_dir)
+    problem = check_writable_dir(run_dir)  # --out, or the reports folder the run's own is reserved in
     if problem is None and not options.out:
+        run_id = runner.new_run_id(suite.name)
         try:
             run_dir = runner.unique_run_dir(settings.reports_dir, run_id, reserve=True)
-            created[0] = run_dir
+            created.insert(0, run_dir)
             problem = check_writable_dir(run_dir)
         except OSError as exc:
-            problem = f"output directory {run_dir} is not writable: {exc.strerror or exc}"
+            problem = f"output directory {settings.reports_dir / run_id} is not writable: {exc.strerror or exc}"
     if problem is None and settings.compile_cache:
         problem = check_writable_dir(settings.compile_cache)
         problem = problem and problem.replace("output directory", "compile cache", 1)

@@ -39,6 +39,8 @@ def test_round_trip_keeps_raw_samples_and_calibration(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("{not json", "baseline is not valid JSON"),
     ('{"schema": "perfgate.baseline/99", "results": {}}', "unknown baseline schema 'perfgate.baseline/99'"),
+    ('{"schema": "perfgate.results/2", "cases": []}', r"a run's results \(perfgate.results/2\), not a baseline; "
+                                                      r"`perfgate baseline update .*` makes a baseline of it"),
     ('["a list"]', "not a perfgate baseline"),
     ('{"schema": "perfgate.baseline/2", "results": {"schema": "perfgate.results/1", "run_id": "r", "cases": []}}',
      "baseline holds no cases"),
@@ -185,6 +187,34 @@ def test_baseline_update_case_through_the_cli_writes_atomically(tmp_path):
     bad = run_cli("baseline", "update", str(run_dir), "--case", "x/*", cwd=tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "'x/*'" in bad.stderr
     assert path.read_text() == written  # a refused update leaves the baseline as it was
+
+
+@pytest.mark.parametrize("cases", [["*/compile/*"], []])
+def test_update_refuses_a_baseline_of_another_suite(tmp_path, cases):
+    """`baseline update --baseline FILE [--case K]`: before 2026-12 a FILE of another suite took the run's
+    cases (or became the run) silently; its path names the suite only when perfgate chose it."""
+    path, data = _two_case_baseline(tmp_path)
+    other = _faster(data)
+    other["suite"] = "pr"
+    with pytest.raises(ConfigError, match=r"baseline of suite 'smoke', and run2 a run of suite 'pr'; name a "
+                                          r"baseline of suite 'pr', or leave out --baseline"):
+        baselines.updated(RunResult.from_json(other), baselines.load_baseline(path), "run2", cases)
+
+
+def test_baseline_update_into_another_suites_file_is_one_line_exit_2(tmp_path):
+    from conftest import run_cli
+
+    path, data = _two_case_baseline(tmp_path)
+    other = _faster(data)
+    other["suite"] = "pr"
+    run_dir = tmp_path / "reports" / "run2"
+    run_dir.mkdir(parents=True)
+    (run_dir / "results.json").write_text(json.dumps(other))
+    written = path.read_text()
+    proc = run_cli("baseline", "update", str(run_dir), "--baseline", str(path), "--case", "*/compile/*", cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "suite 'smoke'" in proc.stderr and "suite 'pr'" in proc.stderr
+    assert path.read_text() == written
 
 
 @pytest.mark.parametrize("settings, words", [

@@ -80,6 +80,16 @@ def test_run_options_refuse_a_stored_baselines_option_with_against(option):
     assert RunOptions(**option).stored_gate == ("baseline_file" in option)
 
 
+@pytest.mark.parametrize("ref", ["", "  ", "-x", "--output=/tmp/y"])
+def test_run_options_refuse_an_against_ref_that_is_no_ref(ref):
+    """`--against "$BASE_REF"` with the variable unset ran as a plain run (gated on the stored baseline)."""
+    from perfgate.session import RunOptions
+
+    with pytest.raises(ConfigError, match=r"^--against .*: not a git ref; give a branch, tag or commit"):
+        RunOptions(against_ref=ref, gate=True)
+    assert RunOptions(against_ref="origin/main").against_ref == "origin/main"
+
+
 def test_run_options_refuse_a_bad_shard_before_anything_else():
     from perfgate.session import RunOptions
 

@@ -637,6 +637,8 @@ def test_an_inconclusive_step_time_says_what_budget_would_settle_it(paired):
     assert "about 36 processes" in budget_advice(half, 0.05, {"processes": 5, "seconds": 40.0}, gate, 0.95)
     strict = budget_advice(wide, 0.05, {"processes": 5, "seconds": 40.0}, GateSettings(), 0.99)
     assert ("about 36 processes" not in strict) and ("about 55 processes" not in strict)
+    assert "at this budget (1 process a side, 8 s)" in budget_advice(wide, 0.05, {"processes": 1, "seconds": 8.0},
+                                                                     gate, 0.95)  # not "1 processes"
 
 
 def test_hodges_lehmann_estimates_by_hand_and_along_an_axis():

@@ -49,6 +49,8 @@ def test_rows_carry_speedup_change_and_marker():
     assert slow.speedup is not None and slow.speedup.value < 0.7
     assert slow.change_text.endswith("regression")
     assert slow.kernels_text == "45 ops"
+    slow.case.metrics["kernels_per_step"] = 1.0
+    assert slow.kernels_text == "1 kernel"  # not "1 kernels"
     assert [c.name for c in slow.op_diff] == ["aten::extra_0", "aten::extra_1", "aten::extra_2"]
     assert {c.change for c in slow.op_diff} == {"added"}
     compiled = rows["operator_rollout/smoke/compile/cpu"]

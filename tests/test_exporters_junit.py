@@ -45,6 +45,9 @@ def test_golden_junit_without_a_baseline_validates():
     root = ET.fromstring(text)
     assert len(root.findall(".//testcase")) == len(run.cases)  # one per case, nothing was gated
     assert len(root.findall(".//testcase/skipped")) == 2
+    # the element says skipped; its message says why, without "skipped" again
+    assert {e.get("message") for e in root.findall(".//testcase/skipped")} == {
+        "unsupported: cuda-graphs needs CUDA; this machine has none"}
     assert {e.get("type") for e in root.findall(".//testcase/error")} == {"compile-error"}
 
 

@@ -350,6 +350,9 @@ def test_init_keeps_run_output_and_the_history_store_out_of_git(tmp_path):
     ("# mine\nreports/\n", "/.perfgate/\n"),  # one already there, in another spelling
     ("/reports/*\n!/reports/README.md\n", "/.perfgate/\n"),
     ("", "/reports/\n/.perfgate/\n"),
+    # a later line takes reports/ back: before 2026-12 it counted as ignored and runs were committed
+    ("reports/\n!reports/\n.perfgate/\n", "/reports/\n"),
+    ("reports/\n.perfgate/\n!/.perfgate/\n", "/.perfgate/\n"),
 ])
 def test_init_appends_to_an_existing_gitignore_without_duplicating(tmp_path, before, added):
     repo = _new_repo(tmp_path / "r")
@@ -362,6 +365,19 @@ def test_init_appends_to_an_existing_gitignore_without_duplicating(tmp_path, bef
     proc = run_cli("init", "--suite-only", cwd=repo)  # twice: nothing more
     assert proc.returncode == 0 and (repo / ".gitignore").read_text() == after
     assert "unchanged  .gitignore" in proc.stdout
+
+
+@pytest.mark.parametrize("text, missing", [
+    ("reports/\n.perfgate/\n", []),
+    ("reports/\n!reports/\n.perfgate/\n", ["/reports/"]),
+    ("!reports/\nreports/*\n.perfgate\n", []),
+    ("# !reports/\nreports\n!.perfgate/\n", ["/.perfgate/"]),
+])
+def test_without_git_the_gitignore_is_read_in_order(tmp_path, text, missing):
+    """Where git cannot answer (no repository here), init reads the file itself, negations included."""
+    (tmp_path / ".gitignore").write_text(text)
+    planned = init.planned_gitignore(tmp_path)
+    assert planned.text == text + ("\n" + "\n".join([init.GITIGNORE_HEADER, *missing]) + "\n" if missing else "")
 
 
 def test_init_leaves_a_gitignore_that_has_both_alone(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 from conftest import cli_env, run_cli
 from fixtures.shards import ENVIRONMENT, settings_for, suite_cases, write_shard_runs
 
+from perfgate.baselines import commit_of
 from perfgate.config import ConfigError
 from perfgate.merge import load_comparison_file, merge_runs, merged_comparison
 from perfgate.model import Comparison, SchemaError, Verdict, load_results
@@ -104,6 +105,35 @@ def test_hostnames_may_differ(tmp_path):
     run, _ = merge_runs(paths, tmp_path / "merged")
     assert run.environment["hostname"] == "runner-1, runner-2"
     assert run.environment["torch"] == ENVIRONMENT["torch"]
+
+
+@pytest.mark.parametrize("dirty", [[False, True], [True, False], [True, True]])
+def test_a_merged_run_is_dirty_when_any_shard_was(tmp_path, dirty):
+    paths = write_shard_runs(tmp_path, suite_cases(), 2)
+    for path, flag in zip(paths, dirty, strict=True):
+        _edit(path, lambda d, flag=flag: d["environment"].update(git_dirty=flag))
+    run, _ = merge_runs(paths, tmp_path / "merged")
+    assert run.environment["git_dirty"] is True
+    measured_in = {c.key: flag for path, flag in zip(paths, dirty, strict=True) for c in load_results(path).cases}
+    for case in run.cases:  # each case still says the tree it was measured in
+        assert commit_of(run, case.key) == ("a" * 40, measured_in[case.key])
+
+
+def test_a_merged_run_of_clean_shards_is_clean(tmp_path):
+    paths = write_shard_runs(tmp_path, suite_cases(), 2)
+    for path in paths:
+        _edit(path, lambda d: d["environment"].update(git_dirty=False))
+    run, _ = merge_runs(paths, tmp_path / "merged")
+    assert run.environment["git_dirty"] is False
+    assert all("git_dirty" not in c.metadata for c in run.cases)
+
+
+def test_compared_environment_keys_that_differ_are_joined(tmp_path):
+    paths = write_shard_runs(tmp_path, suite_cases(), 2)
+    _edit(paths[0], lambda d: d["environment"].update(address_layout="fixed"))
+    _edit(paths[1], lambda d: d["environment"].update(address_layout="random"))
+    run, _ = merge_runs(paths, tmp_path / "merged")
+    assert run.environment["address_layout"] == "fixed, random"
 
 
 @pytest.mark.parametrize("args, message", [

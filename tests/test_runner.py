@@ -849,6 +849,24 @@ def test_two_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, 
     assert created[0] == mine  # what a usage error then removes: its own folder, never the other run's
 
 
+def test_a_first_run_creates_its_folder_and_the_missing_reports_folders(tmp_path):
+    """run_folder says which folders it made (removed again after a usage error): the run's, reserved, and the
+    reports folder's missing parents; with --out, that folder and its missing parents."""
+    from perfgate import config, session
+
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nreports_dir = "out/reports"\n')
+    settings = config.load(cwd=tmp_path)
+    suite = settings.suite(settings.default_suite)
+    run_dir, created = session.run_folder(settings, session.RunOptions(), suite)
+    assert run_dir.parent == settings.reports_dir and run_dir.is_dir()
+    assert created == [run_dir, settings.reports_dir, tmp_path / "out"]
+    again, created = session.run_folder(settings, session.RunOptions(), suite)
+    assert again != run_dir and created == [again]
+    out = tmp_path / "mine" / "run"
+    run_dir, created = session.run_folder(settings, session.RunOptions(out=str(out)), suite)
+    assert run_dir == out and out.is_dir() and created == [out, out.parent]
+
+
 @needs_linux
 @pytest.mark.parametrize("start", ["fork", "spawn"])
 def test_an_interrupt_while_a_worker_runs_ends_it_and_all_it_started(tmp_path, monkeypatch, start):

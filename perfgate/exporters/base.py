@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from perfgate import expect, roofline, traces
 from perfgate.compare import throttled
-from perfgate.formatting import failure_note, format_bytes, format_count, format_rate, format_ratio
+from perfgate.formatting import failure_note, format_bytes, format_count, format_rate, format_ratio, plural
 from perfgate.model import (
     STATUS_OK,
     CaseResult,
@@ -298,9 +298,9 @@ class CaseRow:
     def kernels_text(self) -> str:
         k = _metric(self.case, "kernels_per_step")
         if k is not None:
-            return f"{format_count(k)} kernels"
+            return plural(k, "kernel", shown=format_count(k))
         ops = _metric(self.case, "aten_ops_per_step")
-        return f"{format_count(ops)} ops" if ops is not None else "-"
+        return plural(ops, "op", shown=format_count(ops)) if ops is not None else "-"
 
     @property
     def flops_text(self) -> str:

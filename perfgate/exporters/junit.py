@@ -57,13 +57,16 @@ def _case_testcase(suite: ET.Element, g: Group, r: CaseRow, compared: bool) -> s
                            message=clean(f"newly failing: {r.status_text}"))
         el.text = clean(verdict_message(status_v) + ("\n" + detail if detail else ""))
         return "failure"
+    # the element says skipped or failed: its message says why, not the status again ("skipped (unsupported): ...")
+    cls, why = r.case.failure_class, first_line(r.case.message)
     if r.case.status == STATUS_SKIPPED:
-        ET.SubElement(tc, "skipped", message=clean(r.status_text))
+        ET.SubElement(tc, "skipped", message=clean(": ".join(p for p in (cls, why) if p) or "skipped"))
         return "skipped"
     if r.case.status == STATUS_FAILED:
         if compared:
             # failing in the baseline too: known, not this change's doing; shown, not gated
-            ET.SubElement(tc, "skipped", message=clean(f"still failing as in the baseline: {r.status_text}"))
+            ET.SubElement(tc, "skipped", message=clean("still failing as in the baseline" + (f" ({cls})" if cls else "")
+                                                       + (f": {why}" if why else "")))
             return "skipped"
         el = ET.SubElement(tc, "error", type=clean(r.case.failure_class or "error"),
                            message=clean(first_line(r.case.message) or "failed"))
