@@ -1067,10 +1067,31 @@ def _other_parameters(v: Verdict, differs: str) -> Verdict:
     return v
 
 
+TUNING_ENV = "tuning_env"  # environment: ["NAME=value", ...], what tunes the workers (runner.tuning_environment)
+TUNING_DIFF_MAX = 20  # variables named in a difference at most (a baseline file is untrusted)
+
+
+def tuning_variables(value: Any) -> dict[str, str] | None:
+    """An environment's ``tuning_env`` as {name: value}; None when it holds none (written before it was
+    recorded, or not a list: untrusted)."""
+    if not isinstance(value, list):
+        return None
+    return dict(item.partition("=")[::2] for item in value if isinstance(item, str))
+
+
 def environment_diff(base_env: dict[str, Any], cur_env: dict[str, Any]) -> dict[str, list[Any]]:
-    """The environment keys that matter for timing and differ: {key: [baseline, current]}."""
-    return {k: [base_env.get(k), cur_env.get(k)] for k in ENVIRONMENT_KEYS
-            if k in base_env and k in cur_env and base_env.get(k) != cur_env.get(k)}
+    """The environment keys that matter for timing and differ: {key: [baseline, current]}; a variable that
+    tunes the workers (``TUNING_ENV``, recorded on both sides) as ``$NAME``, None where a side lacks it."""
+    out = {k: [base_env.get(k), cur_env.get(k)] for k in ENVIRONMENT_KEYS
+           if k in base_env and k in cur_env and base_env.get(k) != cur_env.get(k)}
+    b, c = tuning_variables(base_env.get(TUNING_ENV)), tuning_variables(cur_env.get(TUNING_ENV))
+    if b is not None and c is not None:
+        names = sorted(str(k) for k in {*b, *c} if b.get(k) != c.get(k))
+        for name in names[:TUNING_DIFF_MAX]:
+            out[f"${name[:100]}"] = [b.get(name), c.get(name)]
+        if len(names) > TUNING_DIFF_MAX:
+            out[f"(and {len(names) - TUNING_DIFF_MAX} more variables)"] = ["", ""]
+    return out
 
 
 def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | None = None, *,

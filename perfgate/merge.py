@@ -20,8 +20,10 @@ from perfgate import acknowledge, console, runner
 from perfgate import gate as gate_mod
 from perfgate.baselines import baseline_path, commit_of, with_commit
 from perfgate.compare import ENVIRONMENT_KEYS as COMPARED_ENVIRONMENT_KEYS
+from perfgate.compare import TUNING_ENV, tuning_variables
 from perfgate.config import ConfigError, Settings
 from perfgate.exporters import write_run_reports
+from perfgate.formatting import format_environment
 from perfgate.github import publish_summary
 from perfgate.model import (
     Acknowledgement,
@@ -213,7 +215,7 @@ def merged_environment(runs: Sequence[RunResult]) -> dict[str, Any]:
     """The first shard's environment, with what the shards may differ in said for all of them: dirty
     (``git_dirty``) when any shard ran on a tree with uncommitted changes, so `baseline update` and the
     gate's lockstep see it; host names, and the keys a comparison reports (CPU model, address layout),
-    joined where they differ."""
+    joined where they differ; the variables that tune the workers (``tuning_env``) per variable."""
     environment = dict(runs[0].environment)
     if any(r.environment.get("git_dirty") is True for r in runs):
         environment["git_dirty"] = True
@@ -221,6 +223,12 @@ def merged_environment(runs: Sequence[RunResult]) -> dict[str, Any]:
         values = sorted({str(r.environment.get(key)) for r in runs})
         if len(values) > 1:
             environment[key] = ", ".join(values)
+    tuning = [tuning_variables(r.environment.get(TUNING_ENV)) for r in runs]
+    if all(t is not None for t in tuning) and any(t != tuning[0] for t in tuning):
+        # each variable as every shard had it (absent: "none"), so a comparison names what differed
+        names = sorted({k for t in tuning for k in t or {}})
+        environment[TUNING_ENV] = [f"{n}=" + ", ".join(sorted({format_environment((t or {}).get(n)) for t in tuning}))
+                                   for n in names]
     return environment
 
 

@@ -10,6 +10,7 @@ import atexit
 import functools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -82,6 +83,26 @@ def passed_to_workers(name: str, extra_names: Sequence[str] | None = None) -> bo
         if name == pattern or (pattern.endswith("*") and name.startswith(pattern[:-1])):
             return True
     return name in WORKER_ENV_NAMES or name.startswith(WORKER_ENV_PREFIXES)
+
+
+# Of what workers inherit, the variables that tune how they run (threads, allocators, compilers, math and
+# kernel libraries): recorded in results.json (environment.tuning_env) so that a baseline and a run that
+# differ in one say so (compare.environment_diff). Left out: where things are kept (a cache or log folder,
+# a path: perfgate sets some per case), which devices a job sees (a shard's GPU), the thread counts perfgate
+# pins itself, and the variables a project's `worker_env` names (its own; they may hold credentials).
+TUNING_PREFIXES = ("OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "NUMEXPR_", "TORCH_", "TORCHINDUCTOR_",
+                   "TORCHDYNAMO_", "PYTORCH_", "TRITON_", "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_")
+TUNING_NAMES = frozenset({"LD_PRELOAD", "PYTHONMALLOC"})
+_NOT_TUNING = re.compile(r".*(_DIR|_HOME|_PATH|_ROOT|_FILE|_CACHE|_LOGS?|_VISIBLE_DEVICES)$|(OMP|MKL|OPENBLAS|NUMEXPR)_NUM_THREADS$")
+TUNING_VALUE_CHARS = 200
+
+
+def tuning_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables of ``environ`` (this process's) that tune what workers measure, name to value, sorted."""
+    environ = dict(os.environ) if environ is None else environ
+    return {k: v[:TUNING_VALUE_CHARS] for k, v in sorted(environ.items())
+            if (k in TUNING_NAMES or k.startswith(TUNING_PREFIXES)) and not _NOT_TUNING.fullmatch(k)
+            and k not in WORKER_ENV_WITHHELD}
 
 
 def worker_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, str]:

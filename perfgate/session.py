@@ -185,6 +185,8 @@ def new_run(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path
     env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
     env["machine_key"] = environment.machine_key(env, cases[0].device)
     env["address_layout"] = runner.address_layout()  # fixed: no address-space randomization in workers
+    # what tunes the workers, as NAME=value (an environment holds no tables): a difference is reported
+    env["tuning_env"] = [f"{k}={v}" for k, v in runner.tuning_environment().items()]
     env["layout_policy"] = layout.policy()  # drawn: each worker draws its own layout (docs/gate.md)
     if env["layout_policy"] == "drawn":
         env["layout_seed"] = layout.run_seed()

@@ -464,6 +464,34 @@ def test_environment_difference_warns_and_strict_refuses():
         compare_runs(cur, base, strict_env=True)
 
 
+def test_a_variable_that_tunes_the_workers_is_an_environment_difference():
+    """A baseline measured with TORCHINDUCTOR_MAX_AUTOTUNE=1 (or another allocator in LD_PRELOAD) against a
+    run without it: before, nothing said so and its time verdicts read as the code's."""
+    from perfgate import runner
+
+    rnd = random.Random(9)
+    gs = groups(rnd, 2, 1e-3, 0.001, 0.001)
+    tuned = runner.tuning_environment({"TORCHINDUCTOR_MAX_AUTOTUNE": "1", "LD_PRELOAD": "libjemalloc.so",
+                                       "TORCHINDUCTOR_CACHE_DIR": "/tmp/a", "OMP_NUM_THREADS": "1",
+                                       "CUDA_VISIBLE_DEVICES": "3", "HOME": "/root", "MY_TOKEN": "x"})
+    assert tuned == {"LD_PRELOAD": "libjemalloc.so", "TORCHINDUCTOR_MAX_AUTOTUNE": "1"}
+    plain = runner.tuning_environment({"TORCHINDUCTOR_CACHE_DIR": "/tmp/b", "CUDA_VISIBLE_DEVICES": "0"})
+    assert plain == {}  # where caches live and which GPU a shard sees are no difference
+    listed = [f"{n}={v}" for n, v in tuned.items()]  # as results.json records it (session.new_run)
+    base, cur = run(case("eager", gs), env={"tuning_env": listed}), run(case("eager", gs), env={"tuning_env": []})
+    cmp = compare_runs(cur, base)
+    assert cmp.environment_diff == {"$LD_PRELOAD": ["libjemalloc.so", None], "$TORCHINDUCTOR_MAX_AUTOTUNE": ["1", None]}
+    assert "$TORCHINDUCTOR_MAX_AUTOTUNE 1 -> none" in cmp.warnings[0]
+    with pytest.raises(ConfigError, match="strict-env"):
+        compare_runs(cur, base, strict_env=True)
+    assert compare_runs(cur, run(case("eager", gs), env={"tuning_env": []})).environment_diff == {}
+    # a baseline written before tuning_env was recorded: nothing to compare, no difference
+    assert compare_runs(cur, run(case("eager", gs))).environment_diff == {}
+    # an untrusted baseline naming thousands of variables: at most TUNING_DIFF_MAX named
+    many = run(case("eager", gs), env={"tuning_env": [f"TORCH_V{i}=1" for i in range(500)] + [3, {"x": 1}]})
+    assert len(compare_runs(cur, many).environment_diff) == 21
+
+
 def test_the_default_re_measures_against_a_stored_baseline_only():
     assert GateSettings().remeasures("stored") and not GateSettings().remeasures("against")
     assert parse_gate({"remeasure": True}).remeasures("against")

@@ -11,6 +11,7 @@ from conftest import cli_env, run_cli
 from fixtures.shards import ENVIRONMENT, settings_for, suite_cases, write_shard_runs
 
 from perfgate.baselines import commit_of
+from perfgate.compare import environment_diff
 from perfgate.config import ConfigError
 from perfgate.merge import load_comparison_file, merge_runs, merged_comparison
 from perfgate.model import Comparison, SchemaError, Verdict, load_results
@@ -134,6 +135,15 @@ def test_compared_environment_keys_that_differ_are_joined(tmp_path):
     _edit(paths[1], lambda d: d["environment"].update(address_layout="random"))
     run, _ = merge_runs(paths, tmp_path / "merged")
     assert run.environment["address_layout"] == "fixed, random"
+
+
+def test_variables_that_tune_the_workers_are_joined_per_variable(tmp_path):
+    paths = write_shard_runs(tmp_path, suite_cases(), 2)
+    _edit(paths[0], lambda d: d["environment"].update(tuning_env=["KMP_AFFINITY=compact", "TORCH_X=1"]))
+    _edit(paths[1], lambda d: d["environment"].update(tuning_env=["TORCH_X=1"]))
+    run, _ = merge_runs(paths, tmp_path / "merged")
+    assert run.environment["tuning_env"] == ["KMP_AFFINITY=compact, none", "TORCH_X=1"]
+    assert environment_diff({"tuning_env": ["TORCH_X=1"]}, run.environment) == {"$KMP_AFFINITY": [None, "compact, none"]}
 
 
 @pytest.mark.parametrize("args, message", [
