@@ -8,8 +8,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+from fixtures.against import against_repo
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_WORKLOADS = REPO / "tests" / "workloads"
@@ -52,6 +54,28 @@ def profiled_run(tmp_path_factory):
     """One shared run: tight_conv eager and amp-bf16, one process each (a few seconds)."""
     out = tmp_path_factory.mktemp("profiled") / "run"
     return out, _profiled_run(out, "-w", "tight_conv", "-t", "eager", "-t", "amp-bf16")
+
+
+class AgainstRun(NamedTuple):
+    repo: Path
+    run_dir: Path
+    proc: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="session")
+def against_run(tmp_path_factory) -> AgainstRun:
+    """One `perfgate run --against HEAD~1 --gate --processes 3 --samples 3` (no re-measure) of
+    fixtures.against's repository: head does 30x the work of HEAD~1 and adds newer_work, which the base lacks.
+    test_gate.py, test_repro.py and test_traces.py read it; a test that writes into the repository or the
+    run folder copies it first. The fixed 3 processes and 3 samples are what test_repro checks its printed
+    command carries (the adaptive --against path is test_against's and test_gate's re-measure test's)."""
+    root = tmp_path_factory.mktemp("against")
+    repo = against_repo(root, remeasure=False)
+    run_dir = root / "ab"
+    proc = run_cli("run", "--against", "HEAD~1", "--gate", "--processes", "3", "--samples", "3",
+                   "--out", str(run_dir), cwd=repo)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    return AgainstRun(repo, run_dir, proc)
 
 
 def dev_tool(name: str) -> str:

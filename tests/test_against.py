@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from conftest import REPO, cli_env
-from test_gate import _against_repo
+from fixtures.against import against_repo as _against_repo
 
 from perfgate import against, config
 

@@ -15,26 +15,9 @@ from pathlib import Path
 
 import pytest
 from conftest import TEST_WORKLOADS, cli_env, run_cli
-
-CASE = "scaled_work/smoke/eager/cpu"
-
-PYPROJECT = """
-[tool.perfgate]
-workloads_dirs = ["{workloads}"]
-processes = 3
-
-[tool.perfgate.timing]
-samples = 5
-min_time_s = 0.1  # the changes these tests make are 1.5x and more; 0.5 s per process buys nothing here
-
-[tool.perfgate.suites.smoke]
-workloads = ["scaled_work"]
-toggles = ["eager"]
-device = "cpu"
-
-[tool.perfgate.gate]
-threshold = 0.5
-"""
+from fixtures.against import CASE, NEW_CASE, PYPROJECT
+from fixtures.against import against_repo as _against_repo
+from fixtures.against import git as _git
 
 
 @pytest.fixture(scope="module")
@@ -121,49 +104,23 @@ def test_calibrate_writes_thresholds_the_gate_uses(project):
     assert f"run-to-run {cal['run_to_run'] * 100:g}% (measured by calibrate on " in v["rule"]
 
 
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
-                   capture_output=True)
-
-
-def _against_repo(tmp_path: Path, *, remeasure: bool) -> Path:
-    """A git repository whose head commit makes the work 30x and adds a workload the base lacks."""
-    repo = tmp_path / "repo"
-    (repo / "workloads").mkdir(parents=True)
-    (repo / "pyproject.toml").write_text(PYPROJECT.format(workloads="workloads").replace(
-        'workloads = ["scaled_work"]', 'workloads = ["*"]') + f"remeasure = {str(remeasure).lower()}\n")
-    source = (TEST_WORKLOADS / "scaled_work.py").read_text()
-    (repo / "workloads" / "scaled_work.py").write_text(source)
-    _git(repo, "init", "-q")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "base")
-    (repo / "workloads" / "scaled_work.py").write_text(source.replace('"PERFGATE_TEST_WORK_SCALE", "1.0"',
-                                                                      '"PERFGATE_TEST_WORK_SCALE", "30.0"'))
-    (repo / "workloads" / "newer_work.py").write_text(source.replace('name = "scaled_work"', 'name = "newer_work"')
-                                                      .replace("class ScaledWork", "class NewerWork"))
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "head: 30x the work, and a new workload")
-    return repo
-
-
-def test_against_a_git_ref_runs_both_and_gates(tmp_path):
-    """Head makes the work 30x and adds a workload the base ref lacks."""
+def test_against_a_git_ref_runs_both_and_gates(against_run):
+    """Head makes the work 30x and adds a workload the base ref lacks (conftest's shared run, read only)."""
     # no re-measure here (see the test below and test_compare): half the worker processes
-    repo = _against_repo(tmp_path, remeasure=False)
-    proc = run_cli("run", "--against", "HEAD~1", "--gate", "--out", str(tmp_path / "ab"), cwd=repo)
+    repo, run_dir, proc = against_run
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert CASE in proc.stdout and "git:HEAD~1" in proc.stdout
-    data = json.loads((tmp_path / "ab" / "comparison.json").read_text())
+    data = json.loads((run_dir / "comparison.json").read_text())
     kinds = {(v["case_key"], v["metric"]): v["kind"] for v in data["verdicts"]}
     assert kinds[(CASE, "step_time")] == "regression"
-    assert kinds[("newer_work/smoke/eager/cpu", "status")] == "new"
+    assert kinds[(NEW_CASE, "status")] == "new"
     assert data["mode"] == "against"
-    base = json.loads((tmp_path / "ab" / "base" / "results.json").read_text())
+    base = json.loads((run_dir / "base" / "results.json").read_text())
     assert [c["key"] for c in base["cases"]] == [CASE]
     # a finished --against run says so: results.json of both sides and the report's header
-    head = json.loads((tmp_path / "ab" / "results.json").read_text())
+    head = json.loads((run_dir / "results.json").read_text())
     assert head["finished_at"] and base["finished_at"]
-    assert "still running" not in (tmp_path / "ab" / "report.html").read_text()
+    assert "still running" not in (run_dir / "report.html").read_text()
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
     assert len(worktrees.strip().splitlines()) == 1  # the temporary worktree is gone
 

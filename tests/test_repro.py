@@ -7,12 +7,13 @@ from __future__ import annotations
 import fnmatch
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from conftest import run_cli
-from test_gate import CASE, _against_repo
+from fixtures.against import CASE
 
 from perfgate import repro
 from perfgate.model import CaseResult, CaseSpec, Comparison, RunResult, Verdict
@@ -28,22 +29,20 @@ def _argv(command: str) -> list[str]:
     return [sys.executable, "-m", "perfgate", *argv[1:]]
 
 
-def test_the_printed_command_reproduces_a_regression_and_keeps_both_traces(tmp_path):
-    """Head does 30x the work of HEAD~1: the gate's regression, then `perfgate repro`'s command run as
-    printed says regression again; its traces form leaves a trace for each side where it says."""
-    repo = _against_repo(tmp_path, remeasure=False)
-    run_dir = tmp_path / "ab"
-    first = run_cli("run", "--against", "HEAD~1", "--gate", "-w", "scaled_work", "--processes", "3", "--samples", "3",
-                    "--out", str(run_dir), cwd=repo)
+def test_the_printed_command_reproduces_a_regression_and_keeps_both_traces(against_run, tmp_path):
+    """Head does 30x the work of HEAD~1 (conftest's shared run, 3 processes of 3 samples): the gate's
+    regression, then `perfgate repro`'s command run as printed says regression again; its traces form leaves
+    a trace for each side where it says. The commands run in a copy of the repository (they write into it)."""
+    shared, run_dir, first = against_run
     assert first.returncode == 1, first.stdout + first.stderr
-    base_commit = subprocess.run(["git", "rev-parse", "HEAD~1"], cwd=repo, capture_output=True, text=True,
+    base_commit = subprocess.run(["git", "rev-parse", "HEAD~1"], cwd=shared, capture_output=True, text=True,
                                  check=True).stdout.strip()
     # the console, summary.md and report.html say how to reproduce it
     assert f"reproduce {CASE}: perfgate run --against {base_commit}" in first.stdout
     assert f"perfgate run --against {base_commit}" in (run_dir / "summary.md").read_text()
     assert f"perfgate run --against {base_commit}" in (run_dir / "report.html").read_text()
 
-    shown = run_cli("repro", CASE, "--results", str(run_dir), cwd=repo)
+    shown = run_cli("repro", CASE, "--results", str(run_dir), cwd=shared)  # prints, as in the run's repository
     assert shown.returncode == 0, shown.stdout + shown.stderr
     command, traces = _commands(shown.stdout)
     argv = shlex.split(command)
@@ -52,6 +51,10 @@ def test_the_printed_command_reproduces_a_regression_and_keeps_both_traces(tmp_p
                           ("--device", "cpu"), ("--processes", "3"), ("--samples", "3"), ("--threads", "1")):
         assert argv[argv.index(option) + 1] == value, command
     assert "--gate" in argv and "--out" not in argv
+    assert "--config" not in argv and "--workloads-dir" not in argv  # what it reads is the folder's own
+
+    repo = tmp_path / "repo"  # the same files and commits, where the commands may write
+    shutil.copytree(shared, repo, symlinks=True)
 
     again = subprocess.run(_argv(command), cwd=repo, capture_output=True, text=True, timeout=300,
                            env=_env())

@@ -1,8 +1,9 @@
 """perfgate.traces: both traces of a regression, their kernel (op) difference, `perfgate trace CASE`.
 
 End to end on a real `perfgate run --against HEAD~1` in a throwaway git repository whose head commit runs
-30 times the matmuls per step (tests/workloads/scaled_work.py): the traces are the ones torch.profiler
-wrote in this environment. The rest on trace files of the same shape built here: per-step
+30 times the matmuls per step (tests/workloads/scaled_work.py) and adds a workload its base lacks
+(conftest's session fixture `against_run`, read only, shared with test_gate and test_repro): the traces are
+the ones torch.profiler wrote in this environment. The rest on trace files of the same shape built here: per-step
 normalisation, ordering, missing and malformed files, paths that try to leave the run folder.
 """
 
@@ -12,16 +13,14 @@ import copy
 import json
 import re
 import shutil
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
-from conftest import TEST_WORKLOADS, run_cli
+from conftest import run_cli
+from fixtures.against import CASE, NEW_CASE
 from fixtures.synthetic import scenario
-from test_gate import CASE
-from test_gate import PYPROJECT as GATE_PYPROJECT
 
 from perfgate import traces
 from perfgate.config import ConfigError
@@ -29,35 +28,6 @@ from perfgate.exporters.base import ReportInput
 from perfgate.exporters.html import HtmlExporter
 from perfgate.exporters.markdown import MarkdownExporter
 from perfgate.validation import SchemaError
-
-# test_gate.py's project (scaled_work, eager, threshold 0.5), with no re-measure
-PYPROJECT = GATE_PYPROJECT.format(workloads="workloads") + "remeasure = false\n"
-
-
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
-                   capture_output=True, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def against_run(tmp_path_factory):
-    """`perfgate run --against HEAD~1 --gate`: head runs 600 matmuls and tanh per step, base 20."""
-    root = tmp_path_factory.mktemp("traces")
-    repo = root / "repo"
-    (repo / "workloads").mkdir(parents=True)
-    (repo / "pyproject.toml").write_text(PYPROJECT)
-    source = (TEST_WORKLOADS / "scaled_work.py").read_text()
-    (repo / "workloads" / "scaled_work.py").write_text(source)
-    _git(repo, "init", "-q")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "base")
-    (repo / "workloads" / "scaled_work.py").write_text(
-        source.replace('"PERFGATE_TEST_WORK_SCALE", "1.0"', '"PERFGATE_TEST_WORK_SCALE", "30.0"'))
-    _git(repo, "commit", "-qam", "head: 30x the work")
-    run_dir = root / "ab"
-    proc = run_cli("run", "--against", "HEAD~1", "--gate", "--out", str(run_dir), cwd=repo)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    return repo, run_dir
 
 
 def _hrefs(html: str) -> list[str]:
@@ -70,8 +40,9 @@ def _trace_block(html: str) -> str:
 
 
 def test_a_regression_links_both_real_traces_and_shows_the_ops_that_moved(against_run):
-    _, run_dir = against_run
+    _, run_dir, _ = against_run
     html = (run_dir / "report.html").read_text()
+    assert html.count('class="trace-pair"') == 1  # the regressed case's; newer_work is new, no pair
     block = _trace_block(html)
     base_href = re.search(r'<li class="trace-base">base: <a class="mono" href="([^"]+)"', block).group(1)
     head_href = re.search(r'<li class="trace-head">head: <a class="mono" href="([^"]+)"', block).group(1)
@@ -115,7 +86,7 @@ def _comparison(run_dir: Path):
 
 
 def test_perfgate_trace_prints_both_paths_and_the_perfetto_steps(against_run):
-    repo, run_dir = against_run
+    repo, run_dir, _ = against_run
     proc = run_cli("trace", CASE, "--results", str(run_dir), cwd=repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
@@ -130,15 +101,16 @@ def test_perfgate_trace_prints_both_paths_and_the_perfetto_steps(against_run):
 
 
 def test_perfgate_trace_of_no_case_is_one_line_naming_the_valid_ones(against_run):
-    repo, run_dir = against_run
+    repo, run_dir, _ = against_run
     proc = run_cli("trace", "nope/*", "--results", str(run_dir), cwd=repo)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
-    assert "'nope/*'" in proc.stderr and f"valid: {CASE}" in proc.stderr and "Traceback" not in proc.stderr
+    # the shared run's head has newer_work too (a workload its base lacks): both are named
+    assert "'nope/*'" in proc.stderr and f"valid: {NEW_CASE}, {CASE}" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_a_report_written_elsewhere_links_nothing_outside_its_folder(against_run, tmp_path):
-    repo, run_dir = against_run
+    repo, run_dir, _ = against_run
     out = tmp_path / "out"
     proc = run_cli("report", str(run_dir), "--against-results", str(run_dir / "base"), "--out", str(out), cwd=repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -152,12 +124,12 @@ def test_a_report_written_elsewhere_links_nothing_outside_its_folder(against_run
 
 
 def test_a_missing_and_a_malformed_trace_are_one_line_notes(against_run, tmp_path):
-    repo, original = against_run
+    repo, original, _ = against_run
     run_dir = tmp_path / "ab"
     shutil.copytree(original, run_dir)
-    (head,) = (run_dir / "tb").rglob("*.pt.trace.json")
+    (head,) = (run_dir / "tb" / "scaled_work").rglob("*.pt.trace.json")  # CASE's (newer_work has one too)
     head.unlink()
-    (base,) = (run_dir / "base" / "tb").rglob("*.pt.trace.json")
+    (base,) = (run_dir / "base" / "tb").rglob("*.pt.trace.json")  # the base lacks newer_work: CASE's only
     base.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": "slow"}]}')
     proc = run_cli("report", str(run_dir), "--against-results", str(run_dir / "base"), cwd=repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
