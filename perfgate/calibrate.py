@@ -232,7 +232,8 @@ def report_lines(noise: CaseNoise) -> list[str]:
             + (f" to {noise.needed_processes} (or more) and max_case_s to match, " if noise.needed_processes else
                " (no number of processes is enough: the gate's run-to-run spread alone is too large), ")
             + f"use `perfgate run --against REF`, or accept a threshold of "
-            f"{noise.calibrated_threshold() * 100:.1f}% (--write stores it)")
+            f"{noise.calibrated_threshold() * 100:.1f}% "
+            + ("(--write stores it)" if unstorable(noise) is None else "(too wide for a baseline: --write leaves this case out)"))
     return lines
 
 

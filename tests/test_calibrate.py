@@ -178,6 +178,8 @@ def test_write_never_stores_a_figure_no_baseline_can_hold(tmp_path, monkeypatch,
     wild = analyse("scaled_work/smoke/eager/cpu", _moved_rounds(2.0), gate, 0.05, 6)
     calm = analyse("scaled_work/smoke/compile/cpu", _moved_rounds(1.0), gate, 0.05, 6)
     assert wild.run_to_run_estimate > 0.5
+    assert "(too wide for a baseline: --write leaves this case out)" in "\n".join(report_lines(wild))
+    assert "(--write stores it)" in "\n".join(report_lines(analyse("k", rounds(random.Random(0), 3, 8, 0.08), gate, 0.05, 2)))
     monkeypatch.setattr(calibrate, "measure_noise", lambda *a, **k: {wild.key: wild, calm.key: calm})
     calibrate.calibrate(settings, calibrate.CalibrateOptions(workloads=("tiny",), toggles=("eager",), rounds=3,
                                                              write=True, baseline_file=str(path), ceilings=False))
