@@ -32,6 +32,7 @@ from perfgate.model import STATUS_OK, CaseResult, CaseSpec
 from perfgate.plan import Catalog, plan_cases
 from perfgate.sequential import with_sampling
 from perfgate.stats import quantile
+from perfgate.validation import SchemaError, check
 
 Z_POWER = 0.8416  # one-sided z of 80% power
 
@@ -172,9 +173,16 @@ class CaseNoise:
         }
 
 
+def timed(round_: CaseResult, gate: GateSettings) -> bool:
+    """Whether an A/A round gives step times to judge: it ran ok, took samples, and no process's step time is
+    0 (samples of 0 ns: no ratio, no log, can be taken of it; the gate says so too, compare.judge_case)."""
+    sampled = [p for p in round_.processes if p.samples_ns]
+    return round_.status == STATUS_OK and bool(sampled) and all(p.step_time(gate.process_quantile) > 0 for p in sampled)
+
+
 def analyse(key: str, rounds: list[CaseResult], gate: GateSettings, threshold: float, processes: int) -> CaseNoise | None:
-    """Noise figures of one case from its A/A rounds; None when no round ran ok."""
-    ok = [r for r in rounds if r.status == STATUS_OK and r.processes]
+    """Noise figures of one case from its A/A rounds; None when no round ran ok with step times to judge."""
+    ok = [r for r in rounds if timed(r, gate)]
     if not ok:
         return None
     procs = [p for r in ok for p in r.processes if p.samples_ns]
@@ -224,7 +232,8 @@ def report_lines(noise: CaseNoise) -> list[str]:
             + (f" to {noise.needed_processes} (or more) and max_case_s to match, " if noise.needed_processes else
                " (no number of processes is enough: the gate's run-to-run spread alone is too large), ")
             + f"use `perfgate run --against REF`, or accept a threshold of "
-            f"{noise.calibrated_threshold() * 100:.1f}% (--write stores it)")
+            f"{noise.calibrated_threshold() * 100:.1f}% "
+            + ("(--write stores it)" if unstorable(noise) is None else "(too wide for a baseline: --write leaves this case out)"))
     return lines
 
 
@@ -269,21 +278,57 @@ def _calibrate(settings: Settings, options: CalibrateOptions) -> None:
     machine_key = environment.machine_key(env, cases[0].device)
     path = Path(options.baseline_file) if options.baseline_file else baselines.baseline_path(
         settings.baselines_dir, machine_key, suite.name)
+    # fail early, before minutes of measuring and before the ceilings are written
+    base = (check_target(baselines.load_baseline(path), machine_key, suite.name)
+            if options.write and not options.ceilings_only else None)
     if options.ceilings or options.ceilings_only:  # the machine's roofline (perfgate/ceilings.py, perfgate/roofline.py)
         calibrate_ceilings(settings, env, machine_key, options.write)
         if options.ceilings_only:
             return
-    base = baselines.load_baseline(path) if options.write else None  # fail early, before minutes of measuring
     results = measure_noise(settings, gs, cases, catalog, options.rounds)
     if base is not None:
         # read again: the rounds take minutes, and a `baseline update` meanwhile must not be reverted to what
         # the baseline held when they began
         with baselines.updating(path):
-            base = baselines.load_baseline(path)
+            base = check_target(baselines.load_baseline(path), machine_key, suite.name)
+            stored = 0
             for key, noise in results.items():
-                base.calibration[key] = noise.to_json()
+                why = unstorable(noise)
+                if why is None:
+                    base.calibration[key] = noise.to_json()
+                    stored += 1
+                    continue
+                kept = ("its calibration stored before stays" if key in base.calibration
+                        else "the gate keeps the configured run-to-run term and threshold for it")
+                echo(f"{key}: not stored: {why}; {kept}. Gate it with `perfgate run --against REF` (paired), "
+                     "or calibrate again on a quieter runner")
             baselines.write_baseline(base, path)
-        echo(f"stored {len(results)} calibrated threshold(s) in {path}")
+        echo(f"stored {stored} calibrated threshold(s) in {path}")
+
+
+def check_target(base: baselines.Baseline, machine_key: str, suite: str) -> baselines.Baseline:
+    """``base``, the baseline ``--write`` stores into; ConfigError when it is another machine's or another
+    suite's (a ``--baseline FILE``): the gate there would judge that machine's cases with this one's noise."""
+    where = base.path or "the baseline"
+    if base.machine_key and base.machine_key != machine_key:
+        raise ConfigError(f"{where} is the baseline of machine {base.machine_key!r}, and this machine is "
+                          f"{machine_key!r}: its calibration must be measured there; name this machine's baseline "
+                          "with --baseline, or leave it out")
+    if base.suite and base.suite != suite:
+        raise ConfigError(f"{where} is the baseline of suite {base.suite!r}, and calibrate measured suite {suite!r}; "
+                          f"name a baseline of suite {suite!r} with --baseline, or pass --suite {base.suite}")
+    return base
+
+
+def unstorable(noise: CaseNoise) -> str | None:
+    """Why ``noise`` cannot be stored in a baseline (a figure past what a baseline may hold: a run-to-run term
+    over stats.RUN_TO_RUN_MAX, a threshold over 10x), or None. Stored anyway, every later gate, compare and
+    baseline update would refuse the whole file (exit 2)."""
+    try:
+        check(baselines.CalibrationDocument, noise.to_json(), noise.key)
+    except SchemaError as exc:
+        return str(exc).removeprefix(f"{noise.key}: ")
+    return None
 
 
 def measure_noise(settings: Settings, gs: GateSettings, cases: list[CaseSpec], catalog: Catalog,
@@ -304,7 +349,10 @@ def measure_noise(settings: Settings, gs: GateSettings, cases: list[CaseSpec], c
         threshold, _ = gs.threshold_for(rounds_done[0], spec.key)
         noise = analyse(spec.key, rounds_done, gs, threshold, per_side)
         if noise is None:
-            echo(f"{spec.key}: {rounds_done[0].status}, nothing to calibrate")
+            statuses = sorted({r.status for r in rounds_done})
+            why = ("no round gave step times to judge (no samples, or samples of 0 ns)" if statuses == [STATUS_OK]
+                   else "/".join(statuses))
+            echo(f"{spec.key}: {why}, nothing to calibrate")
             continue
         results[spec.key] = noise
         for line in report_lines(noise):

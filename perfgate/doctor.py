@@ -184,9 +184,11 @@ def check_baselines(settings: Any) -> list[Finding]:
     commit (gate.lockstep_commits), or judge them against the stored numbers alone, and why."""
     from perfgate import gate
     from perfgate.baselines import list_baselines, load_baseline
+    from perfgate.compare import gate_settings
     from perfgate.config import ConfigError
     from perfgate.validation import SchemaError
 
+    gs = gate_settings(settings)
     root = Path(settings.baselines_dir)
     files = list_baselines(root)
     if not files:
@@ -195,10 +197,12 @@ def check_baselines(settings: Any) -> list[Finding]:
     for f in files[:BASELINE_LINES]:
         name = f"{f.parent.name}/{f.name}"
         try:
-            lockstep, why = gate.lockstep_commits(settings, load_baseline(f))
+            baseline = load_baseline(f)
+            lockstep, why = gate.lockstep_commits(settings, baseline)
         except (ConfigError, SchemaError) as exc:  # a broken file is named, doctor goes on
             found.append(Finding(WARN, "baselines", f"{name}: {exc}", "perfgate baseline update after a run"))
             continue
+        calibrated = check_calibration(name, baseline, gs)
         if lockstep:
             against = lockstep.describe().replace("the baseline's", "its")
             found.append(Finding(OK, "baselines", f"{name}: step times settled in lockstep against {against}"))
@@ -209,9 +213,49 @@ def check_baselines(settings: Any) -> list[Finding]:
                    else "record it with `perfgate run && perfgate baseline update` from a clean checkout")
             found.append(Finding(WARN, "baselines", f"{name}: step times against the stored numbers alone ({why}); "
                                                     "a run that moved as a whole can pass for a code change", fix))
+        if calibrated is not None:
+            found.append(calibrated)
     if len(files) > BASELINE_LINES:
         found.append(Finding(OK, "baselines", f"... and {len(files) - BASELINE_LINES} more in {root}"))
     return found
+
+
+BLIND_RATIO = 2.0  # a stored calibration under which an unpaired gate can pass a slowdown this large
+
+
+def check_calibration(name: str, baseline: Any, gs: Any) -> Finding | None:
+    """What a baseline's stored calibration (`perfgate calibrate --write`) does to the gate: how many of its
+    cases it holds figures for and the widest; a warning where they let a 2x slowdown pass against the
+    stored numbers (a threshold of 100% or more, or a run-to-run term whose share of the CI alone reaches 2x:
+    about 42% at 95%, so no 2x ratio is significant), which a hand-edited file can do. None without
+    calibration."""
+    import math
+    import statistics
+
+    keys = [c.key for c in baseline.run.cases if c.key in baseline.calibration]
+    if not keys:
+        return None
+    z = statistics.NormalDist().inv_cdf(1 - (1 - gs.confidence) / 2)
+    figures = {}
+    for key in keys:
+        case = baseline.run.case(key)
+        threshold, _ = gs.threshold_for(case, key, baseline.calibration)
+        run_to_run, _ = gs.run_to_run_term(case, key, baseline.calibration)
+        figures[key] = (threshold, run_to_run)
+    widest = (f"thresholds up to {max(t for t, _ in figures.values()) * 100:g}%, run-to-run terms up to "
+              f"{max(r for _, r in figures.values()) * 100:g}%")
+    blind = [k for k, (t, r) in figures.items()
+             if 1 + t >= BLIND_RATIO or math.exp(z * math.log1p(r)) >= BLIND_RATIO]
+    counted = f"{len(keys)} of {len(baseline.run.cases)} case(s) calibrated"
+    if not blind:
+        return Finding(OK, "calibration", f"{name}: {counted} ({widest})")
+    t, r = figures[blind[0]]
+    return Finding(WARN, "calibration",
+                   f"{name}: {counted}; {len(blind)} judged so wide that a {BLIND_RATIO:g}x slowdown can pass against "
+                   f"the stored numbers ({blind[0]}: threshold {t * 100:g}%, run-to-run {r * 100:g}%"
+                   f"{', ...' if len(blind) > 1 else ''})",
+                   "check who wrote them (`git log -p` on the baseline); `perfgate calibrate --write` again on a "
+                   "quieter runner, or delete those cases' calibration entries, and gate with --against REF meanwhile")
 
 
 def diagnose(probe: dict[str, Any] | None, probe_error: str | None, threads: int) -> list[Finding]:

@@ -10,6 +10,7 @@ import pytest
 from perfgate.calibrate import analyse, processes_needed, report_lines, smallest_detectable
 from perfgate.compare import GateSettings
 from perfgate.model import CaseResult, CaseSpec, ProcessSamples
+from perfgate.validation import SchemaError
 
 
 def rounds(rnd: random.Random, n_rounds: int, processes: int, between: float) -> list[CaseResult]:
@@ -120,14 +121,9 @@ def test_the_processes_a_threshold_needs_are_never_fewer_than_the_gate_settles_f
 def test_calibrate_write_keeps_a_baseline_update_made_while_it_measured(tmp_path, monkeypatch):
     """`calibrate --write` measures for minutes, then stores its thresholds in the baseline. It read the
     baseline before measuring and wrote that copy back: a `baseline update` made meanwhile was reverted."""
-    from conftest import TEST_WORKLOADS
-    from test_baselines import _two_case_baseline
+    from perfgate import baselines, calibrate
 
-    from perfgate import baselines, calibrate, config
-
-    path, _ = _two_case_baseline(tmp_path)
-    (tmp_path / "pyproject.toml").write_text(f'[tool.perfgate]\nworkloads_dirs = ["{TEST_WORKLOADS}"]\n')
-    settings = config.load(cwd=tmp_path)
+    settings, path = _project(tmp_path, monkeypatch)
 
     def a_baseline_update_lands_meanwhile(*args, **kwargs):
         other = baselines.load_baseline(path)
@@ -141,3 +137,110 @@ def test_calibrate_write_keeps_a_baseline_update_made_while_it_measured(tmp_path
     stored = baselines.load_baseline(path)
     assert stored.calibration["scaled_work/smoke/eager/cpu"] == {"threshold": 0.5}
     assert stored.calibration["scaled_work/smoke/compile/cpu"] == {"threshold": 0.08}
+
+
+def _project(tmp_path, monkeypatch, machine: str = "test-cpu-1t"):
+    """A project with the two-case baseline of machine ``machine`` (the fixture's), this machine taken to
+    be ``test-cpu-1t``: settings, the baseline's path."""
+    from conftest import TEST_WORKLOADS
+    from test_baselines import _two_case_baseline
+
+    from perfgate import baselines, calibrate, config
+
+    path, _ = _two_case_baseline(tmp_path)
+    if machine != "test-cpu-1t":
+        b = baselines.load_baseline(path)
+        b.machine_key = machine
+        baselines.write_baseline(b, path)
+    (tmp_path / "pyproject.toml").write_text(f'[tool.perfgate]\nworkloads_dirs = ["{TEST_WORKLOADS}"]\n')
+    monkeypatch.setattr(calibrate.environment, "machine_key", lambda env, device: "test-cpu-1t")
+    return config.load(cwd=tmp_path), path
+
+
+def _moved_rounds(factor: float) -> list[CaseResult]:
+    """Three A/A rounds of the baseline's eager case, the second slower by ``factor`` as a whole."""
+    done = rounds(random.Random(3), 3, 6, 0.003)
+    spec = CaseSpec("scaled_work", "smoke", ("eager",), "cpu")
+    done = [CaseResult(spec, "ok", r.processes) for r in done]
+    done[1] = CaseResult(spec, "ok", [ProcessSamples([round(ns * factor) for ns in p.samples_ns],
+                                                     process_index=p.process_index) for p in done[1].processes])
+    return done
+
+
+def test_write_never_stores_a_figure_no_baseline_can_hold(tmp_path, monkeypatch, capsys):
+    """One round 2x slower than the others (a noisy neighbour): the measured run-to-run term is about 100%
+    and the threshold 595%. Stored, the baseline was refused by every later gate, compare and baseline
+    update (run_to_run must be in [0, 0.5]: exit 2), and the file had to be mended by hand."""
+    from perfgate import baselines, calibrate
+
+    settings, path = _project(tmp_path, monkeypatch)
+    gate = GateSettings(bootstrap_resamples=500)
+    wild = analyse("scaled_work/smoke/eager/cpu", _moved_rounds(2.0), gate, 0.05, 6)
+    calm = analyse("scaled_work/smoke/compile/cpu", _moved_rounds(1.0), gate, 0.05, 6)
+    assert wild.run_to_run_estimate > 0.5
+    assert "(too wide for a baseline: --write leaves this case out)" in "\n".join(report_lines(wild))
+    assert "(--write stores it)" in "\n".join(report_lines(analyse("k", rounds(random.Random(0), 3, 8, 0.08), gate, 0.05, 2)))
+    monkeypatch.setattr(calibrate, "measure_noise", lambda *a, **k: {wild.key: wild, calm.key: calm})
+    calibrate.calibrate(settings, calibrate.CalibrateOptions(workloads=("tiny",), toggles=("eager",), rounds=3,
+                                                             write=True, baseline_file=str(path), ceilings=False))
+    stored = baselines.load_baseline(path)  # still a baseline every gate reads
+    assert wild.key not in stored.calibration
+    assert stored.calibration[calm.key]["run_to_run"] == calm.to_json()["run_to_run"]
+    out = capsys.readouterr().out
+    assert f"{wild.key}: not stored: run_to_run must be a finite number in [0, 0.5]" in out
+    assert "the gate keeps the configured run-to-run term and threshold for it" in out
+    assert "stored 1 calibrated threshold(s)" in out
+
+
+def test_write_refuses_another_machines_or_suites_baseline_before_measuring(tmp_path, monkeypatch):
+    """`--baseline FILE` of another machine: its gate would judge that machine's cases with this one's noise
+    (run-to-run term and threshold). Refused, exit 2, before the rounds and the ceilings."""
+    from perfgate import baselines, calibrate
+    from perfgate.config import ConfigError
+
+    settings, path = _project(tmp_path, monkeypatch, machine="nvidia-h100")
+    before = path.read_bytes()
+
+    def never(*args, **kwargs):
+        raise AssertionError("measured before refusing")
+
+    monkeypatch.setattr(calibrate, "measure_noise", never)
+    monkeypatch.setattr(calibrate, "calibrate_ceilings", never)
+    options = calibrate.CalibrateOptions(workloads=("tiny",), toggles=("eager",), write=True, baseline_file=str(path))
+    with pytest.raises(ConfigError, match="baseline of machine 'nvidia-h100', and this machine is 'test-cpu-1t'"):
+        calibrate.calibrate(settings, options)
+    assert path.read_bytes() == before
+    b = baselines.load_baseline(path)
+    b.machine_key, b.suite = "test-cpu-1t", "nightly"
+    baselines.write_baseline(b, path)
+    with pytest.raises(ConfigError, match="baseline of suite 'nightly', and calibrate measured suite 'smoke'"):
+        calibrate.calibrate(settings, options)
+    # the ceilings alone need no baseline
+    ceilings = []
+    monkeypatch.setattr(calibrate, "calibrate_ceilings", lambda *a: ceilings.append(a[-1]))
+    calibrate.calibrate(settings, calibrate.CalibrateOptions(write=True, ceilings_only=True,
+                                                             baseline_file=str(tmp_path / "none.json")))
+    assert ceilings == [True]
+
+
+def test_write_without_a_baseline_stores_no_ceilings_before_refusing(tmp_path, monkeypatch):
+    """The missing baseline is found before anything is written: the ceilings were stored, then exit 2."""
+    from perfgate import calibrate
+
+    settings, _ = _project(tmp_path, monkeypatch)
+    monkeypatch.setattr(calibrate, "calibrate_ceilings", lambda *a: pytest.fail("ceilings measured and stored"))
+    with pytest.raises(SchemaError, match="none.json"):
+        calibrate.calibrate(settings, calibrate.CalibrateOptions(workloads=("tiny",), write=True,
+                                                                 baseline_file=str(tmp_path / "none.json")))
+
+
+def test_a_round_with_step_times_of_0_is_left_out_not_a_crash():
+    """Samples of 0 ns (a broken timer, a unit of work too small to time): log(0) was a ValueError, and
+    `perfgate calibrate` exit 3 'unexpected'; the round gives no ratio and the others are judged."""
+    gate = GateSettings(bootstrap_resamples=500)
+    done = rounds(random.Random(3), 3, 6, 0.003)
+    zero = CaseResult(done[1].spec, "ok", [ProcessSamples([0] * 8, process_index=p.process_index)
+                                           for p in done[1].processes])
+    noise = analyse("k", [done[0], zero, done[2]], gate, 0.05, 6)
+    assert len(noise.rounds) == 2 and len(noise.aa_ratios) == 1
+    assert analyse("k", [zero, zero], gate, 0.05, 6) is None

@@ -130,3 +130,33 @@ def test_doctor_says_how_each_stored_baseline_will_be_judged(tmp_path):
     assert "records no git commit" in found["c-none/smoke.json"].found
     assert found["d-unfetched/smoke.json"].status == "warn" and "fetch-depth: 0" in found["d-unfetched/smoke.json"].fix
     assert found["e-broken/smoke.json"].status == "warn" and "baseline update" in found["e-broken/smoke.json"].fix
+
+
+def test_doctor_says_what_a_baselines_calibration_does_to_the_gate(tmp_path):
+    """A stored calibration widens the gate per case (threshold, run-to-run term). A file whose figures let a
+    2x slowdown pass (a hand-edited run_to_run of 0.5, the most a baseline may hold: every stored comparison
+    of the case inconclusive, nothing ever fails) was silent in doctor; now it is a warning naming the case."""
+    from perfgate import config
+    from perfgate.baselines import from_run, write_baseline
+    from perfgate.model import CaseResult, CaseSpec, ProcessSamples, RunResult
+
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\n")
+    settings = config.load(cwd=tmp_path)
+    cases = [CaseResult(spec=CaseSpec(workload="w", size="smoke", toggles=(t,), device="cpu"), status="ok",
+                        processes=[ProcessSamples(samples_ns=[1000, 1000], process_index=0)]) for t in ("eager", "compile")]
+    run = RunResult(run_id="r", suite="smoke", environment={"machine_key": "m"}, cases=cases)
+    path = tmp_path / "baselines" / "m" / "smoke.json"
+    baseline = from_run(run)
+    write_baseline(baseline, path)
+    assert [f.check for f in doctor.check_baselines(settings)] == ["baselines"]  # no calibration: no line
+    baseline.calibration["w/smoke/eager/cpu"] = {"threshold": 0.06, "run_to_run": 0.012}
+    write_baseline(baseline, path)
+    (line,) = [f for f in doctor.check_baselines(settings) if f.check == "calibration"]
+    assert line.status == "ok" and "1 of 2 case(s) calibrated (thresholds up to 6%, run-to-run terms up to 1.2%)" in line.found
+    for tampered in ({"run_to_run": 0.5}, {"threshold": 1.5}):
+        baseline.calibration["w/smoke/compile/cpu"] = tampered
+        write_baseline(baseline, path)
+        (line,) = [f for f in doctor.check_baselines(settings) if f.check == "calibration"]
+        assert line.status == "warn", line
+        assert "2 of 2 case(s) calibrated; 1 judged so wide that a 2x slowdown can pass" in line.found
+        assert "w/smoke/compile/cpu" in line.found and "git log -p" in line.fix
