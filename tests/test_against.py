@@ -177,3 +177,21 @@ def test_a_case_its_base_commit_lacks_says_so_naming_the_commit(tmp_path, monkey
     named = against.BaseCheckout(ref="main", commit=commit, path=tmp_path, repo_top=tmp_path, python_path="",
                                  workloads_dirs=(), catalog=Catalog(workloads={}, toggles=[]))
     assert against.base_has(named, spec) == f"workload 'newload' does not exist at main ({commit[:12]})"
+
+
+def test_a_dirty_head_against_its_own_commit_says_so_and_the_base_side_is_recorded_clean(tmp_path):
+    """Head is the working tree, base is REF's commit as committed: with uncommitted changes the two differ
+    though both name one commit. The console says so, and base/results.json recorded the head's
+    `git_dirty = true` for a clean worktree (a reproduction then said the base was measured with
+    uncommitted changes)."""
+    source = SCALED_WORK.read_text()
+    repo = _scaled_work_repo(tmp_path / "repo", source)
+    (repo / "workloads" / "scaled_work.py").write_text(source + "\n# an uncommitted change\n")
+    run_dir = repo / "runs" / "dirty"
+    proc = _against(repo, "HEAD", run_dir, cli_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "note: the head side is this working tree, with uncommitted changes" in proc.stdout
+    head_env = json.loads((run_dir / "results.json").read_text())["environment"]
+    base_env = json.loads((run_dir / "base" / "results.json").read_text())["environment"]
+    assert head_env["git_dirty"] is True and head_env["git_commit"] == base_env["git_commit"]
+    assert base_env["git_dirty"] is False and base_env["git_ref"] == "HEAD"
