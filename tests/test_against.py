@@ -195,3 +195,22 @@ def test_a_dirty_head_against_its_own_commit_says_so_and_the_base_side_is_record
     base_env = json.loads((run_dir / "base" / "results.json").read_text())["environment"]
     assert head_env["git_dirty"] is True and head_env["git_commit"] == base_env["git_commit"]
     assert base_env["git_dirty"] is False and base_env["git_ref"] == "HEAD"
+
+
+def test_a_workload_whose_file_fails_to_import_at_the_base_is_not_called_missing_there(tmp_path):
+    """REF holds the workload's file but it fails to import there (the head fixes it): the case is `new`
+    and said to be `does not exist at REF`, which was false; it now says the file failed to import there."""
+    source = SCALED_WORK.read_text()
+    broken = source.replace("import torch\n", "import perfgate_no_such_module\nimport torch\n", 1)
+    assert broken != source
+    repo = _scaled_work_repo(tmp_path / "repo", source, broken, source)
+    run_dir = repo / "runs" / "broken"
+    proc = _against(repo, "HEAD~1", run_dir, cli_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    verdicts = json.loads((run_dir / "comparison.json").read_text())["verdicts"]
+    assert [v["kind"] for v in verdicts if v["metric"] == "status"] == ["new"], verdicts
+    (head_case,) = json.loads((run_dir / "results.json").read_text())["cases"]
+    why = head_case["metadata"]["against"]
+    assert why.startswith("workload 'scaled_work' could not be loaded at HEAD~1 (") and "does not exist" not in why
+    assert why.endswith("its file failed to import there (ModuleNotFoundError: No module named "
+                        "'perfgate_no_such_module')"), why
