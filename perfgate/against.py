@@ -169,6 +169,23 @@ def has_commit(root: Path, commit: str) -> bool:
     return top is not None and _git(top, "cat-file", "-e", f"{commit}^{{commit}}").returncode == 0
 
 
+def _workloads_in_submodule(settings: Settings, repo_top: Path, commit: str) -> tuple[str, str] | None:
+    """(workloads dir, submodule path) for the first workloads dir that lies in a submodule of ``commit``:
+    `git worktree add` checks no submodule out, so REF's side would find that folder empty."""
+    listed = _git(repo_top, "ls-tree", "-r", "-z", commit)
+    links = [Path(entry.split("\t", 1)[1]) for entry in listed.stdout.split("\0")
+             if entry.startswith("160000 ") and "\t" in entry] if listed.returncode == 0 else []
+    for d in settings.workloads_dirs if links else ():
+        try:
+            rel = Path(d).resolve().relative_to(repo_top)
+        except ValueError:
+            continue  # outside the repository: base and head share it
+        for link in links:
+            if rel == link or link in rel.parents:
+                return rel.as_posix(), link.as_posix()
+    return None
+
+
 def checkout(settings: Settings, ref: str) -> BaseCheckout:
     """Check REF out in a temporary worktree; ConfigError when REF is not a commit of this repository."""
     repo_top = _repo_top(settings.root)
@@ -178,6 +195,12 @@ def checkout(settings: Settings, ref: str) -> BaseCheckout:
     if rev.returncode != 0:
         raise ConfigError(f"--against {ref}: not a commit in {repo_top} (a branch, tag or hash is valid)")
     commit = rev.stdout.strip()
+    in_submodule = _workloads_in_submodule(settings, repo_top, commit)
+    if in_submodule is not None:
+        d, sub = in_submodule
+        raise ConfigError(f"--against {ref}: the workloads dir {d} lies in the git submodule {sub} at "
+                          f"{commit[:12]}, and a worktree of {ref} holds no submodule's files: its side would have "
+                          "no workloads to compare with; keep the workloads in the repository itself")
     for stale in prune_stale_worktrees(repo_top):
         console.echo(f"perfgate: removed the stale worktree {stale} (its perfgate did not finish)", err=True)
     holder = Path(tempfile.mkdtemp(prefix=HOLDER_PREFIX))

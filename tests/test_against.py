@@ -214,3 +214,34 @@ def test_a_workload_whose_file_fails_to_import_at_the_base_is_not_called_missing
     assert why.startswith("workload 'scaled_work' could not be loaded at HEAD~1 (") and "does not exist" not in why
     assert why.endswith("its file failed to import there (ModuleNotFoundError: No module named "
                         "'perfgate_no_such_module')"), why
+
+
+def test_workloads_in_a_git_submodule_are_refused_with_one_line(tmp_path):
+    """`git worktree add` checks no submodule out: with the workloads in a submodule, REF's side found an
+    empty folder, every case was `new` and `run --against HEAD --gate` passed having compared nothing. It is
+    now exit 2 with one line, before any worktree or temporary folder exists."""
+    git = ("git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "protocol.file.allow=always")
+    sub = tmp_path / "wl"
+    sub.mkdir()
+    (sub / "scaled_work.py").write_text(SCALED_WORK.read_text())
+    subprocess.run(["git", "init", "-q"], cwd=sub, check=True)
+    for args in (("add", "."), ("commit", "-qm", "workloads")):
+        subprocess.run([*git, *args], cwd=sub, check=True, capture_output=True)
+    repo = _scaled_work_repo(tmp_path / "repo", SCALED_WORK.read_text())
+    for args in (("rm", "-rq", "workloads"), ("submodule", "add", "-q", str(sub), "workloads"),
+                 ("commit", "-qm", "workloads in a submodule")):
+        subprocess.run([*git, *args], cwd=repo, check=True, capture_output=True)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = _against(repo, "HEAD", repo / "runs" / "sub", cli_env(TMPDIR=str(temp)), "--gate")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "perfgate: error: --against HEAD: the workloads dir workloads lies in the git submodule workloads at "
+        f"{_head(repo)[:12]}, and a worktree of HEAD holds no submodule's files: its side would have no workloads "
+        "to compare with; keep the workloads in the repository itself"], proc.stderr
+    assert len(_worktrees(repo)) == 1 and not any(p.name.startswith(against.HOLDER_PREFIX) for p in temp.iterdir())
+
+
+def _head(repo: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                          check=True).stdout.strip()
