@@ -107,7 +107,9 @@ def _base_in(run: RunResult, comparison: Comparison | None, recorded: RunResult 
             origin += ", measured with uncommitted changes"
         return Base(commit, origin)
     ref = run.settings.get("against") if isinstance(run.settings, dict) else None
-    if against and isinstance(ref, str) and ref.strip():
+    # results.json is untrusted: a ref that no `run --against` accepted (a newline in it would end the
+    # "# base:" comment line and put the rest on a line of its own, run when the block is pasted)
+    if against and isinstance(ref, str) and ref.strip() and ref.isprintable() and not ref.startswith("-"):
         return Base(ref, "the --against ref")
     return Base(PLACEHOLDER, "no base commit recorded: put the commit or branch the baseline was measured at")
 
