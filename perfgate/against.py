@@ -169,6 +169,23 @@ def has_commit(root: Path, commit: str) -> bool:
     return top is not None and _git(top, "cat-file", "-e", f"{commit}^{{commit}}").returncode == 0
 
 
+def _workloads_in_submodule(settings: Settings, repo_top: Path, commit: str) -> tuple[str, str] | None:
+    """(workloads dir, submodule path) for the first workloads dir that lies in a submodule of ``commit``:
+    `git worktree add` checks no submodule out, so REF's side would find that folder empty."""
+    listed = _git(repo_top, "ls-tree", "-r", "-z", commit)
+    links = [Path(entry.split("\t", 1)[1]) for entry in listed.stdout.split("\0")
+             if entry.startswith("160000 ") and "\t" in entry] if listed.returncode == 0 else []
+    for d in settings.workloads_dirs if links else ():
+        try:
+            rel = Path(d).resolve().relative_to(repo_top)
+        except ValueError:
+            continue  # outside the repository: base and head share it
+        for link in links:
+            if rel == link or link in rel.parents:
+                return rel.as_posix(), link.as_posix()
+    return None
+
+
 def checkout(settings: Settings, ref: str) -> BaseCheckout:
     """Check REF out in a temporary worktree; ConfigError when REF is not a commit of this repository."""
     repo_top = _repo_top(settings.root)
@@ -178,6 +195,12 @@ def checkout(settings: Settings, ref: str) -> BaseCheckout:
     if rev.returncode != 0:
         raise ConfigError(f"--against {ref}: not a commit in {repo_top} (a branch, tag or hash is valid)")
     commit = rev.stdout.strip()
+    in_submodule = _workloads_in_submodule(settings, repo_top, commit)
+    if in_submodule is not None:
+        d, sub = in_submodule
+        raise ConfigError(f"--against {ref}: the workloads dir {d} lies in the git submodule {sub} at "
+                          f"{commit[:12]}, and a worktree of {ref} holds no submodule's files: its side would have "
+                          "no workloads to compare with; keep the workloads in the repository itself")
     for stale in prune_stale_worktrees(repo_top):
         console.echo(f"perfgate: removed the stale worktree {stale} (its perfgate did not finish)", err=True)
     holder = Path(tempfile.mkdtemp(prefix=HOLDER_PREFIX))
@@ -231,12 +254,29 @@ def probe_base(base: BaseCheckout, threads: int) -> Catalog:
     return base.catalog
 
 
-def base_has(base: BaseCheckout, spec: CaseSpec) -> str | None:
-    """None when REF can run ``spec``; else why not (its workload, size or a toggle does not exist there)."""
+def _import_error(base: BaseCheckout, head_file: str | None) -> str | None:
+    """The import error of the base's copy of ``head_file`` (the exception), when its probe reported one."""
+    cat = base.catalog
+    mapped = _map_into(Path(head_file), base.repo_top, base.path) if head_file and cat is not None else None
+    if mapped is None or cat is None:
+        return None
+    for err in cat.errors:
+        file = err.get("file")
+        if isinstance(file, str) and Path(file).resolve() == mapped.resolve():
+            return str(err.get("error", "")).rsplit(": failed to import: ", 1)[-1]
+    return None
+
+
+def base_has(base: BaseCheckout, spec: CaseSpec, head_file: str | None = None) -> str | None:
+    """None when REF can run ``spec``; else why not (its workload, size or a toggle does not exist there, or
+    the base's copy of ``head_file``, the head's workload file, failed to import)."""
     cat = base.catalog
     # a ref by its name and the commit it is at; a commit (settling against a baseline's) by its short hash
     where = f"commit {base.commit[:12]}" if base.ref == base.commit else f"{base.ref} ({base.commit[:12]})"
     if cat is None or spec.workload not in cat.workloads:
+        error = _import_error(base, head_file)
+        if error is not None:
+            return f"workload {spec.workload!r} could not be loaded at {where}: its file failed to import there ({error})"
         return f"workload {spec.workload!r} does not exist at {where}"
     info = cat.workloads[spec.workload]
     if spec.size not in info.get("sizes", {}):
@@ -278,7 +318,7 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
     Without ``sampler``: ``settings.processes`` pairs. With one (perfgate.sequential.Sampler): pairs are
     added look by look until it is settled or its budget is spent (``metadata["sampling"]`` says which)."""
     t0 = time.perf_counter()
-    missing = base_has(base, spec)
+    missing = base_has(base, spec, head_file)
     base_file = base.catalog.workloads[spec.workload]["file"] if missing is None and base.catalog else None
     (head_env, head_cache), (base_env, base_cache) = side_compile_caches(spec, run_dir, base_dir,
                                                                          settings.compile_cache)

@@ -335,9 +335,13 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
     from perfgate import against
 
     probe_base(base, settings, echo)
+    if run.environment.get("git_dirty"):
+        echo(f"note: the head side is this working tree, with uncommitted changes on top of "
+             f"{str(run.environment.get('git_commit'))[:12]}; the base side is {ref} ({base.commit[:12]}) as committed")
     base_dir = run_dir / "base"
+    # the base side is a clean worktree of REF's commit, whatever state the head's tree is in
     base_run = replace(run, run_id=f"{run.run_id}-base", environment={**run.environment, "git_commit": base.commit,
-                                                                   "git_ref": ref}, cases=[])
+                                                                   "git_dirty": False, "git_ref": ref}, cases=[])
     run = replace(run, settings={**run.settings, "against": ref})
     runner.write_results(run, run_dir / "results.json")
     t0 = time.perf_counter()

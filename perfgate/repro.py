@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.config import ConfigError, find_pyproject, load
+from perfgate.layout import LAYOUT_ENV, POLICIES
 from perfgate.model import CaseResult, Comparison, RunResult, SchemaError, load_results
 from perfgate.paths import component
 
@@ -107,7 +108,9 @@ def _base_in(run: RunResult, comparison: Comparison | None, recorded: RunResult 
             origin += ", measured with uncommitted changes"
         return Base(commit, origin)
     ref = run.settings.get("against") if isinstance(run.settings, dict) else None
-    if against and isinstance(ref, str) and ref.strip():
+    # results.json is untrusted: a ref that no `run --against` accepted (a newline in it would end the
+    # "# base:" comment line and put the rest on a line of its own, run when the block is pasted)
+    if against and isinstance(ref, str) and ref.strip() and ref.isprintable() and not ref.startswith("-"):
         return Base(ref, "the --against ref")
     return Base(PLACEHOLDER, "no base commit recorded: put the commit or branch the baseline was measured at")
 
@@ -201,11 +204,19 @@ def _glob_literal(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
 
 
+def layout_prefix(run: RunResult) -> list[str]:
+    """``PERFGATE_LAYOUT=POLICY`` when the run measured under another layout policy than the default (the
+    variable set in its environment): a reproduction under the default would measure other layouts. The
+    run's layout seed is not repeated: a reproduction draws layouts of its own (docs/gate.md)."""
+    recorded = run.environment.get("layout_policy") if isinstance(run.environment, dict) else None
+    return [f"{LAYOUT_ENV}={recorded}"] if recorded in POLICIES and recorded != POLICIES[0] else []
+
+
 def run_command(case: CaseResult, run: RunResult, base: Base, *, gate: bool = True) -> list[str]:
     """`perfgate run --against BASE` narrowed to ``case``, with the settings its run recorded."""
     settings = run.settings if isinstance(run.settings, dict) else {}
     spec = case.spec
-    argv = ["perfgate", "run", "--against", base.ref]
+    argv = [*layout_prefix(run), "perfgate", "run", "--against", base.ref]
     if run.suite:
         argv += ["--suite", run.suite]
     argv += ["-w", _glob_literal(spec.workload), "--size", spec.size, "-t", spec.toggle_name, "--device", spec.device]

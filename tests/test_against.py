@@ -177,3 +177,71 @@ def test_a_case_its_base_commit_lacks_says_so_naming_the_commit(tmp_path, monkey
     named = against.BaseCheckout(ref="main", commit=commit, path=tmp_path, repo_top=tmp_path, python_path="",
                                  workloads_dirs=(), catalog=Catalog(workloads={}, toggles=[]))
     assert against.base_has(named, spec) == f"workload 'newload' does not exist at main ({commit[:12]})"
+
+
+def test_a_dirty_head_against_its_own_commit_says_so_and_the_base_side_is_recorded_clean(tmp_path):
+    """Head is the working tree, base is REF's commit as committed: with uncommitted changes the two differ
+    though both name one commit. The console says so, and base/results.json recorded the head's
+    `git_dirty = true` for a clean worktree (a reproduction then said the base was measured with
+    uncommitted changes)."""
+    source = SCALED_WORK.read_text()
+    repo = _scaled_work_repo(tmp_path / "repo", source)
+    (repo / "workloads" / "scaled_work.py").write_text(source + "\n# an uncommitted change\n")
+    run_dir = repo / "runs" / "dirty"
+    proc = _against(repo, "HEAD", run_dir, cli_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "note: the head side is this working tree, with uncommitted changes" in proc.stdout
+    head_env = json.loads((run_dir / "results.json").read_text())["environment"]
+    base_env = json.loads((run_dir / "base" / "results.json").read_text())["environment"]
+    assert head_env["git_dirty"] is True and head_env["git_commit"] == base_env["git_commit"]
+    assert base_env["git_dirty"] is False and base_env["git_ref"] == "HEAD"
+
+
+def test_a_workload_whose_file_fails_to_import_at_the_base_is_not_called_missing_there(tmp_path):
+    """REF holds the workload's file but it fails to import there (the head fixes it): the case is `new`
+    and said to be `does not exist at REF`, which was false; it now says the file failed to import there."""
+    source = SCALED_WORK.read_text()
+    broken = source.replace("import torch\n", "import perfgate_no_such_module\nimport torch\n", 1)
+    assert broken != source
+    repo = _scaled_work_repo(tmp_path / "repo", source, broken, source)
+    run_dir = repo / "runs" / "broken"
+    proc = _against(repo, "HEAD~1", run_dir, cli_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    verdicts = json.loads((run_dir / "comparison.json").read_text())["verdicts"]
+    assert [v["kind"] for v in verdicts if v["metric"] == "status"] == ["new"], verdicts
+    (head_case,) = json.loads((run_dir / "results.json").read_text())["cases"]
+    why = head_case["metadata"]["against"]
+    assert why.startswith("workload 'scaled_work' could not be loaded at HEAD~1 (") and "does not exist" not in why
+    assert why.endswith("its file failed to import there (ModuleNotFoundError: No module named "
+                        "'perfgate_no_such_module')"), why
+
+
+def test_workloads_in_a_git_submodule_are_refused_with_one_line(tmp_path):
+    """`git worktree add` checks no submodule out: with the workloads in a submodule, REF's side found an
+    empty folder, every case was `new` and `run --against HEAD --gate` passed having compared nothing. It is
+    now exit 2 with one line, before any worktree or temporary folder exists."""
+    git = ("git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "protocol.file.allow=always")
+    sub = tmp_path / "wl"
+    sub.mkdir()
+    (sub / "scaled_work.py").write_text(SCALED_WORK.read_text())
+    subprocess.run(["git", "init", "-q"], cwd=sub, check=True)
+    for args in (("add", "."), ("commit", "-qm", "workloads")):
+        subprocess.run([*git, *args], cwd=sub, check=True, capture_output=True)
+    repo = _scaled_work_repo(tmp_path / "repo", SCALED_WORK.read_text())
+    for args in (("rm", "-rq", "workloads"), ("submodule", "add", "-q", str(sub), "workloads"),
+                 ("commit", "-qm", "workloads in a submodule")):
+        subprocess.run([*git, *args], cwd=repo, check=True, capture_output=True)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = _against(repo, "HEAD", repo / "runs" / "sub", cli_env(TMPDIR=str(temp)), "--gate")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "perfgate: error: --against HEAD: the workloads dir workloads lies in the git submodule workloads at "
+        f"{_head(repo)[:12]}, and a worktree of HEAD holds no submodule's files: its side would have no workloads "
+        "to compare with; keep the workloads in the repository itself"], proc.stderr
+    assert len(_worktrees(repo)) == 1 and not any(p.name.startswith(against.HOLDER_PREFIX) for p in temp.iterdir())
+
+
+def _head(repo: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                          check=True).stdout.strip()

@@ -135,6 +135,29 @@ def test_the_base_is_the_recorded_commit_else_the_ref_else_a_placeholder(tmp_pat
     assert base.ref == repro.PLACEHOLDER and not base.known
 
 
+def test_an_unprintable_against_ref_from_the_file_is_not_printed(tmp_path):
+    """settings.against comes from an untrusted results.json: a newline in it ended the `# base:` comment
+    line, and what followed stood on a line of its own, run when the printed block is pasted."""
+    for ref in ("a\nrm -rf ~ #", "x\rtouch y", "--output=z"):
+        run = _run(["w/smoke/eager/cpu"], settings={"against": ref})
+        base = repro.base_of(run, Comparison(verdicts=[], mode="against", baseline_source="git:x"), tmp_path)
+        assert base.ref == repro.PLACEHOLDER, ref
+        lines = "\n".join(repro.repro_for(run.cases[0], run, base).lines("s")).split("\n")
+        assert all(line.startswith(("# ", "perfgate run ")) for line in lines), lines
+
+
+def test_a_run_under_another_layout_policy_is_reproduced_under_it():
+    """A run measured with PERFGATE_LAYOUT=fixed (or random) recorded it in environment.layout_policy, but the
+    printed command ran under the default policy, drawn: other layouts than the gate's run measured."""
+    run = _run(["w/smoke/eager/cpu"])
+    for policy, prefix in (("fixed", "PERFGATE_LAYOUT=fixed perfgate run "), ("random", "PERFGATE_LAYOUT=random perfgate run "),
+                           ("drawn", "perfgate run "), ("$(x)", "perfgate run "), (None, "perfgate run ")):
+        run = RunResult(run_id="r", suite="smoke", environment={"layout_policy": policy}, settings=run.settings,
+                        cases=run.cases)
+        r = repro.repro_for(run.cases[0], run, repro.Base("main", "test"))
+        assert r.command.startswith(prefix) and r.traces.startswith(prefix), (policy, r.command)
+
+
 def test_sampling_options_follow_how_the_case_was_measured():
     fixed = _run(["w/smoke/eager/cpu"], sampling={"rule": "fixed", "processes": 2})
     assert repro.sampling_options(fixed.cases[0], fixed.settings) == ["--processes", "2"]
