@@ -7,9 +7,10 @@ import json
 import pytest
 from fixtures.synthetic import scenario, synthetic_run
 
+from perfgate import console
 from perfgate.config import ConfigError
 from perfgate.exporters import RUN_FORMATS, parse_formats, registry, write_all, write_run_reports
-from perfgate.exporters.base import ReportInput, op_diff, recommend, tolerance_text
+from perfgate.exporters.base import EAGER_DID_NOT_RUN, ReportInput, op_diff, recommend, tolerance_text
 from perfgate.model import CaseResult, CaseSpec
 from perfgate.stats import Ratio
 
@@ -109,7 +110,23 @@ def test_recommendation_for_eager_and_cases_that_cannot_run():
                          message="worker killed by SIGABRT")
     rec = recommend(crashed, None, None, 0.05)
     assert rec.action == "cannot run" and rec.reason == "failed: crash: worker killed by SIGABRT"
-    assert "eager did not run" in recommend(_ok("compile"), None, None, 0.05, eager_ran=False).reason
+    assert "eager did not run" in recommend(_ok("compile"), None, None, 0.05, EAGER_DID_NOT_RUN).reason
+
+
+def test_an_eager_step_time_of_0_gives_no_speedup_anywhere():
+    """An eager case whose samples are 0 ns (a timer that reads 0) once made every toggle "0.00x [0.00, 0.00]"
+    faster, recommended "avoid: slower than eager", in every report and the console."""
+    run = synthetic_run(["w"], toggles=("eager", "compile"))
+    for p in run.cases[0].processes:
+        p.samples_ns = [0] * len(p.samples_ns)
+    report = ReportInput(run)
+    eager, compile_ = report.rows
+    assert eager.speedup is None and compile_.speedup is None
+    assert compile_.recommendation.action == "neutral" and "a step time of 0" in compile_.recommendation.reason
+    assert run.speedup(run.cases[1]) is None
+    for name, exporter in registry().items():
+        assert "0.00x" not in exporter.render(report).decode(), name
+    assert "0.00x" not in console.run_tables(run)
 
 
 def test_op_diff_orders_by_self_time_change():

@@ -394,8 +394,14 @@ class CaseRow:
         return self.case.profile.get("trace_file")
 
 
+# Why a case has no speedup against eager to recommend by (``recommend``'s ``no_speedup``).
+NO_EAGER = "no eager case in this run to compare with"
+EAGER_DID_NOT_RUN = "eager did not run here (skipped or failed): nothing to compare with"
+ZERO_STEP_TIME = "a step time of 0 (a timer that reads 0, here or in eager): no speedup can be judged"
+
+
 def recommend(case: CaseResult, speedup: Ratio | None, memory_change: float | None, threshold: float,
-              eager_ran: bool = True) -> Recommendation:
+              no_speedup: str = NO_EAGER) -> Recommendation:
     """The documented rule (docs/reports.md), judged against eager in the same run:
 
     - a skipped or failed case: cannot run, with its reason (eager too);
@@ -403,7 +409,7 @@ def recommend(case: CaseResult, speedup: Ratio | None, memory_change: float | No
     - accuracy verdict "drift": avoid, whatever the speed;
     - speedup CI entirely above 1 + threshold: adopt;
     - speedup CI entirely below 1 - threshold: avoid (it is slower);
-    - otherwise (CI within or straddling the band, or no eager to compare with): neutral.
+    - otherwise (CI within or straddling the band, or no speedup: ``no_speedup`` says why): neutral.
     Memory growth never decides but is named in the reason, since it is the usual price of a speedup.
     """
     if case.status != STATUS_OK:
@@ -422,8 +428,7 @@ def recommend(case: CaseResult, speedup: Ratio | None, memory_change: float | No
     if case.accuracy.get("amplified"):  # named, since its rel_l2 alone looks like drift
         mem = f"{mem}; accuracy {case.accuracy.get('reason', 'amplified by the dynamics, not damaged')}"
     if speedup is None:
-        return Recommendation("neutral", ("no eager case in this run to compare with" if eager_ran else
-                                          "eager did not run here (skipped or failed): nothing to compare with") + mem)
+        return Recommendation("neutral", no_speedup + mem)
     band = f"{threshold * 100:.0f}%"
     if speedup.low > 1 + threshold:
         return Recommendation("adopt", f"{speedup.value:.2f}x faster, CI [{speedup.low:.2f}, {speedup.high:.2f}] "
@@ -661,8 +666,9 @@ class ReportInput:
         rows = []
         for c in run.cases:
             eager_key = f"{c.spec.workload}/{c.spec.size}/eager/{c.spec.device}"
+            eager_time = summaries.get(eager_key)
             if c.key == eager_key:  # eager against itself is 1 by definition, not a noisy ratio
-                speedup = Ratio(1.0, 1.0, 1.0) if summaries[c.key] else None
+                speedup = Ratio(1.0, 1.0, 1.0) if eager_time and eager_time.median > 0 else None
             else:
                 speedup = ratio_of(summaries.get(eager_key), summaries[c.key]) if eager_key in summaries else None
             mem, mem_name = memories[c.key]
@@ -674,7 +680,8 @@ class ReportInput:
                 case=c, step_time=summaries[c.key], speedup=speedup, verdicts=vs,
                 memory_bytes=mem, memory_change=mem_change,
                 recommendation=recommend(c, speedup, mem_change, self.threshold,
-                                         eager_ran=eager_key not in summaries or summaries[eager_key] is not None),
+                                         NO_EAGER if eager_key not in summaries else
+                                         EAGER_DID_NOT_RUN if eager_time is None else ZERO_STEP_TIME),
                 baseline_case=base_case, bound=roofline.case_bound(c, run.ceilings),
             )
             if c.status == STATUS_OK and row.has_regression:
