@@ -233,3 +233,31 @@ def test_history_csv_holds_no_formula_either():
     rows = list(csv.DictReader(io.StringIO(render({"+w/smoke/eager/cpu": points}, "step_time", "csv"))))
     assert rows[0]["branch"].startswith("'=") and rows[0]["machine_key"] == "'@m" and rows[0]["case"][:2] == "'+"
     assert rows[0]["value"] == "-0.5"  # numbers stay numbers
+
+
+def test_a_merge_missing_a_shard_says_so_in_every_banner():
+    """A merge of shards 1 and 2 of 3 (shard 3 failed) is judged on the cases that came: the gate passes
+    (exit 0), and every report said PASS without a word of the cases that never ran."""
+    import xml.etree.ElementTree as ET
+
+    from perfgate import gate
+    from perfgate.compare import compare_runs
+
+    run = synthetic_run(["w"], toggles=("eager", "compile", "amp-bf16"))
+    missing = ["v/smoke/eager/cpu", "v/smoke/compile/cpu"]
+    run.settings["shard"] = {"merged": [1, 2], "count": 3, "cases_total": 5, "missing_cases": missing,
+                             "plan": [c.key for c in run.cases] + missing}
+    comparison = compare_runs(run, synthetic_run(["w"], toggles=("eager", "compile", "amp-bf16")))
+    assert gate.conclude(comparison, True, lambda _: None, run) == gate.EXIT_OK
+    said = "; no result for 2 planned cases (shard(s) 3/3 not merged)"
+    report = ReportInput(run, comparison)
+    assert report.verdict.state == "pass" and said in report.verdict.headline
+    rendered = {name: e.render(report).decode() for name, e in registry().items()}
+    assert said in rendered["html"].split('id="verdict"')[1].split("</div>")[0]
+    assert said in rendered["md"].splitlines()[0]
+    assert said in ET.fromstring(rendered["junit"]).find("testsuite/system-out").text
+    # all shards given, one of them stopped early; and an uncompared merge
+    run.settings["shard"]["merged"] = [1, 2, 3]
+    assert "; no result for 2 planned cases (their shard did not finish them)" in ReportInput(run).verdict.headline
+    run.settings["shard"] = {"index": 1, "count": 3, "plan": run.settings["shard"]["plan"]}  # one shard: its own part
+    assert "planned" not in ReportInput(run).verdict.headline

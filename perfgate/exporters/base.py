@@ -771,10 +771,28 @@ class Banner:
     counts: dict[str, int]
 
 
+def planned_gap(run: RunResult) -> str:
+    """'no result for 4 planned cases (shard(s) 3/3 not merged)': what a merge of shards lacks of its plan
+    (``settings.shard.missing_cases``, perfgate.merge); '' for any other run. The gate judges only the cases
+    that came, so every banner says which did not."""
+    shard = run.settings.get("shard") if isinstance(run.settings, dict) else None
+    if not isinstance(shard, dict) or shard.get("index") is not None:
+        return ""
+    missing, merged, count = shard.get("missing_cases"), shard.get("merged"), shard.get("count")
+    if not isinstance(missing, list) or not missing:
+        return ""
+    absent = [i for i in range(1, count + 1) if i not in merged] \
+        if isinstance(count, int) and isinstance(merged, list) else []
+    which = (f"shard(s) {', '.join(f'{i}/{count}' for i in absent[:10])}{' ...' if len(absent) > 10 else ''} "
+             "not merged" if absent else "their shard did not finish them")
+    return f"no result for {plural(len(missing), 'planned case')} ({which})"
+
+
 def banner(report: ReportInput) -> Banner:
     comp = report.comparison
     st = report.status_counts
-    runs = f"{st['ok']} ok, {st['skipped']} skipped, {st['failed']} failed"
+    gap = planned_gap(report.run)
+    runs = f"{st['ok']} ok, {st['skipped']} skipped, {st['failed']} failed" + (f"; {gap}" if gap else "")
     ev = report.expectations
     exp = f"; {ev.headline}" if ev.rules else ""
     if comp is None:
@@ -792,5 +810,5 @@ def banner(report: ReportInput) -> Banner:
     found = report.evidence
     if found is not None and found.carried == 0:  # `--gate` exits 3: nothing it could pass on
         return Banner("no-evidence", f"NO EVIDENCE: no case ran to be judged ({found.unjudged}); the gate cannot "
-                                     f"pass{exp}", c)
+                                     f"pass{f'; {gap}' if gap else ''}{exp}", c)
     return Banner("pass", f"PASS: {parts} ({runs}){exp}", c)
