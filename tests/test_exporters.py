@@ -129,6 +129,19 @@ def test_an_eager_step_time_of_0_gives_no_speedup_anywhere():
     assert "0.00x" not in console.run_tables(run)
 
 
+def test_step_times_whose_speedup_overflows_render_without_one():
+    """Samples no timer gives (an untrusted results.json: eager 1e300 ns, a toggle 1e-300 ns) made the speedup
+    infinite, and report.html's speedup chart crashed on it (OverflowError: exit 3, "a perfgate bug")."""
+    run = synthetic_run(["w"], toggles=("eager", "compile"))
+    for case, ns in zip(run.cases, (1e300, 1e-300), strict=True):
+        for p in case.processes:
+            p.samples_ns = [ns] * len(p.samples_ns)
+    report = ReportInput(run)
+    assert report.rows[1].speedup is None
+    for name, exporter in registry().items():
+        assert "inf" not in exporter.render(report).decode().replace("info", ""), name
+
+
 def test_op_diff_orders_by_self_time_change():
     def case(ops):
         return CaseResult(spec=CaseSpec("w", "s", ("eager",), "cpu"), status="ok", profile={"top_ops": ops})
