@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from fixtures.synthetic import scenario, synthetic_run
@@ -140,6 +141,16 @@ def test_step_times_whose_speedup_overflows_render_without_one():
     assert report.rows[1].speedup is None
     for name, exporter in registry().items():
         assert "inf" not in exporter.render(report).decode().replace("info", ""), name
+
+
+def test_an_infinite_peak_memory_gives_no_memory_ratio():
+    """A peak memory of inf (a Measured value may be one) on both sides showed "nanx" eager's in report.html."""
+    run = synthetic_run(["w"], toggles=("eager", "compile"))
+    for case in run.cases:
+        case.metrics["peak_rss_bytes"] = math.inf
+    report = ReportInput(run)
+    assert [r.memory_change for r in report.rows] == [None, None]
+    assert "nanx" not in registry()["html"].render(report).decode()
 
 
 def test_op_diff_orders_by_self_time_change():

@@ -674,6 +674,8 @@ class ReportInput:
             mem, mem_name = memories[c.key]
             eager_mem, eager_mem_name = memories.get(eager_key, (None, ""))
             mem_change = mem / eager_mem if mem and eager_mem and mem_name == eager_mem_name else None
+            if mem_change is not None and not math.isfinite(mem_change):  # an infinite peak on a side: no ratio
+                mem_change = None
             vs = verdicts.get(c.key, [])
             base_case = baseline.case(c.key) if baseline else None
             row = CaseRow(
