@@ -340,7 +340,13 @@ def comparison_from_json(data: Any, source: str) -> Comparison:
     """A Comparison read back from a comparison.json; SchemaError naming ``source`` and the field if malformed."""
     f = Fields(data, source, "")
     verdicts = f.get("verdicts", f.array, required=True)
-    env_diff = f.get("environment_diff", f.values(f.each(lambda v, w: v)), {})
+    def pair(value: Any, where: str) -> list[Any]:
+        """[baseline, this run]: report.html's environment table shows both (a shorter list crashed it)."""
+        if not isinstance(value, list) or len(value) != 2:
+            f.fail(where, "a [baseline, this run] pair", value)
+        return value
+
+    env_diff = f.get("environment_diff", f.values(pair), {})
     return Comparison(
         verdicts=[Verdict.from_json(v, source, f"verdicts[{i}]") for i, v in enumerate(verdicts)],
         mode=f.get("mode", f.one_of(("baseline", "against")), "baseline"),

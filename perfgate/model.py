@@ -198,6 +198,28 @@ class AccuracyDocument(Document):
     tolerance: Tolerance | None = None
 
 
+class TopOpDocument(Document):
+    """One op or kernel of a profile's ``top_ops`` (perfgate.profiling.top_ops): what the op diffs read."""
+
+    model_config = ConfigDict(extra="allow")
+    name: Text
+    kind: Text = "op"
+    count_per_step: Measured | None = None
+    self_time_us_per_step: Measured | None = None
+
+
+class ProfileDocument(Document):
+    """A case's profile detail: free-form, but for the fields the reports read (a number where report.html
+    joins a list, or a list where it builds a path, crashed it: exit 3, "a perfgate bug")."""
+
+    model_config = ConfigDict(extra="allow")
+    top_ops: list[TopOpDocument] | None = None
+    graph_break_reasons: list[Text] | None = None
+    trace_dir: Text | None = None
+    trace_file: Text | None = None
+    errors: list[Text] | None = None
+
+
 class CaseDocument(Document):
     """What came of one case: status, raw samples per process, the metrics of the profile pass."""
 
@@ -208,7 +230,7 @@ class CaseDocument(Document):
     message: Text | None = None
     processes: list[ProcessDocument] = []
     metrics: dict[str, Measured] = {}
-    profile: dict[str, Any] = {}
+    profile: ProfileDocument = ProfileDocument()
     accuracy: AccuracyDocument = AccuracyDocument()
     duration_s: NonNegative = 0.0
     metadata: dict[str, Any] = {}
@@ -475,7 +497,7 @@ class CaseResult:
             failure_class=doc.failure_class,
             message=doc.message,
             metrics=dict(doc.metrics),
-            profile=dict(doc.profile),
+            profile=doc.profile.model_dump(exclude_unset=True),
             accuracy=doc.accuracy.model_dump(exclude_unset=True),
             duration_s=float(doc.duration_s),
             metadata=dict(doc.metadata),

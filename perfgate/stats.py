@@ -177,14 +177,19 @@ class Ratio:
 
 
 def ratio_of(numerator: SampleSummary | None, denominator: SampleSummary | None) -> Ratio | None:
-    """Ratio of medians; the interval combines the extremes of both CIs, so it never claims too much."""
-    if numerator is None or denominator is None or denominator.median <= 0 or denominator.ci_low <= 0:
+    """Ratio of medians; the interval combines the extremes of both CIs, so it never claims too much.
+    None where a side is missing or its median is 0: a step time of 0 is a broken timer, not an infinitely
+    fast step (eager at 0 ns once made every toggle "0.00x: slower than eager"); None too where the ratio
+    overflows (times no timer gives, from an untrusted results.json: its chart crashed report.html)."""
+    if numerator is None or denominator is None or numerator.median <= 0 or denominator.median <= 0 \
+            or denominator.ci_low <= 0:
         return None
-    return Ratio(
+    ratio = Ratio(
         value=numerator.median / denominator.median,
         low=numerator.ci_low / denominator.ci_high,
         high=numerator.ci_high / denominator.ci_low,
     )
+    return ratio if all(math.isfinite(x) for x in (ratio.value, ratio.low, ratio.high)) else None
 
 
 def format_seconds(s: float | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -80,3 +81,22 @@ def test_re_rendering_a_compared_run_keeps_its_verdicts(tmp_path):
     assert "FAIL: " in proc.stdout and "NOT COMPARED" not in proc.stdout
     summary = (run_dir / "summary.md").read_text()
     assert "FAIL: " in summary and "### Regressions" in summary
+
+
+def test_an_environment_difference_that_is_not_a_pair_is_bad_input(tmp_path):
+    """comparison.json is untrusted: an environment_diff entry other than [baseline, this run] made report.html
+    fail with "unexpected UndefinedError ... a perfgate bug" and exit 3."""
+    run_dir = _results(tmp_path)
+    verdict = {"case_key": "operator_rollout/smoke/compile/cpu", "metric": "step_time", "kind": "regression"}
+    for bad in (["2.12.0"], [], "2.12.0 -> 2.13.0", ["a", "b", "c"]):
+        (run_dir / "comparison.json").write_text(json.dumps({"verdicts": [verdict], "environment_diff": {"torch": bad}}))
+        proc = run_cli("report", str(run_dir), "--format", "html")
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            f"perfgate: error: {run_dir / 'comparison.json'}: environment_diff.torch must be a [baseline, this run] "
+            f"pair, got {ascii(bad)}"]
+    pair = {"torch": ["2.12.0", "2.13.0"], "$TORCHINDUCTOR_MAX_AUTOTUNE": [None, "1"]}
+    (run_dir / "comparison.json").write_text(json.dumps({"verdicts": [verdict], "environment_diff": pair}))
+    assert run_cli("report", str(run_dir), "--format", "html").returncode == 0
+    html = (run_dir / "report.html").read_text()
+    assert '<td class="mono">$TORCHINDUCTOR_MAX_AUTOTUNE</td><td class="mono">none</td><td class="mono">1</td>' in html

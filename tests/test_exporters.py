@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from fixtures.synthetic import scenario, synthetic_run
 
+from perfgate import console
 from perfgate.config import ConfigError
 from perfgate.exporters import RUN_FORMATS, parse_formats, registry, write_all, write_run_reports
-from perfgate.exporters.base import ReportInput, op_diff, recommend, tolerance_text
+from perfgate.exporters.base import EAGER_DID_NOT_RUN, ReportInput, op_diff, recommend, tolerance_text
 from perfgate.model import CaseResult, CaseSpec
 from perfgate.stats import Ratio
 
@@ -109,7 +111,46 @@ def test_recommendation_for_eager_and_cases_that_cannot_run():
                          message="worker killed by SIGABRT")
     rec = recommend(crashed, None, None, 0.05)
     assert rec.action == "cannot run" and rec.reason == "failed: crash: worker killed by SIGABRT"
-    assert "eager did not run" in recommend(_ok("compile"), None, None, 0.05, eager_ran=False).reason
+    assert "eager did not run" in recommend(_ok("compile"), None, None, 0.05, EAGER_DID_NOT_RUN).reason
+
+
+def test_an_eager_step_time_of_0_gives_no_speedup_anywhere():
+    """An eager case whose samples are 0 ns (a timer that reads 0) once made every toggle "0.00x [0.00, 0.00]"
+    faster, recommended "avoid: slower than eager", in every report and the console."""
+    run = synthetic_run(["w"], toggles=("eager", "compile"))
+    for p in run.cases[0].processes:
+        p.samples_ns = [0] * len(p.samples_ns)
+    report = ReportInput(run)
+    eager, compile_ = report.rows
+    assert eager.speedup is None and compile_.speedup is None
+    assert compile_.recommendation.action == "neutral" and "a step time of 0" in compile_.recommendation.reason
+    assert run.speedup(run.cases[1]) is None
+    for name, exporter in registry().items():
+        assert "0.00x" not in exporter.render(report).decode(), name
+    assert "0.00x" not in console.run_tables(run)
+
+
+def test_step_times_whose_speedup_overflows_render_without_one():
+    """Samples no timer gives (an untrusted results.json: eager 1e300 ns, a toggle 1e-300 ns) made the speedup
+    infinite, and report.html's speedup chart crashed on it (OverflowError: exit 3, "a perfgate bug")."""
+    run = synthetic_run(["w"], toggles=("eager", "compile"))
+    for case, ns in zip(run.cases, (1e300, 1e-300), strict=True):
+        for p in case.processes:
+            p.samples_ns = [ns] * len(p.samples_ns)
+    report = ReportInput(run)
+    assert report.rows[1].speedup is None
+    for name, exporter in registry().items():
+        assert "inf" not in exporter.render(report).decode().replace("info", ""), name
+
+
+def test_an_infinite_peak_memory_gives_no_memory_ratio():
+    """A peak memory of inf (a Measured value may be one) on both sides showed "nanx" eager's in report.html."""
+    run = synthetic_run(["w"], toggles=("eager", "compile"))
+    for case in run.cases:
+        case.metrics["peak_rss_bytes"] = math.inf
+    report = ReportInput(run)
+    assert [r.memory_change for r in report.rows] == [None, None]
+    assert "nanx" not in registry()["html"].render(report).decode()
 
 
 def test_op_diff_orders_by_self_time_change():
@@ -216,3 +257,31 @@ def test_history_csv_holds_no_formula_either():
     rows = list(csv.DictReader(io.StringIO(render({"+w/smoke/eager/cpu": points}, "step_time", "csv"))))
     assert rows[0]["branch"].startswith("'=") and rows[0]["machine_key"] == "'@m" and rows[0]["case"][:2] == "'+"
     assert rows[0]["value"] == "-0.5"  # numbers stay numbers
+
+
+def test_a_merge_missing_a_shard_says_so_in_every_banner():
+    """A merge of shards 1 and 2 of 3 (shard 3 failed) is judged on the cases that came: the gate passes
+    (exit 0), and every report said PASS without a word of the cases that never ran."""
+    import xml.etree.ElementTree as ET
+
+    from perfgate import gate
+    from perfgate.compare import compare_runs
+
+    run = synthetic_run(["w"], toggles=("eager", "compile", "amp-bf16"))
+    missing = ["v/smoke/eager/cpu", "v/smoke/compile/cpu"]
+    run.settings["shard"] = {"merged": [1, 2], "count": 3, "cases_total": 5, "missing_cases": missing,
+                             "plan": [c.key for c in run.cases] + missing}
+    comparison = compare_runs(run, synthetic_run(["w"], toggles=("eager", "compile", "amp-bf16")))
+    assert gate.conclude(comparison, True, lambda _: None, run) == gate.EXIT_OK
+    said = "; no result for 2 planned cases (shard(s) 3/3 not merged)"
+    report = ReportInput(run, comparison)
+    assert report.verdict.state == "pass" and said in report.verdict.headline
+    rendered = {name: e.render(report).decode() for name, e in registry().items()}
+    assert said in rendered["html"].split('id="verdict"')[1].split("</div>")[0]
+    assert said in rendered["md"].splitlines()[0]
+    assert said in ET.fromstring(rendered["junit"]).find("testsuite/system-out").text
+    # all shards given, one of them stopped early; and an uncompared merge
+    run.settings["shard"]["merged"] = [1, 2, 3]
+    assert "; no result for 2 planned cases (their shard did not finish them)" in ReportInput(run).verdict.headline
+    run.settings["shard"] = {"index": 1, "count": 3, "plan": run.settings["shard"]["plan"]}  # one shard: its own part
+    assert "planned" not in ReportInput(run).verdict.headline

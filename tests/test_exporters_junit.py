@@ -93,3 +93,20 @@ def test_a_case_gone_from_a_run_of_the_whole_suite_is_a_junit_failure():
     suite = ET.fromstring(text).find("testsuite[@name='perfgate cases missing from this run']")
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("6", "1", "5")
     assert suite.find("testcase[@name='gone/smoke/eager/cpu status']/failure").get("type") == "newly-failing"
+
+
+def test_a_failed_case_says_why_it_is_not_gated():
+    """A case failing now that the baseline lacks (``new``) was a skipped test "still failing as in the baseline"."""
+    from dataclasses import replace
+
+    from perfgate.compare import compare_runs
+
+    run = synthetic_run(["w"], toggles=("eager", "compile", "torchscript"))  # torchscript fails (synthetic)
+    baseline = synthetic_run(["w"], toggles=("eager", "compile", "torchscript"), seed=1)
+    for base, said in ((baseline, "still failing as in the baseline (compile-error): RuntimeError: "),
+                       (replace(baseline, cases=baseline.cases[:2]), "failing; not in the baseline, so not gated "
+                                                                     "(compile-error): RuntimeError: ")):
+        text = render(run, compare_runs(run, base))
+        SCHEMA.validate(text)
+        skipped = ET.fromstring(text).find(".//testcase[@name='torchscript']/skipped")
+        assert skipped.get("message").startswith(said)

@@ -149,6 +149,7 @@ def test_comparison_reader(tmp_path, runs):
     base, cur = runs
     comparison = synthetic_comparison(cur, base)
     comparison.warnings = ["torch differs"]
+    comparison.environment_diff = {"torch": ["2.12.0", "2.13.0"], "$TORCHINDUCTOR_MAX_AUTOTUNE": [None, "1"]}
 
     def read(f: Path) -> None:
         comp = read_comparison(f)

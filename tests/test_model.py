@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -127,6 +128,35 @@ def test_malformed_entries(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps(data))
     with pytest.raises(SchemaError, match=r"cases\[0\]\.spec is missing"):
         load_results(tmp_path / "b.json")
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("graph_break_reasons", 5, "graph_break_reasons must be an array, got 5"),
+    ("trace_file", 5, "trace_file must be a string, got 5"),
+    ("trace_dir", ["tb"], "trace_dir must be a string, got ['tb']"),
+    ("top_ops", 5, "top_ops must be an array, got 5"),
+    ("top_ops", [{"name": "aten::add", "count_per_step": "x"}], "top_ops[0].count_per_step must be a number"),
+    ("errors", "flops: x", "errors must be an array, got 'flops: x'"),
+])
+def test_a_profile_field_the_reports_read_is_checked_at_load(tmp_path, field, value, said):
+    """A case's profile was free-form: a number where report.html joins the graph-break reasons, a list where it
+    builds a trace path, crashed every report of the run (exit 3, "a perfgate bug") instead of exit 2."""
+    data = run().to_json()
+    data["cases"][0]["profile"] = {"window": {"steps": 3}, field: value}
+    (tmp_path / "a.json").write_text(json.dumps(data))
+    with pytest.raises(SchemaError, match=re.escape(f"a.json: cases[0].profile.{said}")):
+        load_results(tmp_path / "a.json")
+
+
+def test_a_profile_round_trips_with_the_keys_no_reader_checks(tmp_path):
+    case = ok_case()
+    case.profile = {"top_ops": [{"name": "aten::add", "kind": "op", "count_per_step": 2, "self_time_us_per_step": 1.5,
+                                 "extra": 1}], "graph_break_reasons": ["x"], "trace_dir": "tb/a", "trace_file": None,
+                    "errors": ["flops: failed"], "window": {"steps": 3}, "compile": {"recompile_reasons": []}}
+    r = run()
+    r.cases[0] = case
+    (tmp_path / "r.json").write_text(r.dumps())
+    assert load_results(tmp_path / "r.json").cases[0].profile == case.profile
 
 
 def test_the_data_model_imports_no_torch():

@@ -100,6 +100,8 @@ def test_ratio_of_missing_or_zero_is_none():
     assert ratio_of(None, _summary(1, 1, 1)) is None
     assert ratio_of(_summary(1, 1, 1), None) is None
     assert ratio_of(_summary(1, 1, 1), _summary(0.0, 0.0, 1.0)) is None
+    assert ratio_of(_summary(0.0, 0.0, 0.0), _summary(1, 1, 1)) is None  # a timer that reads 0
+    assert ratio_of(_summary(1e300, 1e300, 1e300), _summary(1e-300, 1e-300, 1e-300)) is None  # overflows
 
 
 @pytest.mark.parametrize("seconds,text", [

@@ -394,8 +394,14 @@ class CaseRow:
         return self.case.profile.get("trace_file")
 
 
+# Why a case has no speedup against eager to recommend by (``recommend``'s ``no_speedup``).
+NO_EAGER = "no eager case in this run to compare with"
+EAGER_DID_NOT_RUN = "eager did not run here (skipped or failed): nothing to compare with"
+ZERO_STEP_TIME = "a step time of 0 (a timer that reads 0, here or in eager): no speedup can be judged"
+
+
 def recommend(case: CaseResult, speedup: Ratio | None, memory_change: float | None, threshold: float,
-              eager_ran: bool = True) -> Recommendation:
+              no_speedup: str = NO_EAGER) -> Recommendation:
     """The documented rule (docs/reports.md), judged against eager in the same run:
 
     - a skipped or failed case: cannot run, with its reason (eager too);
@@ -403,7 +409,7 @@ def recommend(case: CaseResult, speedup: Ratio | None, memory_change: float | No
     - accuracy verdict "drift": avoid, whatever the speed;
     - speedup CI entirely above 1 + threshold: adopt;
     - speedup CI entirely below 1 - threshold: avoid (it is slower);
-    - otherwise (CI within or straddling the band, or no eager to compare with): neutral.
+    - otherwise (CI within or straddling the band, or no speedup: ``no_speedup`` says why): neutral.
     Memory growth never decides but is named in the reason, since it is the usual price of a speedup.
     """
     if case.status != STATUS_OK:
@@ -422,8 +428,7 @@ def recommend(case: CaseResult, speedup: Ratio | None, memory_change: float | No
     if case.accuracy.get("amplified"):  # named, since its rel_l2 alone looks like drift
         mem = f"{mem}; accuracy {case.accuracy.get('reason', 'amplified by the dynamics, not damaged')}"
     if speedup is None:
-        return Recommendation("neutral", ("no eager case in this run to compare with" if eager_ran else
-                                          "eager did not run here (skipped or failed): nothing to compare with") + mem)
+        return Recommendation("neutral", no_speedup + mem)
     band = f"{threshold * 100:.0f}%"
     if speedup.low > 1 + threshold:
         return Recommendation("adopt", f"{speedup.value:.2f}x faster, CI [{speedup.low:.2f}, {speedup.high:.2f}] "
@@ -661,20 +666,24 @@ class ReportInput:
         rows = []
         for c in run.cases:
             eager_key = f"{c.spec.workload}/{c.spec.size}/eager/{c.spec.device}"
+            eager_time = summaries.get(eager_key)
             if c.key == eager_key:  # eager against itself is 1 by definition, not a noisy ratio
-                speedup = Ratio(1.0, 1.0, 1.0) if summaries[c.key] else None
+                speedup = Ratio(1.0, 1.0, 1.0) if eager_time and eager_time.median > 0 else None
             else:
                 speedup = ratio_of(summaries.get(eager_key), summaries[c.key]) if eager_key in summaries else None
             mem, mem_name = memories[c.key]
             eager_mem, eager_mem_name = memories.get(eager_key, (None, ""))
             mem_change = mem / eager_mem if mem and eager_mem and mem_name == eager_mem_name else None
+            if mem_change is not None and not math.isfinite(mem_change):  # an infinite peak on a side: no ratio
+                mem_change = None
             vs = verdicts.get(c.key, [])
             base_case = baseline.case(c.key) if baseline else None
             row = CaseRow(
                 case=c, step_time=summaries[c.key], speedup=speedup, verdicts=vs,
                 memory_bytes=mem, memory_change=mem_change,
                 recommendation=recommend(c, speedup, mem_change, self.threshold,
-                                         eager_ran=eager_key not in summaries or summaries[eager_key] is not None),
+                                         NO_EAGER if eager_key not in summaries else
+                                         EAGER_DID_NOT_RUN if eager_time is None else ZERO_STEP_TIME),
                 baseline_case=base_case, bound=roofline.case_bound(c, run.ceilings),
             )
             if c.status == STATUS_OK and row.has_regression:
@@ -764,10 +773,28 @@ class Banner:
     counts: dict[str, int]
 
 
+def planned_gap(run: RunResult) -> str:
+    """'no result for 4 planned cases (shard(s) 3/3 not merged)': what a merge of shards lacks of its plan
+    (``settings.shard.missing_cases``, perfgate.merge); '' for any other run. The gate judges only the cases
+    that came, so every banner says which did not."""
+    shard = run.settings.get("shard") if isinstance(run.settings, dict) else None
+    if not isinstance(shard, dict) or shard.get("index") is not None:
+        return ""
+    missing, merged, count = shard.get("missing_cases"), shard.get("merged"), shard.get("count")
+    if not isinstance(missing, list) or not missing:
+        return ""
+    absent = [i for i in range(1, count + 1) if i not in merged] \
+        if isinstance(count, int) and isinstance(merged, list) else []
+    which = (f"shard(s) {', '.join(f'{i}/{count}' for i in absent[:10])}{' ...' if len(absent) > 10 else ''} "
+             "not merged" if absent else "their shard did not finish them")
+    return f"no result for {plural(len(missing), 'planned case')} ({which})"
+
+
 def banner(report: ReportInput) -> Banner:
     comp = report.comparison
     st = report.status_counts
-    runs = f"{st['ok']} ok, {st['skipped']} skipped, {st['failed']} failed"
+    gap = planned_gap(report.run)
+    runs = f"{st['ok']} ok, {st['skipped']} skipped, {st['failed']} failed" + (f"; {gap}" if gap else "")
     ev = report.expectations
     exp = f"; {ev.headline}" if ev.rules else ""
     if comp is None:
@@ -785,5 +812,5 @@ def banner(report: ReportInput) -> Banner:
     found = report.evidence
     if found is not None and found.carried == 0:  # `--gate` exits 3: nothing it could pass on
         return Banner("no-evidence", f"NO EVIDENCE: no case ran to be judged ({found.unjudged}); the gate cannot "
-                                     f"pass{exp}", c)
+                                     f"pass{f'; {gap}' if gap else ''}{exp}", c)
     return Banner("pass", f"PASS: {parts} ({runs}){exp}", c)

@@ -64,9 +64,12 @@ def _case_testcase(suite: ET.Element, g: Group, r: CaseRow, compared: bool) -> s
         return "skipped"
     if r.case.status == STATUS_FAILED:
         if compared:
-            # failing in the baseline too: known, not this change's doing; shown, not gated
-            ET.SubElement(tc, "skipped", message=clean("still failing as in the baseline" + (f" ({cls})" if cls else "")
-                                                       + (f": {why}" if why else "")))
+            # not gated (failing in the baseline too, or a case the baseline lacks): shown as what it is
+            known = status_v is not None and status_v.kind == "unchanged"
+            said = "still failing as in the baseline" if known else (
+                "failing; not in the baseline, so not gated" if status_v is not None and status_v.kind == "new"
+                else "failing; not gated")
+            ET.SubElement(tc, "skipped", message=clean(said + (f" ({cls})" if cls else "") + (f": {why}" if why else "")))
             return "skipped"
         el = ET.SubElement(tc, "error", type=clean(r.case.failure_class or "error"),
                            message=clean(first_line(r.case.message) or "failed"))
