@@ -70,6 +70,13 @@ def probe(workloads_dirs: list[str]) -> dict[str, Any]:
     env = torch_environment()
     workloads = {}
     for name, (cls, path) in sorted(found.workloads.items()):
+        # a case's toggles are the registry's and the workload's variants in one list: a variant of a
+        # toggle's name would be taken for the toggle
+        clash = sorted(set(cls.variants) & set(toggles.TOGGLES_BY_NAME))
+        if clash:
+            found.errors.append({"file": str(path), "error": f"{path}: workload {name!r}: variant {clash[0]!r} "
+                                                             "has the name of a perfgate toggle"})
+            continue
         info = cls.describe()
         info["file"] = str(path)
         workloads[name] = info
@@ -158,7 +165,9 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     layout = _layout_of(cfg, index)
     layout_mod.apply(layout)
 
-    classes = {c.name: c for c in load_file(Path(cfg["workload_file"]))}
+    classes: dict[str, Any] = {}
+    for c in load_file(Path(cfg["workload_file"])):
+        classes.setdefault(c.name, c)  # the first of a name, as discovery keeps it (a second is an error there)
     if spec.workload not in classes:
         raise RuntimeError(f"workload {spec.workload!r} not found in {cfg['workload_file']}")
     workload = classes[spec.workload]()
