@@ -30,6 +30,7 @@ from perfgate.storage import atomic_write_json
 from perfgate.zygote_protocol import FORKED_ENV, LOCKSTEP_FDS_ENV
 
 TAIL_LINES = 25
+LINE_CHARS = 500  # of one line of a message from workload code
 
 
 def torch_environment() -> dict[str, Any]:
@@ -118,9 +119,16 @@ def classify(exc: BaseException) -> str:
     return "error"
 
 
+def clip_line(line: str, chars: int = LINE_CHARS) -> str:
+    """``line`` cut to ``chars`` characters, saying how much was left out."""
+    return line if len(line) <= chars else f"{line[:chars]}... [{len(line) - chars} more characters]"
+
+
 def error_tail(exc: BaseException, lines: int = TAIL_LINES) -> str:
+    """The last ``lines`` lines of ``exc``'s traceback, each cut to LINE_CHARS: a workload's exception
+    message may be megabytes, and it goes into results.json, the reports and the console."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip().splitlines()
-    return "\n".join(text[-lines:])
+    return "\n".join(clip_line(line) for line in text[-lines:])
 
 
 def _set_threads(n: int) -> None:

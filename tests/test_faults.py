@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import REPO, TEST_WORKLOADS, run_cli
 
-from perfgate.runner import _classify_death
+from perfgate.runner import LOG_TAIL_BYTES, WorkerHandle, _bounded_message, _classify_death
 
 EXPECTED = {
     "fault_raise": ("error", "ValueError: boom"),
@@ -80,3 +80,20 @@ def test_a_python_memory_error_under_the_cap_is_oom():
 def test_deaths_the_worker_cannot_report(returncode, stderr, expected):
     failure_class, message = _classify_death(returncode, stderr)
     assert failure_class == expected[0] and expected[1] in message
+
+
+def test_a_worker_that_printed_megabytes_is_read_from_its_end_only(tmp_path):
+    """The runner read a dead worker's whole log, and put a 20 MB line of it into the case's message."""
+    log = tmp_path / "case.log"
+    log.write_text("o" * 20_000_000 + "\nFatal: the last words\n")
+    stderr = WorkerHandle(None, "", "", str(log), 0.0)._stderr()
+    assert len(stderr) <= LOG_TAIL_BYTES and stderr.endswith("the last words\n")
+    failure_class, message = _classify_death(3, stderr)
+    assert failure_class == "crash" and len(message) < 20_000 and message.endswith("Fatal: the last words")
+
+
+def test_a_result_message_is_kept_to_a_size_a_report_can_carry():
+    result = {"status": "failed", "failure_class": "error", "message": "z" * 1_000_000}
+    bounded = _bounded_message(result)
+    assert len(bounded["message"]) < 20_000 and bounded["message"].endswith("more characters]")
+    assert bounded["failure_class"] == "error" and _bounded_message({"status": "ok"}) == {"status": "ok"}
