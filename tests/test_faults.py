@@ -21,7 +21,11 @@ EXPECTED = {
     "fault_compile": ("compile-error", "InvalidBackend"),
     "fault_not_tensor": ("error", "workload 'fault_not_tensor': step returned str 'not a tensor', not a tensor"),
     "fault_none_later": ("error", "workload 'fault_none_later': step returned NoneType None, not a tensor"),
+    # the worker is in a session of its own: no terminal's Ctrl-C reaches it, the workload raised this one
+    "fault_interrupt": ("error", "KeyboardInterrupt: raised by fault_interrupt's step"),
+    "fault_huge_message": ("error", "ValueError: yyyy"),
 }
+HEALTHY = ("tiny", "operator_rollout", "hostile_metrics_threads")
 
 
 @pytest.fixture(scope="module")
@@ -30,23 +34,23 @@ def fault_run(tmp_path_factory):
     # healthy cases first and last: the run must go on past every failure. The timeout covers the worker
     # start (a fork of a server that imported torch) too: 12 s is 6x a healthy case here.
     proc = run_cli("run", "--workloads-dir", str(TEST_WORKLOADS), "-w", "tiny", "-w", "fault_*",
-                   "-w", "operator_rollout", "-t", "eager", "--processes", "1", "--samples", "3",
+                   "-w", "operator_rollout", "-w", "hostile_*", "-t", "eager", "--processes", "1", "--samples", "3",
                    "--timeout", "12", "--max-memory-mb", "1500", "--out", str(out))
     data = json.loads((out / "results.json").read_text())
-    return proc, {c["spec"]["workload"]: c for c in data["cases"]}
+    return proc, {c["spec"]["workload"]: c for c in data["cases"]}, out
 
 
 def test_the_run_goes_on_and_exits_0(fault_run):
-    proc, cases = fault_run
+    proc, cases, _ = fault_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
-    assert cases["tiny"]["status"] == "ok" and cases["operator_rollout"]["status"] == "ok"
-    assert len(cases) == 2 + len(EXPECTED)
+    assert all(cases[w]["status"] == "ok" for w in HEALTHY)
+    assert len(cases) == len(HEALTHY) + len(EXPECTED)
 
 
 @pytest.mark.parametrize("workload", sorted(EXPECTED))
 def test_each_fault_is_classified_with_its_error_tail(fault_run, workload):
-    _, cases = fault_run
+    _, cases, _ = fault_run
     failure_class, needle = EXPECTED[workload]
     case = cases[workload]
     assert case["status"] == "failed"
@@ -56,9 +60,38 @@ def test_each_fault_is_classified_with_its_error_tail(fault_run, workload):
 
 
 def test_the_table_shows_the_failure_classes(fault_run):
-    proc, _ = fault_run
+    proc, _, _ = fault_run
     for failure_class, _ in EXPECTED.values():
         assert f"[{failure_class}]" in proc.stdout
+
+
+def test_messages_stay_short_whatever_the_workload_raised(fault_run):
+    """A 10 MB exception message used to go whole into results.json, junit.xml and the console."""
+    _, cases, _ = fault_run
+    assert all(len(c.get("message") or "") < 20_000 for c in cases.values())
+    assert "more characters]" in cases["fault_huge_message"]["message"]
+
+
+def test_metrics_results_json_cannot_hold_are_left_out_and_said(fault_run, tmp_path):
+    """A string or tensor returned by metrics() used to be written as a string, and `perfgate report`
+    then refused the run's results.json ("must be a number"); NaN made it JSON other tools refuse."""
+    _, cases, out = fault_run
+    case = cases["hostile_metrics_threads"]
+    assert not {"s", "t", "n", "(1, 2)"} & set(case["metrics"])
+    left_out = case["metadata"]["metrics_left_out"]
+    assert len(left_out) == 4 and all("hostile_metrics_threads" in line for line in left_out)
+    assert all(len(line) < 1000 for line in left_out)
+    proc = run_cli("report", str(out), "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_threads_a_workload_sets_in_build_are_pinned_back_and_recorded(fault_run):
+    """torch.set_num_threads(4) in build used to hold for the samples while the case said 1 thread."""
+    _, cases, _ = fault_run
+    case = cases["hostile_metrics_threads"]
+    assert case["metrics"]["threads_in_steps"] == 1.0
+    assert case["metadata"]["threads"] == 1
+    assert case["metadata"]["threads_changed_by_workload"] == {"build": 4}
 
 
 def test_a_python_memory_error_under_the_cap_is_oom():
