@@ -391,6 +391,9 @@ def _print_probe(workloads_dirs: list[str], out_file: str | None = None) -> int:
     if out_file:
         atomic_write_json(out_file, data)
         return 0
+    # on a line of its own: the runner reads the last line, and a workload file may have printed on import
+    # without ending its line
+    sys.stdout.write("\n")
     json.dump(data, sys.stdout)
     sys.stdout.write("\n")
     return 0
