@@ -32,6 +32,7 @@ from perfgate.model import (
     CaseSpec,
     ProcessSamples,
     RunResult,
+    SchemaError,
 )
 from perfgate.storage import atomic_write_text
 
@@ -602,7 +603,15 @@ def case_from_results(spec: CaseSpec, results: Sequence[dict[str, Any]], process
                       cache_state: str) -> CaseResult:
     """One case's CaseResult from its worker processes' results, in process order: the first that did not
     end ok ends the case (skipped or failed); the first carries metrics, profile and accuracy."""
-    samples = [ProcessSamples.from_json(r["process"]) for r in results if r.get("status") == STATUS_OK]
+    samples: list[ProcessSamples] = []
+    results = list(results)
+    for i, r in enumerate(results):
+        if r.get("status") != STATUS_OK:
+            continue
+        try:
+            samples.append(ProcessSamples.from_json(r.get("process"), "the worker's result"))
+        except SchemaError as exc:  # what workload code made of it (a unit of -3 steps): this case fails, not the run
+            results[i] = {"status": STATUS_FAILED, "failure_class": "error", "message": str(exc)}
     bad = next((i for i, r in enumerate(results) if r.get("status") != STATUS_OK), None)
     if bad is not None:
         res = results[bad]

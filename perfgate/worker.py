@@ -212,7 +212,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     from perfgate import toggles as toggles_mod
     from perfgate.measure import measure, timer_for
     from perfgate.model import CaseSpec
-    from perfgate.workload import check_step_output, load_file
+    from perfgate.workload import WorkloadError, check_step_output, load_file
 
     spec = CaseSpec.from_json(cfg["spec"])
     timing = cfg.get("timing", {})
@@ -245,6 +245,10 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         return result
 
     params = spec.param_dict
+    steps = workload.steps_per_unit(params)
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
+        raise WorkloadError(f"workload {spec.workload!r}: steps_per_unit returned {type(steps).__name__} "
+                            f"{clip_line(repr(steps), 80)}, not an integer >= 1 (a unit of work is at least one step)")
     compiled = toggles_mod.compile_mode(registry_toggles) is not None
     if compiled:
         from perfgate import profiling
@@ -298,7 +302,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     result["process"] = {
         "samples_ns": m.samples_ns,
         "loops": m.loops,
-        "steps_per_unit": workload.steps_per_unit(params),
+        "steps_per_unit": int(steps),
         "first_call_s": m.first_call_s,
         "warmup_units": m.warmup_units,
         "timer": m.timer,

@@ -10,7 +10,8 @@ import sys
 import pytest
 from conftest import REPO, TEST_WORKLOADS, run_cli
 
-from perfgate.runner import LOG_TAIL_BYTES, WorkerHandle, _bounded_message, _classify_death
+from perfgate.model import CaseSpec
+from perfgate.runner import LOG_TAIL_BYTES, WorkerHandle, _bounded_message, _classify_death, case_from_results
 
 EXPECTED = {
     "fault_raise": ("error", "ValueError: boom"),
@@ -24,6 +25,8 @@ EXPECTED = {
     # the worker is in a session of its own: no terminal's Ctrl-C reaches it, the workload raised this one
     "fault_interrupt": ("error", "KeyboardInterrupt: raised by fault_interrupt's step"),
     "fault_huge_message": ("error", "ValueError: yyyy"),
+    # its worker's result used to stop the whole run (exit 2: "process.steps_per_unit must be an integer >= 1")
+    "fault_no_steps": ("error", "workload 'fault_no_steps': steps_per_unit returned int -3, not an integer >= 1"),
 }
 HEALTHY = ("tiny", "operator_rollout", "hostile_metrics_threads")
 
@@ -130,3 +133,17 @@ def test_a_result_message_is_kept_to_a_size_a_report_can_carry():
     bounded = _bounded_message(result)
     assert len(bounded["message"]) < 20_000 and bounded["message"].endswith("more characters]")
     assert bounded["failure_class"] == "error" and _bounded_message({"status": "ok"}) == {"status": "ok"}
+
+
+def test_a_worker_result_the_run_cannot_read_fails_its_case_not_the_run():
+    """A result the data model refuses (what workload code made of a field) raised SchemaError out of the
+    run loop: `perfgate run` stopped with exit 2 and the cases after it were never run."""
+    spec = CaseSpec("w", "smoke", ("eager",), "cpu")
+    good = {"samples_ns": [100, 110], "loops": 1, "steps_per_unit": 1, "first_call_s": 0.1, "warmup_units": 3,
+            "timer": "perf_counter_ns"}
+    results = [{"status": "ok", "process": good}, {"status": "ok", "process": {**good, "steps_per_unit": -3}}]
+    case = case_from_results(spec, results, 2, 0.0, "fresh")
+    assert case.status == "failed" and case.failure_class == "error"
+    assert "steps_per_unit must be an integer >= 1, got -3" in case.message
+    assert len(case.processes) == 1 and case.metadata == {"failed_process": 1}
+    assert case_from_results(spec, [{"status": "ok"}], 1, 0.0, "fresh").failure_class == "error"

@@ -178,3 +178,11 @@ class OddMetrics(Tiny):
     def metrics(self, built):
         return {"threads_in_steps": self.threads_in_steps, "s": "x" * 1_000_000, "t": torch.zeros(3),
                 "n": float("nan"), (1, 2): 3.0}
+
+
+class NoSteps(Tiny):
+    name = "fault_no_steps"
+    description = "its units are -3 steps long (test only)"
+
+    def steps_per_unit(self, params):
+        return -3
