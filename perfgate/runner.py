@@ -32,11 +32,17 @@ from perfgate.model import (
     CaseSpec,
     ProcessSamples,
     RunResult,
+    SchemaError,
 )
 from perfgate.storage import atomic_write_text
 
 PROBE_TIMEOUT_S = 300
 STDERR_TAIL_LINES = 25
+# a worker's output and result message come from workload code, which may print megabytes: the runner reads
+# the end of the log only, and keeps lines and messages to a size results.json and a console can carry
+LOG_TAIL_BYTES = 64 * 1024
+LINE_CHARS = 500
+MESSAGE_CHARS = 8000
 
 
 class InfrastructureError(RuntimeError):
@@ -169,8 +175,20 @@ def address_layout() -> str:
         return "random"
 
 
+def _clip(line: str, chars: int = LINE_CHARS) -> str:
+    return line if len(line) <= chars else f"{line[:chars]}... [{len(line) - chars} more characters]"
+
+
 def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
+    return "\n".join(_clip(line) for line in text.rstrip().splitlines()[-lines:])
+
+
+def _bounded_message(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` (a worker's, or an older perfgate's worker's) with its message at most MESSAGE_CHARS."""
+    message = result.get("message")
+    if isinstance(message, str) and len(message) > MESSAGE_CHARS:
+        result = {**result, "message": f"{message[:MESSAGE_CHARS]}... [{len(message) - MESSAGE_CHARS} more characters]"}
+    return result
 
 
 def _signal_name(num: int) -> str:
@@ -320,8 +338,12 @@ class WorkerHandle:
     t0: float
 
     def _stderr(self) -> str:
+        """The end of the worker's output (LOG_TAIL_BYTES): enough for a tail, whatever it printed."""
         try:
-            return Path(self.log_path).read_text(errors="replace")
+            with open(self.log_path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(size - LOG_TAIL_BYTES, 0))
+                return fh.read().decode(errors="replace")
         except OSError:
             return ""
 
@@ -382,7 +404,7 @@ class WorkerHandle:
         wall = time.perf_counter() - self.t0
         self._ended()
         try:
-            result = json.loads(Path(self.out_path).read_text())
+            result = _bounded_message(json.loads(Path(self.out_path).read_text()))
         except (OSError, json.JSONDecodeError):
             failure_class, message = _classify_death(self.proc.returncode, self._stderr())
             result = {"status": STATUS_FAILED, "failure_class": failure_class, "message": message}
@@ -581,7 +603,15 @@ def case_from_results(spec: CaseSpec, results: Sequence[dict[str, Any]], process
                       cache_state: str) -> CaseResult:
     """One case's CaseResult from its worker processes' results, in process order: the first that did not
     end ok ends the case (skipped or failed); the first carries metrics, profile and accuracy."""
-    samples = [ProcessSamples.from_json(r["process"]) for r in results if r.get("status") == STATUS_OK]
+    samples: list[ProcessSamples] = []
+    results = list(results)
+    for i, r in enumerate(results):
+        if r.get("status") != STATUS_OK:
+            continue
+        try:
+            samples.append(ProcessSamples.from_json(r.get("process"), "the worker's result"))
+        except SchemaError as exc:  # what workload code made of it (a unit of -3 steps): this case fails, not the run
+            results[i] = {"status": STATUS_FAILED, "failure_class": "error", "message": str(exc)}
     bad = next((i for i, r in enumerate(results) if r.get("status") != STATUS_OK), None)
     if bad is not None:
         res = results[bad]

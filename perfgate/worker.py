@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
+import numbers
 import os
 import platform
 import random
@@ -30,6 +32,7 @@ from perfgate.storage import atomic_write_json
 from perfgate.zygote_protocol import FORKED_ENV, LOCKSTEP_FDS_ENV
 
 TAIL_LINES = 25
+LINE_CHARS = 500  # of one line of a message from workload code
 
 
 def torch_environment() -> dict[str, Any]:
@@ -70,6 +73,13 @@ def probe(workloads_dirs: list[str]) -> dict[str, Any]:
     env = torch_environment()
     workloads = {}
     for name, (cls, path) in sorted(found.workloads.items()):
+        # a case's toggles are the registry's and the workload's variants in one list: a variant of a
+        # toggle's name would be taken for the toggle
+        clash = sorted(set(cls.variants) & set(toggles.TOGGLES_BY_NAME))
+        if clash:
+            found.errors.append({"file": str(path), "error": f"{path}: workload {name!r}: variant {clash[0]!r} "
+                                                             "has the name of a perfgate toggle"})
+            continue
         info = cls.describe()
         info["file"] = str(path)
         workloads[name] = info
@@ -111,9 +121,16 @@ def classify(exc: BaseException) -> str:
     return "error"
 
 
+def clip_line(line: str, chars: int = LINE_CHARS) -> str:
+    """``line`` cut to ``chars`` characters, saying how much was left out."""
+    return line if len(line) <= chars else f"{line[:chars]}... [{len(line) - chars} more characters]"
+
+
 def error_tail(exc: BaseException, lines: int = TAIL_LINES) -> str:
+    """The last ``lines`` lines of ``exc``'s traceback, each cut to LINE_CHARS: a workload's exception
+    message may be megabytes, and it goes into results.json, the reports and the console."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip().splitlines()
-    return "\n".join(text[-lines:])
+    return "\n".join(clip_line(line) for line in text[-lines:])
 
 
 def _set_threads(n: int) -> None:
@@ -124,6 +141,57 @@ def _set_threads(n: int) -> None:
         torch.set_num_interop_threads(1)
     except RuntimeError:  # already set (parallel work started): harmless for timing
         pass
+
+
+def _threads_kept(n: int, where: str, changed: dict[str, int], repin: bool) -> None:
+    """Whether workload code changed torch's thread count from the pinned ``n`` (``torch.set_num_threads``
+    in build or step): recorded in ``changed`` under ``where``; ``repin``: pinned back to ``n``, so the
+    samples run on the threads the run says (a change inside the steps cannot be undone: recorded only)."""
+    import torch
+
+    seen = torch.get_num_threads()
+    if seen != n:
+        changed[where] = seen
+        if repin:
+            torch.set_num_threads(n)
+
+
+def _workload_metrics(workload: Any, built: Any) -> tuple[dict[str, float], list[str]]:
+    """What ``workload.metrics(built)`` returned that results.json can hold (metric names to finite numbers),
+    and one line per entry left out: a string, a tensor or NaN there made the run's results.json one that
+    ``perfgate report`` and ``compare`` refuse. An exception there fails the case, as in ``step``."""
+    from collections.abc import Mapping
+
+    from perfgate.validation import MAX_NAME
+
+    raw = workload.metrics(built)
+    who = f"workload {workload.name!r}: metrics()"
+    if not isinstance(raw, Mapping):
+        return {}, [clip_line(f"{who} returned {type(raw).__name__}, not a dict of metric names to numbers")]
+    kept: dict[str, float] = {}
+    problems: list[str] = []
+    for name, value in raw.items():
+        if not (isinstance(name, str) and 0 < len(name) <= MAX_NAME and name.isprintable()):
+            problems.append(clip_line(f"{who}: the name {name!r} is not a printable string of at most "
+                                      f"{MAX_NAME} characters: left out"))
+        elif (number := _finite(value)) is None:
+            shown = clip_line(repr(value), 80)
+            problems.append(clip_line(f"{who}: {name!r} is {type(value).__name__} {shown}, not a finite "
+                                      "number: left out"))
+        else:
+            kept[name] = number
+    return kept, problems[:TAIL_LINES]
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite real number (a numpy scalar too; not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        number = float(value)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _seed(seed: int) -> None:
@@ -144,13 +212,15 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     from perfgate import toggles as toggles_mod
     from perfgate.measure import measure, timer_for
     from perfgate.model import CaseSpec
-    from perfgate.workload import check_step_output, load_file
+    from perfgate.workload import WorkloadError, check_step_output, load_file
 
     spec = CaseSpec.from_json(cfg["spec"])
     timing = cfg.get("timing", {})
     started = time.perf_counter()
     result: dict[str, Any] = {"status": "ok", "metrics": {}, "profile": {}, "accuracy": {}, "metadata": {}}
-    _set_threads(int(cfg.get("threads", 1)))
+    threads = int(cfg.get("threads", 1))
+    threads_changed: dict[str, int] = {}
+    _set_threads(threads)
     _seed(int(cfg.get("seed", 0)))
     index = int(cfg.get("process_index", 0))
     # this process's own memory layout, drawn by the orchestrator from the run's seed (perfgate.layout);
@@ -158,7 +228,9 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     layout = _layout_of(cfg, index)
     layout_mod.apply(layout)
 
-    classes = {c.name: c for c in load_file(Path(cfg["workload_file"]))}
+    classes: dict[str, Any] = {}
+    for c in load_file(Path(cfg["workload_file"])):
+        classes.setdefault(c.name, c)  # the first of a name, as discovery keeps it (a second is an error there)
     if spec.workload not in classes:
         raise RuntimeError(f"workload {spec.workload!r} not found in {cfg['workload_file']}")
     workload = classes[spec.workload]()
@@ -173,12 +245,17 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         return result
 
     params = spec.param_dict
+    steps = workload.steps_per_unit(params)
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
+        raise WorkloadError(f"workload {spec.workload!r}: steps_per_unit returned {type(steps).__name__} "
+                            f"{clip_line(repr(steps), 80)}, not an integer >= 1 (a unit of work is at least one step)")
     compiled = toggles_mod.compile_mode(registry_toggles) is not None
     if compiled:
         from perfgate import profiling
 
         profiling.reset_compile_counters()
     prepared = toggles_mod.prepare(workload, params, spec.device, registry_toggles, variants)
+    _threads_kept(threads, "build", threads_changed, repin=True)
     timer = timer_for(spec.device)
     sync = _sync_for(spec.device)
     timed_unit, timed_context = prepared.timed()
@@ -209,6 +286,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
             moved_to.append(moved.to_json())
             _seed(int(cfg.get("seed", 0)))  # the same weights and state as the first build: only where they live moves
             prepared = toggles_mod.prepare(workload, params, spec.device, registry_toggles, variants)
+            _threads_kept(threads, "build", threads_changed, repin=True)
             return prepared.timed()[0]
 
     clocks = gpu_clocks.recorder_for(spec.device)  # None on CPU or without nvidia-ml-py
@@ -220,10 +298,11 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     finally:
         if clocks is not None:
             clocks.close()
+    _threads_kept(threads, "steps", threads_changed, repin=True)
     result["process"] = {
         "samples_ns": m.samples_ns,
         "loops": m.loops,
-        "steps_per_unit": workload.steps_per_unit(params),
+        "steps_per_unit": int(steps),
         "first_call_s": m.first_call_s,
         "warmup_units": m.warmup_units,
         "timer": m.timer,
@@ -234,15 +313,20 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "bursts": m.bursts,
         "gpu_clocks": clocks.record() if clocks is not None else None,
     }
-    result["metrics"].update(workload.metrics(prepared.built))
+    workload_metrics, metrics_left_out = _workload_metrics(workload, prepared.built)
+    result["metrics"].update(workload_metrics)
     result["metadata"] = {
         "warmup_stable": m.stable,
         "warmup_ns": m.warmup_ns,
-        "threads": int(cfg.get("threads", 1)),
+        "threads": threads,
         "seed": int(cfg.get("seed", 0)),
         "variants": sorted(variants),
         "worker_start": "fork" if os.environ.get(FORKED_ENV) else "spawn",  # set by the fork server
     }
+    if threads_changed:  # {"build": n} pinned back before timing; {"steps": n}: the samples ran on n
+        result["metadata"]["threads_changed_by_workload"] = threads_changed
+    if metrics_left_out:
+        result["metadata"]["metrics_left_out"] = metrics_left_out
     if compiled:
         from perfgate import profiling
 
@@ -311,6 +395,9 @@ def _print_probe(workloads_dirs: list[str], out_file: str | None = None) -> int:
     if out_file:
         atomic_write_json(out_file, data)
         return 0
+    # on a line of its own: the runner reads the last line, and a workload file may have printed on import
+    # without ending its line
+    sys.stdout.write("\n")
     json.dump(data, sys.stdout)
     sys.stdout.write("\n")
     return 0
@@ -322,8 +409,8 @@ def _run_case_file(spec_file: str, out_file: str) -> int:
         limit_memory(cfg.get("max_memory_mb"))
         result = run_case(cfg)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a classified result
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+        # a KeyboardInterrupt too: the worker runs in a session of its own, out of reach of the terminal's
+        # Ctrl-C, so one here was raised (or signalled) by the workload: its case fails `error`, with its tail
         result = {
             "status": "failed",
             "failure_class": classify(exc),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import sys
 import traceback
 from collections.abc import Callable, Iterable
@@ -270,14 +271,48 @@ class Discovered:
     errors: list[dict[str, str]]
 
 
+# the longest workload, size or variant name: a case key joins them (workload/size/toggles/device) and is at
+# most perfgate.validation.MAX_NAME (512) characters in results.json and the history store
+MAX_PART = 100
+
+
+def _bad_name(value: Any, what: str, separators: str) -> str | None:
+    """Why ``value`` cannot be a ``what`` name, or None: a printable string of at most MAX_PART characters
+    without the case key's separators (``separators``: "/" between its parts, "+" between toggles)."""
+    if not isinstance(value, str) or not value or len(value) > MAX_PART or not value.isprintable():
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        return f"{what} name {shown} is not a printable string of 1 to {MAX_PART} characters"
+    if value != value.strip() or any(c in value for c in separators):
+        return f"{what} name {value!r} has {' or '.join(repr(c) for c in separators)} or spaces at an end " \
+               "(they separate the parts of a case key: workload/size/toggle+toggle/device)"
+    return None
+
+
 def _validate(cls: type[Workload], path: Path) -> str | None:
-    if not cls.name or not isinstance(cls.name, str):
-        return f"{path}: {cls.__name__} has no name"
-    if not cls.description:
+    problem = _bad_name(cls.name, "workload", "/")
+    if problem:
+        return f"{path}: {cls.__name__}: {problem}"
+    if not cls.description or not isinstance(cls.description, str):
         return f"{path}: workload {cls.name!r} has no description"
+    if not isinstance(cls.sizes, dict) or not all(isinstance(v, dict) for v in cls.sizes.values()):
+        return f"{path}: workload {cls.name!r}: sizes must be a dict of size names to dicts of parameters"
+    if not isinstance(cls.variants, dict):
+        return f"{path}: workload {cls.name!r}: variants must be a dict of variant names to one line each"
+    for size in cls.sizes:
+        problem = _bad_name(size, "size", "/")
+        if problem:
+            return f"{path}: workload {cls.name!r}: {problem}"
+    for variant in cls.variants:  # one named like a perfgate toggle: the worker's probe says so
+        problem = _bad_name(variant, "variant", "/+,")
+        if problem:
+            return f"{path}: workload {cls.name!r}: {problem}"
     missing = [s for s in REQUIRED_SIZES if s not in cls.sizes]
     if missing:
         return f"{path}: workload {cls.name!r} lacks sizes {', '.join(missing)} (needs {', '.join(REQUIRED_SIZES)})"
+    try:
+        json.dumps(cls.describe(), allow_nan=False)
+    except Exception as exc:  # an attribute of the wrong type, a parameter that is no JSON value
+        return f"{path}: workload {cls.name!r}: {type(exc).__name__}: {exc}"
     try:
         parse_rules(cls.own_expectations() or None, source=f"{path}: workload {cls.name!r} expectations", workload=cls.name)
     except ExpectError as exc:
@@ -323,21 +358,27 @@ def discover(dirs: Iterable[str | Path]) -> Discovered:
     """Every workload in ``dirs``; a file that fails to import is an error naming the file, not a crash."""
     workloads: dict[str, tuple[type[Workload], Path]] = {}
     errors: list[dict[str, str]] = []
+    loaded: set[Path] = set()
     for f in workload_files(dirs):
+        if f.resolve() in loaded:  # a folder named twice (the config's and --workloads-dir): its files once
+            continue
+        loaded.add(f.resolve())
         try:
             classes = load_file(f)
-        except Exception as exc:  # a user's file may raise anything at import
+        except BaseException as exc:  # noqa: BLE001 - a user's file may raise anything at import, sys.exit too
             tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            tb = tb if len(tb) <= 300 else tb[:297] + "..."
             errors.append({"file": str(f), "error": f"{f}: failed to import: {tb}"})
             continue
         for cls in classes:
             problem = _validate(cls, f)
             if problem:
                 errors.append({"file": str(f), "error": problem})
-            elif cls.name in workloads and workloads[cls.name][1] != f:
-                errors.append(
-                    {"file": str(f), "error": f"{f}: workload {cls.name!r} already defined in {workloads[cls.name][1]}"}
-                )
+            elif cls.name in workloads:
+                # in this file too: a subclass that kept its parent's name would replace it, unseen
+                other_cls, other = workloads[cls.name]
+                where = str(other) if other != f else f"this file by {other_cls.__name__} ({cls.__name__} needs a name of its own)"
+                errors.append({"file": str(f), "error": f"{f}: workload {cls.name!r} already defined in {where}"})
             else:
                 workloads[cls.name] = (cls, f)
     return Discovered(workloads=workloads, errors=errors)

@@ -666,6 +666,17 @@ def test_a_probe_an_older_fork_server_does_not_answer_is_spawned(tmp_path, monke
     assert not list((tmp_path / "work").glob("probe-*"))
 
 
+def test_a_spawned_probe_answers_after_a_workload_file_printed_half_a_line(tmp_path):
+    """`perfgate list` (a spawned probe) stopped with "the worker probe printed no catalog" (exit 3) when a
+    workload file wrote to stdout on import without a newline: the catalog landed on the end of that line."""
+    folder = tmp_path / "prints"
+    folder.mkdir()
+    (folder / "prints.py").write_text((TEST_WORKLOADS / "faults.py").read_text()
+                                      + "\nimport sys\nsys.stdout.write('loading without a newline')\n")
+    probe = runner.run_probe([folder], 1)
+    assert probe["environment"]["probe_start"] == "spawn" and "tiny" in probe["workloads"]
+
+
 HANGS_AT_IMPORT = '''"""Writes its pid to $PERFGATE_TEST_PIDS_FILE, then hangs while imported (test only)."""
 import os
 import time

@@ -214,3 +214,63 @@ def test_from_callable_workload_runs_under_perfgate_run(tmp_path, cli):
     assert sorted((c["key"], c["status"]) for c in cases) == [
         ("existing_mlp/smoke/eager/cpu", "ok"), ("existing_mlp/smoke/inference-mode/cpu", "ok"),
         ("rms_norm_step/smoke/eager/cpu", "ok"), ("rms_norm_step/smoke/inference-mode/cpu", "ok")]
+
+
+def test_a_name_used_twice_in_one_file_is_an_error_not_a_silent_replacement(tmp_path):
+    # a subclass that forgot its own name used to replace its parent's workload, unseen
+    write(tmp_path / "w.py", """
+        class Base(Workload):
+            name = "w"
+            description = "the base"
+            sizes = SIZES
+
+        class Variant(Base):
+            description = "forgot its name"
+        """)
+    found = discover([tmp_path, tmp_path])  # a folder named twice (config and --workloads-dir) is no duplicate
+    assert found.workloads["w"][0].description == "the base"
+    (err,) = found.errors
+    assert err["error"] == (f"{tmp_path / 'w.py'}: workload 'w' already defined in this file by Base "
+                            "(Variant needs a name of its own)")
+    assert [c.description for c in load_file(tmp_path / "w.py")][0] == "the base"
+
+
+@pytest.mark.parametrize("body,needle", [
+    ("sys.exit(2)\n", "failed to import: SystemExit: 2"),  # a script's argparse at import
+    ("raise KeyboardInterrupt\n", "failed to import: KeyboardInterrupt"),
+    ("class W(Workload):\n    name = 'a/b'\n    description = 'd'\n    sizes = SIZES\n",
+     "workload name 'a/b' has '/'"),
+    ("class W(Workload):\n    name = 'w' * 10000\n    description = 'd'\n    sizes = SIZES\n",
+     "is not a printable string of 1 to 100 characters"),
+    ("class W(Workload):\n    name = 'w'\n    description = 'd'\n    sizes = {**SIZES, 'sm/oke': {}}\n",
+     "workload 'w': size name 'sm/oke' has '/'"),
+    ("class W(Workload):\n    name = 'w'\n    description = 'd'\n    sizes = SIZES\n    variants = {'a+b': 'x'}\n",
+     "workload 'w': variant name 'a+b' has"),
+    ("class W(Workload):\n    name = 'w'\n    description = 'd'\n    sizes = ['smoke', 'pr', 'full']\n",
+     "sizes must be a dict of size names to dicts of parameters"),
+    ("class W(Workload):\n    name = 'w'\n    description = 'd'\n    sizes = {**SIZES, 'smoke': {'x': float('nan')}}\n",
+     "workload 'w': ValueError"),
+], ids=["sys-exit", "keyboard-interrupt", "slash-name", "long-name", "slash-size", "plus-variant",
+        "sizes-list", "nan-param"])
+def test_a_broken_workload_file_is_one_error_naming_it_never_a_failed_probe(tmp_path, body, needle):
+    """Each used to stop the worker probe (`perfgate run` / `list` exit 3) or to make case keys
+    (workload/size/toggle+toggle/device) that expectations and acknowledgements cannot match."""
+    bad = write(tmp_path / "bad.py", "import sys\n" + body)
+    write(tmp_path / "good.py", "class G(Workload):\n    name = 'g'\n    description = 'g'\n    sizes = SIZES\n")
+    found = discover([tmp_path])
+    assert list(found.workloads) == ["g"]
+    (err,) = found.errors
+    assert err["file"] == str(bad) and needle in err["error"] and "\n" not in err["error"]
+    assert len(err["error"]) < 600
+
+
+def test_a_variant_named_like_a_toggle_is_an_error_of_the_probe(tmp_path):
+    """A case's toggles hold registry toggles and variants alike: a variant 'compile' was run as the toggle."""
+    from perfgate.worker import probe
+
+    write(tmp_path / "w.py", "class W(Workload):\n    name = 'w'\n    description = 'd'\n    sizes = SIZES\n"
+                             "    variants = {'compile': 'x'}\n")
+    catalog = probe([str(tmp_path)])
+    assert "w" not in catalog["workloads"]
+    (err,) = catalog["workload_errors"]
+    assert err["error"] == f"{tmp_path / 'w.py'}: workload 'w': variant 'compile' has the name of a perfgate toggle"

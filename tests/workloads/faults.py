@@ -141,3 +141,48 @@ class Sleeps(Tiny):
     def build(self, params, device, dtype, variants):
         time.sleep(20)
         return super().build(params, device, dtype, variants)
+
+
+class Interrupts(Tiny):
+    name = "fault_interrupt"
+    description = "its step raises KeyboardInterrupt, as a workload's own signal handler might (test only)"
+
+    def step(self, model, state, built, params):
+        raise KeyboardInterrupt("raised by fault_interrupt's step")
+
+
+class HugeMessage(Tiny):
+    name = "fault_huge_message"
+    description = "its step raises an exception whose message is 10 MB on one line (test only)"
+
+    def step(self, model, state, built, params):
+        raise ValueError("y" * 10_000_000)
+
+
+class OddMetrics(Tiny):
+    """Healthy, but its metrics() returns what results.json cannot hold next to a good figure, and its build
+    sets torch's threads to 4 (past perfgate's pin of 1); its step records the threads it runs on."""
+
+    name = "hostile_metrics_threads"
+    description = "returns a string, a tensor, NaN and a tuple key as metrics; sets 4 threads in build (test only)"
+    threads_in_steps = 0
+
+    def build(self, params, device, dtype, variants):
+        torch.set_num_threads(4)
+        return super().build(params, device, dtype, variants)
+
+    def step(self, model, state, built, params):
+        self.threads_in_steps = torch.get_num_threads()
+        return super().step(model, state, built, params)
+
+    def metrics(self, built):
+        return {"threads_in_steps": self.threads_in_steps, "s": "x" * 1_000_000, "t": torch.zeros(3),
+                "n": float("nan"), (1, 2): 3.0}
+
+
+class NoSteps(Tiny):
+    name = "fault_no_steps"
+    description = "its units are -3 steps long (test only)"
+
+    def steps_per_unit(self, params):
+        return -3
