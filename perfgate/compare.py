@@ -450,6 +450,30 @@ def _widen(low: float, high: float, t_result: Any, confidence: float) -> tuple[f
 # exp() of its raw bound overflowed
 LOG_RATIO_LIMIT = math.log(1e9)
 BOOTSTRAP_BATCH = 500  # resamples per batch: the Walsh averages of a batch stay a few MB
+BOOTSTRAP_ELEMENTS = 8_000_000  # values one bootstrap batch may hold (64 MB of float64)
+SHIFT_SIDE_MAX = 128  # samples a side a two-sample shift is computed from, past SHIFT_PAIRS_MAX pairs
+SHIFT_PAIRS_MAX = SHIFT_SIDE_MAX * SHIFT_SIDE_MAX
+
+
+def _batch(per_resample: int) -> int:
+    """Resamples per bootstrap batch so that a batch holds at most BOOTSTRAP_ELEMENTS values."""
+    return max(1, min(BOOTSTRAP_BATCH, BOOTSTRAP_ELEMENTS // max(per_resample, 1)))
+
+
+def _thinned_sides(head: Any, base: Any) -> tuple[Any, Any]:
+    """``head`` and ``base`` as they are, or, when they make more than SHIFT_PAIRS_MAX differences, each
+    side longer than SHIFT_SIDE_MAX as that many of its order statistics, evenly spaced (min and max kept)."""
+    import numpy as np
+
+    if len(head) * len(base) <= SHIFT_PAIRS_MAX:
+        return head, base
+
+    def thin(x: Any) -> Any:
+        if len(x) <= SHIFT_SIDE_MAX:
+            return x
+        return np.sort(x)[np.round(np.linspace(0, len(x) - 1, SHIFT_SIDE_MAX)).astype(int)]
+
+    return thin(head), thin(base)
 
 
 def walsh_median(x: Any, axis: int = -1) -> Any:
@@ -561,7 +585,8 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
             low = high = estimate
         else:
             ci = sps.bootstrap((diffs,), walsh_median, confidence_level=confidence, n_resamples=resamples,
-                               method="percentile", vectorized=True, batch=BOOTSTRAP_BATCH, rng=rng)
+                               method="percentile", vectorized=True, batch=_batch(len(diffs) ** 2 // 2 + len(diffs)),
+                               rng=rng)
             low, high = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
         if np.all(diffs == 0):
             p = 1.0
@@ -575,12 +600,17 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
         reachable = True
     else:
         paired = False
-        estimate = float(shift_median(head, base))
+        # the shift and its bootstrap hold every head - base difference: thousands of raw samples a side (one
+        # fast process) asked for tens of GiB (MemoryError, exit 3); past SHIFT_PAIRS_MAX both come from each
+        # side's evenly spaced order statistics (a CI as wide as that many samples give); the rank and t tests
+        # below still see every sample
+        th, tb = _thinned_sides(head, base)
+        estimate = float(shift_median(th, tb))
         if np.ptp(np.concatenate([base, head])) == 0:
             low = high = estimate
         else:
-            ci = sps.bootstrap((head, base), shift_median, confidence_level=confidence, n_resamples=resamples,
-                               method="percentile", vectorized=True, batch=BOOTSTRAP_BATCH, rng=rng)
+            ci = sps.bootstrap((th, tb), shift_median, confidence_level=confidence, n_resamples=resamples,
+                               method="percentile", vectorized=True, batch=_batch(len(th) * len(tb)), rng=rng)
             low, high = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
         p = 1.0
         if np.ptp(np.concatenate([base, head])) > 0:

@@ -334,6 +334,38 @@ def test_one_process_per_side_never_fails_the_gate():
     assert time_kind(groups(rnd, 1, 1e-3, 0.0, 0.01, 20), groups(rnd, 1, 2e-3, 0.0, 0.01, 20)) == "inconclusive"
 
 
+def test_thousands_of_raw_samples_a_side_stay_within_a_bounded_bootstrap(monkeypatch):
+    """One fast process a side holds thousands of samples; the raw-sample shift's bootstrap built every
+    head - base difference of 500 resamples at once (2,500 a side: 25 GB, MemoryError, exit 3)."""
+    import numpy as np
+
+    from perfgate import compare
+
+    real, largest = compare.shift_median, []
+
+    def bounded(head, base, axis=-1):
+        h, b = np.asarray(head), np.asarray(base)
+        size = int(np.prod(np.broadcast_shapes(h.shape[:-1], b.shape[:-1]))) * h.shape[-1] * b.shape[-1]
+        largest.append(size)
+        assert size <= compare.BOOTSTRAP_ELEMENTS, f"{size} differences at once"
+        return real(head, base, axis)
+
+    monkeypatch.setattr(compare, "shift_median", bounded)
+    rnd = random.Random(12)
+    same = time_change([[1e-4 * (1 + 0.05 * rnd.random()) for _ in range(2500)]],
+                       [[1e-4 * (1 + 0.05 * rnd.random()) for _ in range(2500)]])
+    slower = time_change([[1e-4 * (1 + 0.05 * rnd.random()) for _ in range(2500)]],
+                         [[1.1e-4 * (1 + 0.05 * rnd.random()) for _ in range(2500)]])
+    assert largest and max(largest) <= compare.BOOTSTRAP_ELEMENTS
+    assert same.low < 1.0 < same.high and not same.significant
+    assert 1.08 < slower.ratio < 1.12 and slower.low > 1.0 and slower.significant
+    # a few hundred samples a side (the common one-process case) are not thinned at all
+    h, b = compare._thinned_sides(np.arange(100.0), np.arange(160.0))
+    assert (len(h), len(b)) == (100, 160)
+    h, b = compare._thinned_sides(np.arange(3000.0), np.arange(50.0))
+    assert len(h) == compare.SHIFT_SIDE_MAX and (h[0], h[-1]) == (0.0, 2999.0) and len(b) == 50
+
+
 def test_status_verdicts_and_every_kind_is_produced():
     rnd = random.Random(7)
     g = lambda m=1e-3: groups(rnd, 4, m, 0.005, 0.005)  # noqa: E731
