@@ -6,6 +6,12 @@ that agree inside a process while processes disagree is what the gate calls perf
 (docs/gate.md, "Performance modes, compared mode by mode").
 
     .venv/bin/python benchmarks/process_states.py --processes 30 --seconds 3 [--pin 0,1] [--kernels conv,mm,ew]
+        [--malloc system|steady|both]
+
+``--malloc steady`` fixes the C allocator's thresholds in each process first, as perfgate's workers do
+(perfgate.layout.steady_malloc); ``both`` alternates the two policies process by process, side by side.
+Each process also reports its minor page faults per timed call: the slow states were glibc's malloc
+handing large temporaries back to the kernel and faulting them in again (docs/gate.md).
 """
 
 from __future__ import annotations
@@ -19,7 +25,10 @@ import sys
 import time
 
 CHILD = r'''
-import json, sys, time
+import json, resource, sys, time
+if sys.argv[3] == "steady":
+    from perfgate import layout
+    assert layout.steady_malloc() == "steady"
 import torch, torch.nn as nn
 torch.set_num_threads(1)
 torch.manual_seed(0)
@@ -55,6 +64,7 @@ for k in chosen:
     for _ in range(3):
         kernels[k]()
 seconds = {k: [] for k in chosen}
+calls, faults = 0, resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(int(sys.argv[1])):  # the kernels in turn, one median per second each
     ts, end = {k: [] for k in chosen}, time.perf_counter() + 1.0
     while time.perf_counter() < end:
@@ -62,8 +72,10 @@ for _ in range(int(sys.argv[1])):  # the kernels in turn, one median per second 
             t = time.perf_counter()
             kernels[k]()
             ts[k].append(time.perf_counter() - t)
+            calls += 1
     for k in chosen:
         seconds[k].append(sorted(ts[k])[len(ts[k]) // 2] * 1e3)
+seconds["faults_per_call"] = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / max(calls, 1)
 print(json.dumps(seconds))
 '''
 
@@ -77,34 +89,49 @@ def main() -> int:
     ap.add_argument("--kernels", default="conv",
                     help="timed in turn in each process: conv (the rollout), mm (a matmul chain), ew (elementwise "
                          "over 1 MiB); several show whether a process's state is the machine's or each computation's")
+    ap.add_argument("--malloc", default="system", choices=("system", "steady", "both"),
+                    help="the C allocator's defaults, perfgate's steady thresholds, or the two in turn")
     ap.add_argument("--out", default=None, help="write every process's seconds as JSON here")
     args = ap.parse_args()
     pins = [c for c in args.pin.split(",") if c]
     kernels = args.kernels.split(",")
     rows = []
     print(f"load before: {os.getloadavg()}")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p),
+           "PERFGATE_MALLOC": "steady"}
     for i in range(args.processes):
-        cmd = [sys.executable, "-c", CHILD, str(args.seconds), args.kernels]
+        policy = args.malloc if args.malloc != "both" else ("system", "steady")[i % 2]
+        cmd = [sys.executable, "-c", CHILD, str(args.seconds), args.kernels, policy]
         cpu = pins[i % len(pins)] if pins else None
         if cpu is not None:
             cmd = ["taskset", "-c", cpu, *cmd]
         started = time.strftime("%H:%M:%S", time.gmtime())
-        seconds = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout)
-        rows.append({"process": i, "cpu": cpu, "started_utc": started,
-                     "ms": {k: [round(s, 2) for s in seconds[k]] for k in kernels}})
-        print(f"{i:>3} {started} cpu {cpu or '-'}  " + "   ".join(
-            f"{k} " + " ".join(f"{s:6.2f}" for s in seconds[k]) for k in kernels) + "  ms", flush=True)
+        seconds = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300,
+                                            env=env).stdout)
+        faults = seconds.pop("faults_per_call")
+        rows.append({"process": i, "cpu": cpu, "started_utc": started, "malloc": policy,
+                     "faults_per_call": round(faults, 1), "ms": {k: [round(s, 2) for s in seconds[k]] for k in kernels}})
+        print(f"{i:>3} {started} cpu {cpu or '-'} {policy:6}  " + "   ".join(
+            f"{k} " + " ".join(f"{s:6.2f}" for s in seconds[k]) for k in kernels)
+            + f"  ms, {faults:8.1f} page faults a call", flush=True)
     print()
-    for k in kernels:
-        medians = [statistics.median(r["ms"][k]) for r in rows]
-        mid = statistics.median(medians)
-        fast = [i for i, m in enumerate(medians) if m < args.fast * mid]
-        inside = statistics.median((max(r["ms"][k]) - min(r["ms"][k])) / statistics.median(r["ms"][k]) for r in rows)
-        print(f"{k}: {len(fast)} of {len(rows)} processes below {args.fast:g}x the median ({mid:.2f} ms): processes "
-              f"{fast}; a process's seconds spread (max-min over median): median {inside:.1%}")
-        for cpu in sorted({r["cpu"] for r in rows if r["cpu"] is not None}):
-            mine = [i for i, r in enumerate(rows) if r["cpu"] == cpu]
-            print(f"    cpu {cpu}: {sum(i in fast for i in mine)} of {len(mine)} fast")
+    for policy in sorted({r["malloc"] for r in rows}):
+        mine = [r for r in rows if r["malloc"] == policy]
+        print(f"malloc {policy}: {len(mine)} processes, page faults a call: median "
+              f"{statistics.median(r['faults_per_call'] for r in mine):.1f}")
+        for k in kernels:
+            medians = [statistics.median(r["ms"][k]) for r in mine]
+            mid = statistics.median(medians)
+            fast = [r["process"] for r, m in zip(mine, medians, strict=True) if m < args.fast * mid]
+            mad = statistics.median(abs(m - mid) for m in medians) * 1.4826 / mid
+            inside = statistics.median((max(r["ms"][k]) - min(r["ms"][k])) / statistics.median(r["ms"][k]) for r in mine)
+            print(f"  {k}: process medians {min(medians):.2f}-{mid:.2f}-{max(medians):.2f} ms (min-median-max), "
+                  f"robust sd {mad:.1%}, max/min {max(medians) / min(medians):.2f}; {len(fast)} below {args.fast:g}x the "
+                  f"median: processes {fast}; a process's seconds spread (max-min over median): median {inside:.1%}")
+            for cpu in sorted({r["cpu"] for r in mine if r["cpu"] is not None}):
+                on = [r["process"] for r in mine if r["cpu"] == cpu]
+                print(f"    cpu {cpu}: {sum(i in fast for i in on)} of {len(on)} fast")
     print(f"load after: {os.getloadavg()}")
     if args.out:
         with open(args.out, "w") as f:

@@ -57,7 +57,10 @@ STATUS = "status"
 
 # Environment keys whose difference makes a stored baseline a doubtful reference.
 ENVIRONMENT_KEYS = ("torch", "torch_cuda", "cudnn", "nvidia_driver", "python", "device_name", "cpu_model",
-                    "threads", "machine_key", "address_layout")
+                    "threads", "machine_key", "address_layout", "malloc")
+# what a key's absence means, where results written before it existed measured one way: workers used the C
+# allocator's default thresholds until `malloc` was recorded (docs/gate.md)
+ENVIRONMENT_BEFORE = {"malloc": "system"}
 
 
 # ---------------------------------------------------------------- settings: [tool.perfgate.gate]
@@ -1112,8 +1115,10 @@ def tuning_variables(value: Any) -> dict[str, str] | None:
 def environment_diff(base_env: dict[str, Any], cur_env: dict[str, Any]) -> dict[str, list[Any]]:
     """The environment keys that matter for timing and differ: {key: [baseline, current]}; a variable that
     tunes the workers (``TUNING_ENV``, recorded on both sides) as ``$NAME``, None where a side lacks it."""
-    out = {k: [base_env.get(k), cur_env.get(k)] for k in ENVIRONMENT_KEYS
-           if k in base_env and k in cur_env and base_env.get(k) != cur_env.get(k)}
+    sides = [{**{k: v for k, v in ENVIRONMENT_BEFORE.items() if k in other}, **env}
+             for env, other in ((base_env, cur_env), (cur_env, base_env))]
+    out = {k: [sides[0].get(k), sides[1].get(k)] for k in ENVIRONMENT_KEYS
+           if k in sides[0] and k in sides[1] and sides[0].get(k) != sides[1].get(k)}
     b, c = tuning_variables(base_env.get(TUNING_ENV)), tuning_variables(cur_env.get(TUNING_ENV))
     if b is not None and c is not None:
         names = sorted(str(k) for k in {*b, *c} if b.get(k) != c.get(k))

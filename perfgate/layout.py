@@ -20,6 +20,15 @@ every worker of every run; the case file and the fork server's request are padde
   (0 to 511 pages: 2 MiB, past the set-index bits of the caches). Address space only: it counts against
   ``max_memory_mb`` (an address-space cap) by at most 66 MiB, and costs no memory.
 
+What is set, per process, before anything of the workload runs (``steady_malloc``, below): the C
+allocator's thresholds. glibc's malloc raises its mmap threshold the first time it frees a large mapped
+block and gives the top of its heap back to the kernel past twice that; which of a workload's large
+temporaries then come back as fresh zero pages every step depends on what the process allocated before
+(its layout, its run folder's name). On the conv rollout of the layout issue that was the "performance
+modes": processes of one build at 32, 54 or 63 ms a unit, 0, 12,000 or 18,000 page faults a unit
+(docs/gate.md, "The performance modes were the C allocator's"). Fixed thresholds (``PERFGATE_MALLOC``:
+``steady``, the default, or ``system``) make every process allocate alike.
+
 ``PERFGATE_LAYOUT`` picks the policy: ``drawn`` (default), ``fixed`` (the pre-2026-11-26 scheme: a heap
 offset set by the process index, the same in every run) or ``random`` (the kernel's address-space
 randomisation, nothing drawn). ``PERFGATE_LAYOUT_SEED`` fixes the run's seed (default: a fresh one per
@@ -161,6 +170,44 @@ def draw(process_index: int, seed: int | None = None, which: str | None = None, 
     seed = run_seed() if seed is None else seed
     rng = random.Random(f"perfgate-layout:{seed}:{process_index}" + (f":{group}" if group else ""))
     return Layout("drawn", seed, HEAP_STEP * (1 + rng.randrange(HEAP_SPAN // HEAP_STEP)), rng.randrange(MMAP_PAGES))
+
+
+MALLOC_ENV = "PERFGATE_MALLOC"
+MALLOC_POLICIES = ("steady", "system")
+# glibc mallopt(3) parameters, and the values ``steady`` sets: blocks up to 32 MiB (the largest mmap threshold
+# glibc accepts on 64-bit) come from the heap, and the heap's top is never given back while below 1 GiB.
+# Both must be set: either alone turns the dynamic threshold off with the other at its 128 KiB default, and
+# the conv rollout then took 39,000 page faults a unit instead of 0 (docs/gate.md)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+STEADY_MMAP_THRESHOLD, STEADY_TRIM_THRESHOLD = 32 << 20, 1 << 30
+
+
+def malloc_policy() -> str:
+    """The C allocator policy in force: ``PERFGATE_MALLOC`` when it names one, else ``steady``."""
+    value = os.environ.get(MALLOC_ENV, "steady")
+    return value if value in MALLOC_POLICIES else "steady"
+
+
+def steady_malloc() -> str:
+    """Under the ``steady`` policy, fix the C allocator's mmap and trim thresholds in this process (a worker,
+    before its workload), so that its large temporaries are reused from the heap instead of mapped and
+    faulted in anew at every step by some processes and not others. Returns what holds: ``steady``,
+    ``system`` (the policy asks for the allocator's defaults) or ``unavailable`` (not glibc: nothing set)."""
+    if malloc_policy() != "steady":
+        return "system"
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        if not hasattr(libc, "gnu_get_libc_version"):  # glibc's parameters (musl and macOS have no such mallopt)
+            return "unavailable"
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return "unavailable"
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    done = mallopt(M_MMAP_THRESHOLD, STEADY_MMAP_THRESHOLD) == 1
+    done = mallopt(M_TRIM_THRESHOLD, STEADY_TRIM_THRESHOLD) == 1 and done
+    return "steady" if done else "unavailable"
 
 
 _held: list[Any] = []  # what a layout took, alive for the process's life

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.config import ConfigError, find_pyproject, load
-from perfgate.layout import LAYOUT_ENV, POLICIES
+from perfgate.layout import LAYOUT_ENV, MALLOC_ENV, MALLOC_POLICIES, POLICIES
 from perfgate.model import CaseResult, Comparison, RunResult, SchemaError, load_results
 from perfgate.paths import component
 
@@ -205,11 +205,14 @@ def _glob_literal(name: str) -> str:
 
 
 def layout_prefix(run: RunResult) -> list[str]:
-    """``PERFGATE_LAYOUT=POLICY`` when the run measured under another layout policy than the default (the
-    variable set in its environment): a reproduction under the default would measure other layouts. The
-    run's layout seed is not repeated: a reproduction draws layouts of its own (docs/gate.md)."""
-    recorded = run.environment.get("layout_policy") if isinstance(run.environment, dict) else None
-    return [f"{LAYOUT_ENV}={recorded}"] if recorded in POLICIES and recorded != POLICIES[0] else []
+    """``PERFGATE_LAYOUT=POLICY`` and ``PERFGATE_MALLOC=POLICY`` where the run measured under another layout or
+    C allocator policy than the default (the variables set in its environment): a reproduction under the
+    defaults would measure other layouts. The run's layout seed is not repeated: a reproduction draws
+    layouts of its own (docs/gate.md)."""
+    env = run.environment if isinstance(run.environment, dict) else {}
+    return [f"{name}={env.get(key)}" for name, key, policies in ((LAYOUT_ENV, "layout_policy", POLICIES),
+                                                                 (MALLOC_ENV, "malloc", MALLOC_POLICIES))
+            if env.get(key) in policies and env.get(key) != policies[0]]
 
 
 def run_command(case: CaseResult, run: RunResult, base: Base, *, gate: bool = True) -> list[str]:

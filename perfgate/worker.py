@@ -226,6 +226,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     # this process's own memory layout, drawn by the orchestrator from the run's seed (perfgate.layout);
     # before anything of the workload, so that its allocations land where the draw put them
     layout = _layout_of(cfg, index)
+    allocator = layout_mod.steady_malloc()  # the C allocator's thresholds fixed: no process-by-process modes
     layout_mod.apply(layout)
 
     classes: dict[str, Any] = {}
@@ -308,7 +309,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "timer": m.timer,
         "process_index": index,
         "heap_offset": layout.heap_offset,
-        "layout": {**layout.to_json(), "moved_to": moved_to} if moved_to else layout.to_json(),
+        "layout": {**layout.to_json(), "malloc": allocator, **({"moved_to": moved_to} if moved_to else {})},
         "layout_groups": m.layout_groups,
         "bursts": m.bursts,
         "gpu_clocks": clocks.record() if clocks is not None else None,

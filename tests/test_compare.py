@@ -524,6 +524,21 @@ def test_a_variable_that_tunes_the_workers_is_an_environment_difference():
     assert len(compare_runs(cur, many).environment_diff) == 21
 
 
+def test_a_baseline_measured_with_the_allocators_defaults_is_an_environment_difference():
+    """Workers fix the C allocator's thresholds since 2026-11-27 (environment.malloc, docs/gate.md): the conv
+    rollout ran up to 2x faster for it. A baseline measured before (no ``malloc`` recorded: glibc's
+    defaults) or with PERFGATE_MALLOC=system is a doubtful reference for a steady run, and the warning says so."""
+    rnd = random.Random(9)
+    gs = groups(rnd, 2, 1e-3, 0.001, 0.001)
+    steady = run(case("eager", gs), env={"malloc": "steady"})
+    for base_env in ({}, {"malloc": "system"}):
+        cmp = compare_runs(steady, run(case("eager", gs), env=base_env))
+        assert cmp.environment_diff == {"malloc": ["system", "steady"]}, base_env
+        assert "malloc system -> steady" in cmp.warnings[0]
+    assert compare_runs(steady, run(case("eager", gs), env={"malloc": "steady"})).environment_diff == {}
+    assert compare_runs(run(case("eager", gs)), run(case("eager", gs))).environment_diff == {}  # neither says
+
+
 def test_the_default_re_measures_against_a_stored_baseline_only():
     assert GateSettings().remeasures("stored") and not GateSettings().remeasures("against")
     assert parse_gate({"remeasure": True}).remeasures("against")

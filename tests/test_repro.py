@@ -148,7 +148,8 @@ def test_an_unprintable_against_ref_from_the_file_is_not_printed(tmp_path):
 
 def test_a_run_under_another_layout_policy_is_reproduced_under_it():
     """A run measured with PERFGATE_LAYOUT=fixed (or random) recorded it in environment.layout_policy, but the
-    printed command ran under the default policy, drawn: other layouts than the gate's run measured."""
+    printed command ran under the default policy, drawn: other layouts than the gate's run measured. The same
+    for PERFGATE_MALLOC=system (environment.malloc)."""
     run = _run(["w/smoke/eager/cpu"])
     for policy, prefix in (("fixed", "PERFGATE_LAYOUT=fixed perfgate run "), ("random", "PERFGATE_LAYOUT=random perfgate run "),
                            ("drawn", "perfgate run "), ("$(x)", "perfgate run "), (None, "perfgate run ")):
@@ -156,6 +157,13 @@ def test_a_run_under_another_layout_policy_is_reproduced_under_it():
                         cases=run.cases)
         r = repro.repro_for(run.cases[0], run, repro.Base("main", "test"))
         assert r.command.startswith(prefix) and r.traces.startswith(prefix), (policy, r.command)
+    # the C allocator's policy likewise (docs/gate.md): a reproduction must allocate as the run did
+    for env, prefix in (({"malloc": "system"}, "PERFGATE_MALLOC=system perfgate run "),
+                        ({"malloc": "steady"}, "perfgate run "), ({"malloc": "x;y"}, "perfgate run "),
+                        ({"layout_policy": "fixed", "malloc": "system"},
+                         "PERFGATE_LAYOUT=fixed PERFGATE_MALLOC=system perfgate run ")):
+        run = RunResult(run_id="r", suite="smoke", environment=env, settings=run.settings, cases=run.cases)
+        assert repro.repro_for(run.cases[0], run, repro.Base("main", "test")).command.startswith(prefix), env
 
 
 def test_sampling_options_follow_how_the_case_was_measured():

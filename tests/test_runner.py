@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -281,7 +282,7 @@ class HeapSpy(Workload):
     description = "records where a worker's first allocations land (test only)"
     sizes = {s: {"steps": 1} for s in ("smoke", "pr", "full")}
     def build(self, params, device, dtype, variants):
-        where = [libc.malloc(n) for n in (24, 200, 1000, 5000, 40000, 100000, 1 << 22)]
+        where = [libc.malloc(n) for n in (24, 200, 1000, 5000, 40000, 100000, 1 << 26)]
         with open(os.environ["HEAPSPY_OUT"], "a") as fh:
             fh.write(f"{os.getpid()} " + " ".join(f"{a:x}" for a in where) + "\\n")
         return Built(model=None, state=torch.zeros(2))
@@ -337,6 +338,60 @@ def test_the_fork_server_serves_on_after_a_request_too_large_for_it(tmp_path):
         z.close()
 
 
+GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+GLIBC_STEADY = "steady" if GLIBC else "unavailable"  # what a worker's steady_malloc() gives here
+
+# Two large temporaries alive at once, then freed, every step: with glibc's default thresholds the second step
+# on takes them from the heap's top and the frees hand the top back to the kernel (past twice the raised
+# mmap threshold), so every step faults them in again; with the steady thresholds they stay (docs/gate.md)
+THRASH = r"""
+import ctypes, json, resource
+from perfgate import layout
+state = layout.steady_malloc()
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+faults = []
+for step in range(20):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    a, b = libc.malloc(1 << 20), libc.malloc(1 << 20)
+    ctypes.memset(a, 1, 1 << 20); ctypes.memset(b, 1, 1 << 20)
+    libc.free(b); libc.free(a)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+big = libc.malloc(16 << 20)  # after the loop: freeing a mapped block this size would raise glibc's thresholds
+heaps = [[int(x, 16) for x in line.split()[0].split("-")] for line in open("/proc/self/maps")
+         if line.rstrip().endswith("[heap]")]
+in_heap = any(lo <= big < hi for lo, hi in heaps)
+print(json.dumps({"state": state, "in_heap": in_heap, "faults": faults}))
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="the steady thresholds are glibc's mallopt parameters")
+def test_the_steady_allocator_keeps_large_temporaries_instead_of_faulting_them_in_every_step():
+    """The conv rollout's "performance modes" were glibc's malloc: some processes handed their large
+    temporaries back to the kernel at every step and faulted them in again (12,000-18,000 page faults a unit,
+    1.3-2x slower), others not, depending on what they had allocated before. A worker fixes the thresholds
+    first (PERFGATE_MALLOC=steady, the default): a 16 MiB block comes from the heap and a step's two 1 MiB
+    temporaries fault in once, not every step; PERFGATE_MALLOC=system keeps glibc's defaults."""
+    seen = {}
+    for policy in ("steady", "system"):
+        proc = subprocess.run([sys.executable, "-c", THRASH], env=cli_env(PERFGATE_MALLOC=policy),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        seen[policy] = json.loads(proc.stdout)
+    steady, system = seen["steady"], seen["system"]
+    assert steady["state"] == "steady" and system["state"] == "system"
+    assert steady["in_heap"] and not system["in_heap"], seen
+    assert sum(steady["faults"][2:]) < 50, seen  # faulted in once, then kept
+    assert min(system["faults"][2:]) >= 400, seen  # 2 MiB = 512 pages, in every step
+
+
+def test_an_unknown_malloc_policy_is_the_default(monkeypatch):
+    monkeypatch.setenv(layout.MALLOC_ENV, "jemalloc")
+    assert layout.malloc_policy() == "steady"
+    monkeypatch.setenv(layout.MALLOC_ENV, "system")
+    assert layout.malloc_policy() == "system" and layout.steady_malloc() == "system"
+
+
 def test_layout_draws_are_seeded_per_process_and_spread():
     from perfgate import layout
 
@@ -383,9 +438,13 @@ def test_each_worker_lands_where_its_drawn_layout_puts_it(tmp_path):
         runs.append(list(first.values()))  # in process order: one process at a time
         data = json.loads((tmp_path / name / "results.json").read_text())
         assert data["environment"]["layout_policy"] == "drawn" and data["environment"]["layout_seed"] == int(seed)
-        drawn = [{k: v for k, v in p["layout"].items() if k != "moved_to"} for p in data["cases"][0]["processes"]]
+        drawn = [{k: v for k, v in p["layout"].items() if k not in ("moved_to", "malloc")}
+                 for p in data["cases"][0]["processes"]]
         assert drawn == [layout.draw(i, seed=int(seed), which="drawn").to_json() for i in range(n)]
-        # the reserved pages move every later mapping (the 4 MiB allocation is one) by exactly that much
+        assert data["environment"]["malloc"] == "steady"
+        assert {p["layout"]["malloc"] for p in data["cases"][0]["processes"]} == {GLIBC_STEADY}
+        # the reserved pages move every later mapping (the 64 MiB allocation is one: past the steady allocator's
+        # 32 MiB mmap threshold, docs/gate.md) by exactly that much
         big = [int(row.split()[-1], 16) for row in runs[-1]]
         assert [b - big[0] for b in big] == [(drawn[0]["mmap_pages"] - d["mmap_pages"]) * 4096 for d in drawn], runs[-1]
     assert [len(r) for r in runs] == [4, 5, 4]
@@ -427,7 +486,7 @@ def test_a_worker_sampling_three_layouts_builds_the_workload_on_each(tmp_path):
     builds: dict[str, list[int]] = {}
     for line in seen.read_text().splitlines():
         pid, *where = line.split()
-        builds.setdefault(pid, []).append(int(where[-1], 16))  # the 4 MiB allocation of each build
+        builds.setdefault(pid, []).append(int(where[-1], 16))  # the 64 MiB allocation of each build
     assert len(builds) == 2 and all(len(set(b)) >= 3 for b in builds.values()), builds
 
 
