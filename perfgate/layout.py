@@ -13,10 +13,10 @@ randomisation is off in workers (perfgate.runner) and the exec strings are padde
 every worker of every run; the case file and the fork server's request are padded to whole pages too
 (``padded_json``). What is drawn, per process, before anything of the workload runs (perfgate.worker):
 
-- ``heap_offset``: bytes taken from the C heap and kept, so the workload's small allocations start
-  elsewhere in the heap (16-byte steps over 64 KiB);
+- ``heap_offset``: bytes taken from the C heap and kept, so the workload's heap allocations (under the
+  steady allocator, below, every block up to 32 MiB) start elsewhere in the heap (16-byte steps over 64 KiB);
 - ``mmap_pages``: pages of address space reserved and kept (with a fixed 64 MiB below them), so every
-  later mapping (large tensors, the math libraries' JIT code, thread stacks) lands that many pages lower
+  later mapping (blocks past 32 MiB, the math libraries' JIT code, thread stacks) lands that many pages lower
   (0 to 511 pages: 2 MiB, past the set-index bits of the caches). Address space only: it counts against
   ``max_memory_mb`` (an address-space cap) by at most 66 MiB, and costs no memory.
 
