@@ -102,6 +102,22 @@ def check_threads(cpu_count: int | None, threads: int) -> Finding:
     return Finding(OK, "threads", where + extra)
 
 
+def check_allocator(state: str | None = None) -> Finding:
+    """The C allocator workers will run with (perfgate.layout.steady_malloc; docs/gate.md, "The performance
+    modes were the C allocator's")."""
+    from perfgate import layout
+
+    state = state or layout.malloc_state()
+    if state == "steady":
+        return Finding(OK, "allocator", "steady: workers fix glibc's mmap and trim thresholds before the workload")
+    if state == "system":
+        return Finding(WARN, "allocator", f"{layout.MALLOC_ENV}=system: workers keep glibc's defaults, under which "
+                       "processes of one build can differ up to 2x by whether their heaps thrash",
+                       f"unset {layout.MALLOC_ENV} unless measuring the allocator itself")
+    return Finding(WARN, "allocator", "not glibc: workers keep the C allocator's defaults (nothing to set)",
+                   "compare with --against, whose pairs share a machine's minutes, if processes fall into modes")
+
+
 def check_clock(sysfs: Path = Path("/sys/devices/system/cpu"), which: Callable[[str], str | None] = shutil.which,
                 ) -> list[Finding]:
     """The CPU frequency governor and turbo (clock pinning), and a GPU's locked clocks when nvidia-smi is here."""
@@ -262,5 +278,5 @@ def diagnose(probe: dict[str, Any] | None, probe_error: str | None, threads: int
     """Every check, in the order ``perfgate doctor`` prints them."""
     env = (probe or {}).get("environment", {})
     return [check_python(), *check_torch(probe, probe_error), check_compiler(bool(env.get("cuda_available"))),
-            check_threads(os.cpu_count(), threads), *check_clock(), check_tensorboard(), check_browser(),
+            check_threads(os.cpu_count(), threads), check_allocator(), *check_clock(), check_tensorboard(), check_browser(),
             check_git()]

@@ -188,6 +188,24 @@ def malloc_policy() -> str:
     return value if value in MALLOC_POLICIES else "steady"
 
 
+def _glibc() -> Any:
+    """This process's C library when it is glibc (whose mallopt parameters ``steady`` sets), else None."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+    except (OSError, AttributeError):
+        return None
+    return libc if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt") else None
+
+
+def malloc_state() -> str:
+    """What ``steady_malloc`` would give in a worker started from here (``perfgate doctor``), setting nothing."""
+    if malloc_policy() != "steady":
+        return "system"
+    return "steady" if _glibc() is not None else "unavailable"
+
+
 def steady_malloc() -> str:
     """Under the ``steady`` policy, fix the C allocator's mmap and trim thresholds in this process (a worker,
     before its workload), so that its large temporaries are reused from the heap instead of mapped and
@@ -195,15 +213,12 @@ def steady_malloc() -> str:
     ``system`` (the policy asks for the allocator's defaults) or ``unavailable`` (not glibc: nothing set)."""
     if malloc_policy() != "steady":
         return "system"
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        if not hasattr(libc, "gnu_get_libc_version"):  # glibc's parameters (musl and macOS have no such mallopt)
-            return "unavailable"
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    libc = _glibc()  # musl and macOS have no such parameters: nothing is set there
+    if libc is None:
         return "unavailable"
+    import ctypes
+
+    mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     done = mallopt(M_MMAP_THRESHOLD, STEADY_MMAP_THRESHOLD) == 1
     done = mallopt(M_TRIM_THRESHOLD, STEADY_TRIM_THRESHOLD) == 1 and done

@@ -736,16 +736,17 @@ def test_hodges_lehmann_estimates_by_hand_and_along_an_axis():
 def test_the_run_to_run_term_is_measured_per_case_or_the_devices_default():
     """Unpaired comparisons carry the run-to-run spread `perfgate calibrate --write` measured for the case on
     this machine and device; until then the device's default (a GPU's whole runs moved by ~6% on the first
-    H200 run, so 3%); lockstep pairs their own. The rule says which."""
+    H200 run, so 3%; a CPU's 2%: unchanged code's unpaired ratios spread by 1.4% on the conv rollout once
+    the workers' C allocator was steady); lockstep pairs their own. The rule says which."""
     g = GateSettings()
     cpu, gpu = case("eager"), replace(case("eager"), spec=replace(spec(), device="cuda"))
-    assert g.run_to_run_term(cpu, "k") == (0.03, "run_to_run default, not calibrated")
+    assert g.run_to_run_term(cpu, "k") == (0.02, "run_to_run default, not calibrated")
     assert g.run_to_run_term(gpu, "k") == (0.03, "run_to_run_cuda default, not calibrated")
     assert g.run_to_run_term(gpu, "k", paired=True) == (0.005, "paired")
     cal = {"k": {"threshold": 0.05, "run_to_run": 0.021, "measured_at": "2026-11-26T07:00:00+0000"}}
     assert g.run_to_run_term(gpu, "k", cal) == (0.021, "measured by calibrate on 2026-11-26")
     for bad in (-0.1, 7.0, True, "0.02", None):  # an untrusted file's value: the default instead
-        assert g.run_to_run_term(cpu, "k", {"k": {"run_to_run": bad}})[0] == 0.03
+        assert g.run_to_run_term(cpu, "k", {"k": {"run_to_run": bad}})[0] == 0.02
 
 
 def test_a_stored_gpu_comparison_does_not_call_a_win_that_a_whole_run_moving_explains():
@@ -763,7 +764,10 @@ def test_a_stored_gpu_comparison_does_not_call_a_win_that_a_whole_run_moving_exp
         return v
 
     assert verdict("cpu", run_to_run=0.01).kind == "win"  # 1%: what a quiet CPU runner's hours justify
-    assert verdict("cpu").kind == "inconclusive"  # the CPU default, 3% since the layout issue's runs
+    assert verdict("cpu", run_to_run=0.03).kind == "inconclusive"  # whole runs moving 3%: not a win either
+    # the CPU default, 2%: on a CPU whose runs do not move as the H200's did (1.4% between unpaired runs
+    # of the conv rollout, docs/gate.md), the same evidence is a win, as calibrate's 0.5% makes it on the GPU
+    assert verdict("cpu").kind == "win"
     gpu = verdict("cuda")
     assert gpu.kind == "inconclusive" and "run-to-run 3% (run_to_run_cuda default, not calibrated)" in gpu.rule
     assert verdict("cuda", {"k": {"run_to_run": 0.005}}).kind == "win"  # measured quiet: the evidence stands

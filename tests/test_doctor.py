@@ -84,6 +84,20 @@ def test_threads_beyond_half_the_cores_warn():
     assert finding.status == "warn" and "threads = 1" in finding.fix
 
 
+def test_the_allocator_line_says_what_workers_will_run_with(monkeypatch):
+    """docs/gate.md, "The performance modes were the C allocator's": steady is ok; PERFGATE_MALLOC=system and
+    a C library without glibc's parameters are warnings that say what follows."""
+    from perfgate import layout
+
+    monkeypatch.setenv(layout.MALLOC_ENV, "system")
+    finding = doctor.check_allocator()
+    assert finding.status == "warn" and "PERFGATE_MALLOC=system" in finding.found and "unset" in finding.fix
+    monkeypatch.delenv(layout.MALLOC_ENV)
+    assert doctor.check_allocator().status == ("ok" if layout._glibc() is not None else "warn")
+    assert doctor.check_allocator("unavailable").status == "warn"
+    assert "steady" in doctor.check_allocator("steady").line()
+
+
 def test_cpu_torch_next_to_an_nvidia_driver_is_named(monkeypatch):
     monkeypatch.setattr("perfgate.environment.nvidia_driver", lambda: "550.54")
     probe = {"environment": {"torch": "2.13.0+cpu", "torch_cuda": None, "cuda_available": False}, "toggles": []}
