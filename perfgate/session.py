@@ -188,7 +188,7 @@ def new_run(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path
     # what tunes the workers, as NAME=value (an environment holds no tables): a difference is reported
     env["tuning_env"] = [f"{k}={v}" for k, v in runner.tuning_environment().items()]
     env["layout_policy"] = layout.policy()  # drawn: each worker draws its own layout (docs/gate.md)
-    env["malloc"] = layout.malloc_policy()  # steady: the C allocator's thresholds fixed in workers (docs/gate.md)
+    env["malloc"] = layout.malloc_state()  # steady: the C allocator's thresholds fixed in workers (docs/gate.md)
     if env["layout_policy"] == "drawn":
         env["layout_seed"] = layout.run_seed()
     recorded = settings.to_json()

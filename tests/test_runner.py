@@ -441,7 +441,7 @@ def test_each_worker_lands_where_its_drawn_layout_puts_it(tmp_path):
         drawn = [{k: v for k, v in p["layout"].items() if k not in ("moved_to", "malloc")}
                  for p in data["cases"][0]["processes"]]
         assert drawn == [layout.draw(i, seed=int(seed), which="drawn").to_json() for i in range(n)]
-        assert data["environment"]["malloc"] == "steady"
+        assert data["environment"]["malloc"] == GLIBC_STEADY
         assert {p["layout"]["malloc"] for p in data["cases"][0]["processes"]} == {GLIBC_STEADY}
         # the reserved pages move every later mapping (the 64 MiB allocation is one: past the steady allocator's
         # 32 MiB mmap threshold, docs/gate.md) by exactly that much
