@@ -379,13 +379,13 @@ HEAD_SHA, OLD_SHA, BASE_SHA = "a" * 40, "b" * 40, "c" * 40
 
 def _approve(gpu_wf, fake_gh, tmp_path, *, reviews: list[list[dict]] | None = None, live_head: str = HEAD_SHA,
              labeller: str = "maintainer", author: str = "contributor", head_repo: str = "fork/perfgate",
-             head_sha: str = HEAD_SHA):
+             head_sha: str = HEAD_SHA, base_ref: str = "main"):
     answer, _, env = fake_gh
     answer("repos/org/perfgate/pulls/7", {"head": {"sha": live_head}})
     answer("repos/org/perfgate/pulls/7/reviews", reviews if reviews is not None else [[]])
     step = _step(gpu_wf["jobs"]["approve"], "pin the approved commit")
     env = {**env, "REPO": "org/perfgate", "PR_NUMBER": "7", "HEAD_SHA": head_sha, "BASE_SHA": BASE_SHA,
-           "HEAD_REPO": head_repo, "AUTHOR": author, "LABELLER": labeller, "GH_TOKEN": "x"}
+           "BASE_REF": base_ref, "HEAD_REPO": head_repo, "AUTHOR": author, "LABELLER": labeller, "GH_TOKEN": "x"}
     return _run_step(step, env, tmp_path)
 
 
@@ -396,7 +396,15 @@ def _review(user: str, state: str, commit: str) -> dict:
 def test_approve_pins_the_head_the_labeller_approved(gpu_wf, fake_gh, tmp_path):
     proc, out = _approve(gpu_wf, fake_gh, tmp_path, reviews=[[_review("maintainer", "APPROVED", HEAD_SHA)]])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert out == {"sha": HEAD_SHA, "base": BASE_SHA}
+    assert out == {"sha": HEAD_SHA, "base": BASE_SHA, "base-ref": "main"}
+
+
+@pytest.mark.parametrize("base_ref", ["main; echo x", "release/1 2", "", "x" * 101, "feature/`id`"])
+def test_approve_refuses_a_base_branch_name_it_would_not_put_in_a_status(gpu_wf, fake_gh, tmp_path, base_ref):
+    proc, out = _approve(gpu_wf, fake_gh, tmp_path, reviews=[[_review("maintainer", "APPROVED", HEAD_SHA)]],
+                         base_ref=base_ref)
+    assert proc.returncode == 1 and out == {}, proc.stdout + proc.stderr
+    assert "the base branch's name" in proc.stdout
 
 
 def test_approve_refuses_a_head_pushed_after_the_review(gpu_wf, fake_gh, tmp_path):
@@ -563,12 +571,31 @@ def test_gpu_verdict_is_a_commit_status_on_the_approved_commit(gpu_wf, fake_gh, 
     assert post["if"].startswith("always()")
     assert post["env"]["SHA"] == APPROVED
     _, calls, env = fake_gh
-    proc, _ = _run_step(post, {**env, "REPO": "org/perfgate", "SHA": HEAD_SHA, "STATE": "failure",
+    proc, _ = _run_step(post, {**env, "REPO": "org/perfgate", "SHA": HEAD_SHA, "STATE": "failure", "BASE_REF": "main",
                                "RUN_URL": "https://github.com/org/perfgate/actions/runs/1"}, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (call,) = calls()
     assert call[:4] == ["api", "--method", "POST", f"repos/org/perfgate/statuses/{HEAD_SHA}"]
-    assert "state=failure" in call and "context=perfgate GPU gate" in call
+    assert "state=failure" in call and "context=perfgate GPU gate (main)" in call
+
+
+def test_a_pass_against_another_branch_is_no_pass_for_main(gpu_wf, fake_gh, tmp_path):
+    """A pull request approved and measured against `release` keeps its status when it is retargeted to
+    `main`: the status names the base branch it was judged against, so `perfgate GPU gate (main)`, the
+    required check, is still missing."""
+    _, job = _final_job(gpu_wf)
+    post = _step(job, "post the verdict")
+    assert post["env"]["BASE_REF"] == "${{ needs.approve.outputs.base-ref }}"
+    approve = gpu_wf["jobs"]["approve"]
+    assert approve["outputs"]["base-ref"] == "${{ steps.pin.outputs.base-ref }}"
+    assert _step(approve, "pin the approved commit")["env"]["BASE_REF"] == "${{ github.event.pull_request.base.ref }}"
+    _, calls, env = fake_gh
+    proc, _ = _run_step(post, {**env, "REPO": "org/perfgate", "SHA": HEAD_SHA, "STATE": "success", "BASE_REF": "release",
+                               "RUN_URL": "https://github.com/org/perfgate/actions/runs/1"}, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (call,) = calls()
+    contexts = [arg.split("=", 1)[1] for arg in call if arg.startswith("context=")]
+    assert contexts == ["perfgate GPU gate (release)"]
 
 
 def test_labels_start_no_cpu_run_and_gpu_runs_have_their_own_concurrency(workflows, gpu_wf):
@@ -585,7 +612,7 @@ def test_labels_start_no_cpu_run_and_gpu_runs_have_their_own_concurrency(workflo
 
 def test_docs_name_the_required_checks():
     doc = CI_DOC.read_text()
-    assert "`perfgate CPU gate`" in doc and "`perfgate GPU gate`" in doc
+    assert "`perfgate CPU gate`" in doc and "`perfgate GPU gate (main)`" in doc
 
 
 # ---------------------------------------------------------------- item 5: the base's perfgate judges
