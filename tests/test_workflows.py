@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -1298,3 +1299,50 @@ def test_the_sandbox_hides_the_runners_own_folder_found_from_its_processes(gpu_w
                           env=env, cwd=layout["checkout"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (layout["checkout"] / "seen").read_text() == ""
+
+
+def test_the_sandbox_hides_the_sockets_in_run_but_nvidias(gpu_wf, runner_layout, tmp_path):
+    """A UNIX socket answers connect() on a read-only mount: a runner user in the docker group is root through
+    /var/run/docker.sock, and /run holds the system bus's and databases' sockets. The sandbox covers /run
+    and /var/run, the install's (with the host's network) included, and keeps the NVIDIA persistence
+    daemon's socket folder (and the file /etc/resolv.conf points to, when it lies in /run)."""
+    run = Path("/run")
+    if not os.access(run, os.W_OK):
+        pytest.skip("/run is not writable here: no host socket can be planted in it")
+    host = Path(tempfile.mkdtemp(prefix="perfgate-test-sockets-", dir=run))
+    nvidia = run / "nvidia-persistenced"
+    made_nvidia = not nvidia.exists()
+    nvidia.mkdir(exist_ok=True)
+    sockets = [host / "docker.sock", nvidia / f"perfgate-test-{os.getpid()}.sock"]
+    servers = []
+    try:
+        for path in sockets:
+            server = socket.socket(socket.AF_UNIX)
+            server.bind(str(path))
+            server.listen()
+            servers.append(server)
+        (runner_layout["checkout"] / "probe.py").write_text(
+            "import socket, sys\n"
+            "for path in sys.argv[1:]:\n"
+            "    try:\n"
+            "        socket.socket(socket.AF_UNIX).connect(path)\n"
+            "        print('reached', path)\n"
+            "    except OSError:\n"
+            "        print('not reached', path)\n")
+        targets = [str(sockets[0]), f"/var/run/{host.name}/docker.sock", str(sockets[1])]
+        proc, _ = _in_sandbox(gpu_wf, runner_layout, tmp_path,
+                              f"sandbox network '{sys.executable} probe.py {' '.join(targets)} > seen; ls -A /run > run'\n")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        seen = (runner_layout["checkout"] / "seen").read_text().splitlines()
+        assert seen == [f"not reached {targets[0]}", f"not reached {targets[1]}", f"reached {targets[2]}"]
+        resolv = os.path.realpath("/etc/resolv.conf")
+        kept = {"nvidia-persistenced"} | ({resolv.split("/")[2]} if resolv.startswith("/run/") else set())
+        listed = set((runner_layout["checkout"] / "run").read_text().split())
+        assert kept <= listed <= kept | {"mount"}, listed  # mount: libmount's own record of the sandbox's mounts
+    finally:
+        for server in servers:
+            server.close()
+        shutil.rmtree(host, ignore_errors=True)
+        sockets[1].unlink(missing_ok=True)
+        if made_nvidia:
+            nvidia.rmdir()
