@@ -925,6 +925,8 @@ def test_pull_request_code_runs_only_inside_the_sandbox(gpu_wf):
     assert "-m perfgate run --suite pr" in commands["no-network"] and "pip" not in commands["no-network"]
     outside = re.sub(r"^sandbox (network|no-network) '[^']*'", "", calls, flags=re.M)
     assert "python" not in outside and "pip" not in outside and "perfgate run" not in outside
+    # the measuring step's output is the pull request's to write: nothing reads it
+    assert "steps.measure.outputs" not in json.dumps(gpu_wf)
     assert '--net' in definition and "--map-root-user" in definition and "--kill-child" in definition
     upload = next(s for s in _steps(job) if s.get("uses", "").startswith("actions/upload-artifact"))
     # and only once the sweep ended every process the pull request's code left (its failure: no upload)
