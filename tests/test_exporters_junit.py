@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -110,3 +111,40 @@ def test_a_failed_case_says_why_it_is_not_gated():
         SCHEMA.validate(text)
         skipped = ET.fromstring(text).find(".//testcase[@name='torchscript']/skipped")
         assert skipped.get("message").startswith(said)
+
+
+def _runner_lines(text: str) -> list[str]:
+    """Every line of ``text`` as GitHub's runner reads a log line (split at CR or LF, leading space trimmed)."""
+    return [line.lstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+
+
+def test_shard_text_issues_no_workflow_command_and_names_hold_no_markup():
+    """junit.xml carries text from the shards (workload and toggle names, failure messages) that
+    mikepenz/action-junit-report re-emits as log lines, annotations and the HTML of a job summary: no
+    line of a message or name starts with "::" or holds "##[", and a testcase or testsuite name holds no
+    markup, link or mention."""
+    hostile = "w<img src=x>@team[x](https://e.invalid)www.e.invalid"
+    run = synthetic_run([hostile], toggles=("eager", "torchscript"))
+    failed = run.cases[1]
+    failed.failure_class = "::error file=a.py::forged"
+    failed.message = "boom\n  ::add-mask::secret\r::set-output name=upload::yes\nprogress ##[error]legacy"
+    text = render(run)
+    SCHEMA.validate(text)
+    root = ET.fromstring(text)
+    carried = [value for el in root.iter() for value in (el.text or "", *el.attrib.values())]
+    for value in carried:
+        lines = _runner_lines(value)
+        assert not [line for line in lines if line.startswith("::") or "##[" in line], value
+    error = root.find(".//error")
+    assert "|   ::add-mask::secret" in error.text and "## [error]legacy" in error.text
+    names = [el.get("name") for el in root.iter() if el.tag in ("testcase", "testsuite")]
+    assert names and all(not re.search(r"<[A-Za-z/!?]|\]\(|[@:`|&\"']|www\.", n) for n in names), names
+    assert "perfgate w_img src=x>_team[x]_https_//e.invalid)www_e.invalid [smoke, cpu]" in names
+
+
+def test_plain_names_are_unchanged():
+    from perfgate.exporters.junit import safe_name
+
+    for plain in ("amp-bf16+compile step_time", "w/pr/eager/cuda speedup_vs(eager) >= 1.5 (warn)",
+                  "rollout/smoke/compile/cpu kernels_per_step <= 12", "accuracy != ok"):
+        assert safe_name(plain) == plain

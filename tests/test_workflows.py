@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -379,13 +380,13 @@ HEAD_SHA, OLD_SHA, BASE_SHA = "a" * 40, "b" * 40, "c" * 40
 
 def _approve(gpu_wf, fake_gh, tmp_path, *, reviews: list[list[dict]] | None = None, live_head: str = HEAD_SHA,
              labeller: str = "maintainer", author: str = "contributor", head_repo: str = "fork/perfgate",
-             head_sha: str = HEAD_SHA):
+             head_sha: str = HEAD_SHA, base_ref: str = "main"):
     answer, _, env = fake_gh
     answer("repos/org/perfgate/pulls/7", {"head": {"sha": live_head}})
     answer("repos/org/perfgate/pulls/7/reviews", reviews if reviews is not None else [[]])
     step = _step(gpu_wf["jobs"]["approve"], "pin the approved commit")
     env = {**env, "REPO": "org/perfgate", "PR_NUMBER": "7", "HEAD_SHA": head_sha, "BASE_SHA": BASE_SHA,
-           "HEAD_REPO": head_repo, "AUTHOR": author, "LABELLER": labeller, "GH_TOKEN": "x"}
+           "BASE_REF": base_ref, "HEAD_REPO": head_repo, "AUTHOR": author, "LABELLER": labeller, "GH_TOKEN": "x"}
     return _run_step(step, env, tmp_path)
 
 
@@ -396,7 +397,15 @@ def _review(user: str, state: str, commit: str) -> dict:
 def test_approve_pins_the_head_the_labeller_approved(gpu_wf, fake_gh, tmp_path):
     proc, out = _approve(gpu_wf, fake_gh, tmp_path, reviews=[[_review("maintainer", "APPROVED", HEAD_SHA)]])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert out == {"sha": HEAD_SHA, "base": BASE_SHA}
+    assert out == {"sha": HEAD_SHA, "base": BASE_SHA, "base-ref": "main"}
+
+
+@pytest.mark.parametrize("base_ref", ["main; echo x", "release/1 2", "", "x" * 101, "feature/`id`"])
+def test_approve_refuses_a_base_branch_name_it_would_not_put_in_a_status(gpu_wf, fake_gh, tmp_path, base_ref):
+    proc, out = _approve(gpu_wf, fake_gh, tmp_path, reviews=[[_review("maintainer", "APPROVED", HEAD_SHA)]],
+                         base_ref=base_ref)
+    assert proc.returncode == 1 and out == {}, proc.stdout + proc.stderr
+    assert "the base branch's name" in proc.stdout
 
 
 def test_approve_refuses_a_head_pushed_after_the_review(gpu_wf, fake_gh, tmp_path):
@@ -563,12 +572,31 @@ def test_gpu_verdict_is_a_commit_status_on_the_approved_commit(gpu_wf, fake_gh, 
     assert post["if"].startswith("always()")
     assert post["env"]["SHA"] == APPROVED
     _, calls, env = fake_gh
-    proc, _ = _run_step(post, {**env, "REPO": "org/perfgate", "SHA": HEAD_SHA, "STATE": "failure",
+    proc, _ = _run_step(post, {**env, "REPO": "org/perfgate", "SHA": HEAD_SHA, "STATE": "failure", "BASE_REF": "main",
                                "RUN_URL": "https://github.com/org/perfgate/actions/runs/1"}, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (call,) = calls()
     assert call[:4] == ["api", "--method", "POST", f"repos/org/perfgate/statuses/{HEAD_SHA}"]
-    assert "state=failure" in call and "context=perfgate GPU gate" in call
+    assert "state=failure" in call and "context=perfgate GPU gate (main)" in call
+
+
+def test_a_pass_against_another_branch_is_no_pass_for_main(gpu_wf, fake_gh, tmp_path):
+    """A pull request approved and measured against `release` keeps its status when it is retargeted to
+    `main`: the status names the base branch it was judged against, so `perfgate GPU gate (main)`, the
+    required check, is still missing."""
+    _, job = _final_job(gpu_wf)
+    post = _step(job, "post the verdict")
+    assert post["env"]["BASE_REF"] == "${{ needs.approve.outputs.base-ref }}"
+    approve = gpu_wf["jobs"]["approve"]
+    assert approve["outputs"]["base-ref"] == "${{ steps.pin.outputs.base-ref }}"
+    assert _step(approve, "pin the approved commit")["env"]["BASE_REF"] == "${{ github.event.pull_request.base.ref }}"
+    _, calls, env = fake_gh
+    proc, _ = _run_step(post, {**env, "REPO": "org/perfgate", "SHA": HEAD_SHA, "STATE": "success", "BASE_REF": "release",
+                               "RUN_URL": "https://github.com/org/perfgate/actions/runs/1"}, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (call,) = calls()
+    contexts = [arg.split("=", 1)[1] for arg in call if arg.startswith("context=")]
+    assert contexts == ["perfgate GPU gate (release)"]
 
 
 def test_labels_start_no_cpu_run_and_gpu_runs_have_their_own_concurrency(workflows, gpu_wf):
@@ -585,7 +613,7 @@ def test_labels_start_no_cpu_run_and_gpu_runs_have_their_own_concurrency(workflo
 
 def test_docs_name_the_required_checks():
     doc = CI_DOC.read_text()
-    assert "`perfgate CPU gate`" in doc and "`perfgate GPU gate`" in doc
+    assert "`perfgate CPU gate`" in doc and "`perfgate GPU gate (main)`" in doc
 
 
 # ---------------------------------------------------------------- item 5: the base's perfgate judges
@@ -620,10 +648,13 @@ def test_merge_job_reads_shard_artifacts_as_data_only(gpu_wf):
                             line), line
     # judged again from the raw samples by the base's rules: the shards' own verdicts are not read
     assert 'python -m perfgate merge "${shards[@]}" --out reports/pr --gate --rejudge' in gate["run"]
-    # the report the comment job posts comes from this job (the base's code), not from a shard
+    # the report the comment job posts comes from this job (the base's code), not from a shard: by the id
+    # this job's upload answered, never by a name another job could also upload under
     comment = gpu_wf["jobs"]["comment"]
-    names = [s["with"].get("name") for s in _steps(comment) if s.get("uses", "").startswith("actions/download")]
-    assert names == ["perfgate-report"]
+    (download,) = [s for s in _steps(comment) if s.get("uses", "").startswith("actions/download")]
+    assert download["with"] == {"artifact-ids": "${{ needs.merge.outputs.report-id }}",
+                                "path": "${{ runner.temp }}/perfgate-report"}
+    assert job["outputs"]["report-id"] == "${{ steps.report.outputs.artifact-id }}"
 
 
 def test_gate_shape_shards_merge_comment(gpu_wf):
@@ -784,6 +815,7 @@ def test_a_job_tests_every_dependency_at_its_declared_floor(workflows):
 # ---------------------------------------------------------------- the measuring job's token
 
 SWEEP_STEP = "end every process the pull request's code left"
+COPY_STEP = "copy the shard's plain files for the upload"
 
 
 def test_gpu_job_ends_every_process_the_pull_request_left_before_it_uploads(gpu_wf):
@@ -796,16 +828,40 @@ def test_gpu_job_ends_every_process_the_pull_request_left_before_it_uploads(gpu_
     after = steps[first_pr_code:]
     assert [s["uses"].split("@")[0] for s in after if "uses" in s] == ["actions/upload-artifact"]
     upload = next(s for s in after if "uses" in s)
-    assert steps.index(sweep) == steps.index(upload) - 1 and sweep["if"] == "always()"
+    copy = _step(gpu_wf["jobs"]["gpu"], COPY_STEP)
+    assert steps.index(sweep) == steps.index(copy) - 1 == steps.index(upload) - 2 and sweep["if"] == "always()"
     template = (REPO / "perfgate" / "templates" / "init" / "workflow-gpu.yml").read_text()
     assert sweep["run"] in template.replace("\n          ", "\n")  # the same script, as YAML indents it
 
 
 def test_the_merged_report_replaces_an_artifact_of_its_name_the_measuring_job_could_have_uploaded(gpu_wf):
-    upload = next(s for s in _steps(gpu_wf["jobs"]["merge"]) if s.get("uses", "").startswith("actions/upload-artifact"))
+    """merge always uploads (`if-no-files-found: error`: never a step that uploads nothing and leaves an older
+    artifact of the name in place), replacing any artifact of its name, and the comment reads the report by
+    the id that upload answered (upload-artifact v4 outputs `artifact-id`; download-artifact takes
+    `artifact-ids` from v4.3.0 on)."""
+    merge = gpu_wf["jobs"]["merge"]
+    upload = next(s for s in _steps(merge) if s.get("uses", "").startswith("actions/upload-artifact"))
     (download,) = [s for s in _steps(gpu_wf["jobs"]["comment"]) if s.get("uses", "").startswith("actions/download")]
-    assert upload["with"]["name"] == download["with"]["name"] == "perfgate-report"
-    assert upload["with"]["overwrite"] is True
+    assert upload["with"]["name"] == "perfgate-report" and upload["id"] == "report" and upload["if"] == "always()"
+    assert upload["with"]["overwrite"] is True and upload["with"]["if-no-files-found"] == "error"
+    assert download["with"]["artifact-ids"] == "${{ needs.merge.outputs.report-id }}" and "name" not in download["with"]
+    assert download["uses"].endswith("# v4.3.0") or "@d3f86a106a0bac45b974a628896c90dbdf5c8093" in download["uses"]
+    summary = _step(gpu_wf["jobs"]["comment"], "post or update the perfgate comment")["env"]["SUMMARY_FILE"]
+    assert summary == "${{ runner.temp }}/perfgate-report/perfgate-report/summary.md"  # by id: a folder per artifact
+
+
+def test_merge_always_writes_a_report_to_upload(gpu_wf, tmp_path):
+    """With no shard to merge (every GPU job failed) the gate step wrote nothing, so the upload found no
+    files, warned, and left in place any `perfgate-report` uploaded earlier in the run. Now it writes a
+    summary saying so, and says exit 3."""
+    gate = _step(gpu_wf["jobs"]["merge"], "merge shards and gate")
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    proc, outputs = _run_step(gate, {"SHARDS_DIR": str(shards), "PERFGATE_SHARDS": "2"}, tmp_path, cwd=work)
+    assert proc.returncode == 0 and outputs == {"exit": "3"}, proc.stdout + proc.stderr
+    assert "exit 3" in (work / "reports" / "pr" / "summary.md").read_text()
 
 
 def test_the_sweep_ends_a_daemon_of_the_same_user_and_spares_its_ancestors(gpu_wf, tmp_path):
@@ -869,10 +925,14 @@ def test_pull_request_code_runs_only_inside_the_sandbox(gpu_wf):
     assert "-m perfgate run --suite pr" in commands["no-network"] and "pip" not in commands["no-network"]
     outside = re.sub(r"^sandbox (network|no-network) '[^']*'", "", calls, flags=re.M)
     assert "python" not in outside and "pip" not in outside and "perfgate run" not in outside
+    # the measuring step's output is the pull request's to write: nothing reads it
+    assert "steps.measure.outputs" not in json.dumps(gpu_wf)
     assert '--net' in definition and "--map-root-user" in definition and "--kill-child" in definition
     upload = next(s for s in _steps(job) if s.get("uses", "").startswith("actions/upload-artifact"))
     # and only once the sweep ended every process the pull request's code left (its failure: no upload)
-    assert upload["if"] == "always() && steps.measure.outputs.upload == 'yes' && steps.sweep.outcome == 'success'"
+    assert upload["if"] == "always() && steps.copy.outcome == 'success'"
+    assert upload["with"]["path"] == "${{ runner.temp }}/perfgate-upload/shard-${{ matrix.shard }}"
+    assert _step(job, COPY_STEP)["if"] == "always() && steps.sweep.outcome == 'success'"
     assert _step(job, SANDBOX_STEP)["id"] == "measure"
     assert _step(job, "end every process the pull request's code left")["id"] == "sweep"
 
@@ -887,7 +947,8 @@ def test_the_workflow_init_writes_has_the_same_sandbox(gpu_wf):
     assert "sandbox network '" in template and "-m perfgate run --suite gpu" in template
     after = calls.split("measured=0", 1)[1].split("--out \"reports/shard-$SHARD\"' || measured=$?", 1)[1]
     assert after in template
-    assert "if: always() && steps.measure.outputs.upload == 'yes' && steps.sweep.outcome == 'success'" in template
+    assert _step(gpu_wf["jobs"]["gpu"], COPY_STEP)["run"] in template.replace("\n          ", "\n")
+    assert "if: always() && steps.copy.outcome == 'success'" in template
 
 
 def _sandbox_unavailable() -> str | None:
@@ -1075,27 +1136,151 @@ def test_the_sandbox_fails_closed_with_one_line(gpu_wf, runner_layout, tmp_path,
 
 
 @pytest.mark.parametrize("plant, uploads", [
-    ("echo '{}' > reports/shard-1/results.json", True),
+    ("echo '{}' > reports/shard-1/results.json && mkdir reports/shard-1/tb && echo t > reports/shard-1/tb/x", True),
     ("ln -s \"$HOME/.credentials\" reports/shard-1/traces", False),
+    ("ln -s / reports/shard-1/tb", False),
     ("mkdir -p elsewhere/shard-1 && rmdir reports/shard-1 reports && ln -s elsewhere reports", False),
     ("mkfifo reports/shard-1/pipe", False),
     ("rmdir reports/shard-1", False),
 ])
-def test_the_shard_folder_is_uploaded_only_when_it_holds_plain_files(gpu_wf, tmp_path, plant, uploads):
-    """The upload runs outside the sandbox and follows symbolic links: the step checks the folder first, and
-    says `upload=yes` only for plain files and folders. perfgate's own exit status is the step's."""
-    _, calls = _sandbox_script(gpu_wf)
-    fake = f"sandbox() {{ [[ $1 == network ]] && return 0; mkdir -p reports/shard-1; {plant}; return 3; }}\n"
-    checkout = tmp_path / "checkout"
-    (checkout / ".git").mkdir(parents=True)
-    proc, outputs = _run_step({"run": fake + calls}, {"RUNNER_TEMP": str(tmp_path / "temp"), "SHARD": "1",
-                                                      "PERFGATE_SHARDS": "2", "BASE_SHA": "c" * 40}, tmp_path,
-                              cwd=checkout)
+def test_the_upload_gets_a_copy_of_plain_files_only(gpu_wf, tmp_path, plant, uploads):
+    """The upload runs outside the sandbox and follows symbolic links. A step that runs no code of the pull
+    request copies the shard's folder (in the copy of the checkout the pull request's code ran in) and
+    succeeds, which is what lets the upload run, only for plain files and folders; the upload reads that
+    copy. Its message names no file of the folder."""
+    step = _step(gpu_wf["jobs"]["gpu"], COPY_STEP)
+    temp = tmp_path / "temp"
+    (temp / "pr" / "reports" / "shard-1").mkdir(parents=True)
+    subprocess.run(["bash", "-c", plant], cwd=temp / "pr", check=True)
+    proc, outputs = _run_step(step, {"RUNNER_TEMP": str(temp), "SHARD": "1"}, tmp_path)
+    copy = temp / "perfgate-upload" / "shard-1"
+    assert outputs == {}
     if uploads:
-        assert outputs == {"upload": "yes"} and proc.returncode == 3, proc.stdout + proc.stderr
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        kinds = {p.relative_to(copy).as_posix(): p.is_file() for p in copy.rglob("*") if not p.is_symlink()}
+        assert kinds == {"results.json": True, "tb": False, "tb/x": True}
     else:
-        assert outputs == {} and proc.returncode == 1, proc.stdout + proc.stderr
-        assert "it is not uploaded" in proc.stdout
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "::error::reports/shard-1 " in proc.stdout and "it is not uploaded" in proc.stdout
+        assert not (temp / "perfgate-upload").exists()
+
+
+def _fake_runner_python(layout: dict, attack: str) -> Path:
+    """A stand-in for the runner's Python, outside the folders the sandbox hides: `-m venv DIR` makes
+    DIR/bin/python, a copy of itself; `-m perfgate run` (the workloads' import, in the sandbox) runs
+    ``attack`` in the checkout it is given, then writes a results.json."""
+    python = layout["base"] / "bin" / "python3"
+    python.parent.mkdir()
+    python.write_text(f"""#!/bin/bash
+set -e
+if [[ "$1 $2" == "-m venv" ]]; then mkdir -p "${{@: -1}}/bin"; cp "$0" "${{@: -1}}/bin/python"; exit 0; fi
+if [[ "$1 $2" == "-m perfgate" ]]; then
+  mkdir -p "reports/shard-$SHARD"
+  {attack}
+  echo '{{"cases": []}}' > "reports/shard-$SHARD/results.json"
+fi
+exit 0
+""")
+    python.chmod(0o755)
+    return python
+
+
+# The checkout action's post step (actions/checkout v4.2.2, src/git-auth-helper.ts): run in the checkout,
+# outside any sandbox, with the job's Actions token in its environment.
+CHECKOUT_POST_STEP = ["git", "submodule", "foreach", "--recursive",
+                      "sh -c \"git config --local --name-only --get-regexp 'http\\.https\\:\\/\\/github\\.com\\/\\.extraheader' "
+                      "&& git config --local --unset-all 'http.https://github.com/.extraheader' || :\""]
+
+
+def test_the_pull_requests_code_leaves_no_tree_where_git_runs_later(gpu_wf, runner_layout, tmp_path):
+    """The measuring step, all of it, on a runner's layout whose checkout has a submodule (a gitlink and
+    its .gitmodules): the stand-in for `perfgate run` makes a repository in the submodule's folder with
+    core.fsmonitor set to a command, as pull-request code in a build hook or a workload import could. The
+    sandbox wrote the checkout, where the checkout action's post step later runs `git submodule foreach`
+    outside it: the command ran there, with the job's token. Now the pull request's code runs on a copy:
+    the checkout is as it was, and the post step runs nothing. And the job's GIT_CONFIG_* alone stops the
+    command even in the tree the pull request's code wrote."""
+    layout = runner_layout
+    checkout = layout["checkout"]
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    (checkout / ".gitmodules").write_text('[submodule "vendor"]\n\tpath = vendor\n\turl = https://example.invalid/v\n')
+    subprocess.run(["git", "update-index", "--add", "--cacheinfo", f"160000,{head},vendor"], cwd=checkout, check=True)
+    subprocess.run(["git", "add", ".gitmodules"], cwd=checkout, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "a submodule"], cwd=checkout, check=True)
+    (checkout / "vendor").mkdir()  # what a checkout without submodules leaves: an empty folder
+    marker = layout["base"] / "fsmonitor-ran"
+    attack = (f"git init -q vendor && git -C vendor config core.fsmonitor 'echo ran >> {marker}; false'\n"
+              f"  git config core.fsmonitor 'echo ran >> {marker}; false' || true")
+    python = _fake_runner_python(layout, attack)
+    before = _snapshot(checkout, ())
+    step = _step(gpu_wf["jobs"]["gpu"], SANDBOX_STEP)
+    env = {**layout["env"], "PERFGATE_RUNNER_PYTHON": str(python), "BASE_SHA": head}
+    proc, _ = _run_step({"run": step["run"]}, env, tmp_path, cwd=checkout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _snapshot(checkout, ()) == before
+    outside = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    post = subprocess.run(CHECKOUT_POST_STEP, cwd=checkout, env=outside, capture_output=True, text=True, timeout=60)
+    assert post.returncode == 0, post.stderr
+    assert not marker.exists()
+    copy = layout["temp"] / "pr"
+    assert (copy / "reports" / "shard-1" / "results.json").is_file()
+    assert (copy / "vendor" / ".git").is_dir()  # the attack ran, in the copy
+    # the attack is real: the post step, run in the tree the pull request's code wrote, runs its command ...
+    subprocess.run(CHECKOUT_POST_STEP, cwd=copy, env=outside, capture_output=True, timeout=60)
+    assert marker.exists()
+    marker.unlink()
+    # ... and not with the job's git configuration
+    job_env = {k: str(v) for k, v in gpu_wf["jobs"]["gpu"]["env"].items() if k.startswith("GIT_CONFIG_")}
+    assert {job_env[f"GIT_CONFIG_KEY_{i}"]: job_env[f"GIT_CONFIG_VALUE_{i}"]
+            for i in range(int(job_env["GIT_CONFIG_COUNT"]))} == {"core.fsmonitor": "false",
+                                                                  "core.hooksPath": "/dev/null",
+                                                                  "safe.bareRepository": "explicit"}
+    subprocess.run(CHECKOUT_POST_STEP, cwd=copy, env={**outside, **job_env}, capture_output=True, timeout=60)
+    subprocess.run(["git", "status", "--short"], cwd=copy / "vendor", env={**outside, **job_env},
+                   capture_output=True, timeout=60)
+    assert not marker.exists()
+
+
+def _runner_reads(proc: subprocess.CompletedProcess) -> list[str]:
+    """The lines GitHub's runner reads from a step's output: split at a newline or a carriage return,
+    leading whitespace trimmed."""
+    return [line.lstrip() for line in re.split(r"\r\n|\r|\n", proc.stdout + "\n" + proc.stderr)]
+
+
+def test_nothing_the_sandbox_prints_is_a_workflow_command(gpu_wf, runner_layout, tmp_path):
+    """The pull request's code prints workflow commands on stdout and stderr: `::set-output`, which set the
+    step output that gated the upload, `::add-mask::`, `::stop-commands::`, `::error::`, the legacy `##[`
+    anywhere in a line, one hidden after a carriage return. The runner reads every line of it as data: each
+    is prefixed, a carriage return starts a new prefixed line, `##[` is broken up."""
+    layout = runner_layout
+    commands = ["::set-output name=upload::yes", "  ::add-mask::runtime-token-value", "::stop-commands::tok",
+                "::error file=a.py::forged", "progress ##[error]legacy", "50%\r::warning::after a carriage return"]
+    printed = "\n".join(f"printf '%b\\n' '{c}'; printf '%b\\n' '{c}' >&2" for c in commands)
+    python = _fake_runner_python(layout, printed)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=layout["checkout"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    step = _step(gpu_wf["jobs"]["gpu"], SANDBOX_STEP)
+    env = {**layout["env"], "PERFGATE_RUNNER_PYTHON": str(python), "BASE_SHA": head}
+    proc, _ = _run_step({"run": step["run"]}, env, tmp_path, cwd=layout["checkout"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = _runner_reads(proc)
+    assert [line for line in lines if line.startswith("::") or "##[" in line] == []
+    assert lines.count("| ::set-output name=upload::yes") == 2 and lines.count("| ::warning::after a carriage return") == 2
+    assert lines.count("| progress ## [error]legacy") == 2
+    assert Path(layout["env"]["GITHUB_OUTPUT"]).read_text() == ""
+
+
+def test_the_command_in_the_sandbox_has_only_the_filtered_stdout_and_stderr(gpu_wf, runner_layout, tmp_path):
+    """The sandbox's own refusal is written on fd 3, the step's unfiltered stderr (tested with a broken
+    `mount` above); the pull request's code never gets that descriptor, and what it prints is filtered."""
+    proc, _ = _in_sandbox(gpu_wf, runner_layout, tmp_path,
+                          "sandbox no-network 'ls /proc/$$/fd > fds; echo \"::error::forged\" >&2'\n")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted((runner_layout["checkout"] / "fds").read_text().split()) == ["0", "1", "2"]
+    assert [line for line in _runner_reads(proc) if line.startswith("::")] == []
+    assert "| ::error::forged" in _runner_reads(proc)
 
 
 def test_the_sandbox_hides_the_runners_own_folder_found_from_its_processes(gpu_wf, runner_layout, tmp_path):
@@ -1116,3 +1301,50 @@ def test_the_sandbox_hides_the_runners_own_folder_found_from_its_processes(gpu_w
                           env=env, cwd=layout["checkout"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (layout["checkout"] / "seen").read_text() == ""
+
+
+def test_the_sandbox_hides_the_sockets_in_run_but_nvidias(gpu_wf, runner_layout, tmp_path):
+    """A UNIX socket answers connect() on a read-only mount: a runner user in the docker group is root through
+    /var/run/docker.sock, and /run holds the system bus's and databases' sockets. The sandbox covers /run
+    and /var/run, the install's (with the host's network) included, and keeps the NVIDIA persistence
+    daemon's socket folder (and the file /etc/resolv.conf points to, when it lies in /run)."""
+    run = Path("/run")
+    if not os.access(run, os.W_OK):
+        pytest.skip("/run is not writable here: no host socket can be planted in it")
+    host = Path(tempfile.mkdtemp(prefix="perfgate-test-sockets-", dir=run))
+    nvidia = run / "nvidia-persistenced"
+    made_nvidia = not nvidia.exists()
+    nvidia.mkdir(exist_ok=True)
+    sockets = [host / "docker.sock", nvidia / f"perfgate-test-{os.getpid()}.sock"]
+    servers = []
+    try:
+        for path in sockets:
+            server = socket.socket(socket.AF_UNIX)
+            server.bind(str(path))
+            server.listen()
+            servers.append(server)
+        (runner_layout["checkout"] / "probe.py").write_text(
+            "import socket, sys\n"
+            "for path in sys.argv[1:]:\n"
+            "    try:\n"
+            "        socket.socket(socket.AF_UNIX).connect(path)\n"
+            "        print('reached', path)\n"
+            "    except OSError:\n"
+            "        print('not reached', path)\n")
+        targets = [str(sockets[0]), f"/var/run/{host.name}/docker.sock", str(sockets[1])]
+        proc, _ = _in_sandbox(gpu_wf, runner_layout, tmp_path,
+                              f"sandbox network '{sys.executable} probe.py {' '.join(targets)} > seen; ls -A /run > run'\n")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        seen = (runner_layout["checkout"] / "seen").read_text().splitlines()
+        assert seen == [f"not reached {targets[0]}", f"not reached {targets[1]}", f"reached {targets[2]}"]
+        resolv = os.path.realpath("/etc/resolv.conf")
+        kept = {"nvidia-persistenced"} | ({resolv.split("/")[2]} if resolv.startswith("/run/") else set())
+        listed = set((runner_layout["checkout"] / "run").read_text().split())
+        assert kept <= listed <= kept | {"mount"}, listed  # mount: libmount's own record of the sandbox's mounts
+    finally:
+        for server in servers:
+            server.close()
+        shutil.rmtree(host, ignore_errors=True)
+        sockets[1].unlink(missing_ok=True)
+        if made_nvidia:
+            nvidia.rmdir()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from perfgate import console
 from perfgate.exporters.base import CaseRow, Group, ReportInput, first_line
 from perfgate.formatting import format_ratio, format_value
 from perfgate.model import STATUS_FAILED, STATUS_SKIPPED, Verdict
@@ -19,10 +20,25 @@ from perfgate.model import STATUS_FAILED, STATUS_SKIPPED, Verdict
 # XML 1.0 forbids most control characters; an error message carrying one would make the file unreadable.
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
+# What a test or suite name may hold: CI reporters (mikepenz/action-junit-report) put names unescaped into
+# the HTML of a job summary and into log lines. Letters, digits, spaces and the punctuation of perfgate's
+# own keys, toggles, titles and rules ("w/pr/amp-bf16+compile/cuda", "w [smoke, cpu]", "speedup_vs(eager)
+# >= 1.5"); no colon, so no "::" or URL; "<" only where it cannot open a tag; no "](" (a link), no
+# autolinked "www.".
+_NAME_UNSAFE = re.compile(r"[^\w .,%+=/()\[\]~!<>-]|<(?=[A-Za-z/!?])|(?<=\])\(|(?<=www)\.", re.IGNORECASE)
 
 
 def clean(text: object) -> str:
-    return _XML_ILLEGAL.sub("\ufffd", "" if text is None else str(text))
+    """``text`` as junit.xml may carry it: characters XML 1.0 forbids replaced by U+FFFD, then through
+    ``console.clean``, since CI reporters re-emit these messages as log lines and annotations (no line
+    starting with "::", no "##[", no terminal control)."""
+    return console.clean(_XML_ILLEGAL.sub("\ufffd", "" if text is None else str(text)))
+
+
+def safe_name(text: object) -> str:
+    """A testcase or testsuite name: ``clean``'s text on one line, anything outside a plain set of
+    characters replaced by "_"."""
+    return _NAME_UNSAFE.sub("_", " ".join(clean(text).split()))
 
 
 def verdict_message(v: Verdict) -> str:
@@ -48,7 +64,7 @@ def _classname(g: Group) -> str:
 
 
 def _case_testcase(suite: ET.Element, g: Group, r: CaseRow, compared: bool) -> str | None:
-    tc = ET.SubElement(suite, "testcase", name=clean(r.spec.toggle_name), classname=_classname(g),
+    tc = ET.SubElement(suite, "testcase", name=safe_name(r.spec.toggle_name), classname=_classname(g),
                        time=f"{r.case.duration_s:.3f}")
     status_v = next((v for v in r.verdicts if v.metric == "status"), None)
     detail = clean(r.case.message or "")
@@ -79,7 +95,7 @@ def _case_testcase(suite: ET.Element, g: Group, r: CaseRow, compared: bool) -> s
 
 
 def _metric_testcase(suite: ET.Element, g: Group, r: CaseRow, v: Verdict) -> str | None:
-    tc = ET.SubElement(suite, "testcase", name=clean(f"{r.spec.toggle_name} {v.metric}"),
+    tc = ET.SubElement(suite, "testcase", name=safe_name(f"{r.spec.toggle_name} {v.metric}"),
                        classname=_classname(g), time="0")
     if v.fails_gate:
         el = ET.SubElement(tc, "failure", type=v.kind, message=clean(verdict_message(v)))
@@ -103,7 +119,7 @@ class JunitExporter:
         hostname = clean(run.environment.get("hostname") or "localhost") or "localhost"
         root = ET.Element("testsuites")
         for i, g in enumerate(report.groups):
-            suite = ET.Element("testsuite", name=clean(f"perfgate {g.title}"), package="perfgate", id=str(i),
+            suite = ET.Element("testsuite", name=safe_name(f"perfgate {g.title}"), package="perfgate", id=str(i),
                                timestamp=timestamp, hostname=hostname)
             props = ET.SubElement(suite, "properties")
             for key in ("run_id", "suite"):
@@ -143,8 +159,8 @@ class JunitExporter:
             tally = {"failure": 0, "skipped": 0}
             warned = []
             for o in ev.outcomes:
-                name = f"{o.case_key} {o.rule.text}" + (" (warn)" if o.rule.severity == "warn" else "")
-                tc = ET.SubElement(suite, "testcase", name=clean(name), classname="perfgate.expectations", time="0")
+                label = f"{o.case_key} {o.rule.text}" + (" (warn)" if o.rule.severity == "warn" else "")
+                tc = ET.SubElement(suite, "testcase", name=safe_name(label), classname="perfgate.expectations", time="0")
                 text = clean(f"{o.outcome}: {o.rule.text} on {o.case_key}: value {o.value_text} ({o.reason}); "
                              f"rule from {o.rule.source}")
                 if o.fails_gate:
@@ -170,7 +186,7 @@ class JunitExporter:
             ET.SubElement(suite, "properties")
             failed = 0
             for v in missing:
-                tc = ET.SubElement(suite, "testcase", name=clean(f"{v.case_key} {v.metric}"),
+                tc = ET.SubElement(suite, "testcase", name=safe_name(f"{v.case_key} {v.metric}"),
                                    classname="perfgate.missing", time="0")
                 if v.fails_gate:
                     failed += 1
