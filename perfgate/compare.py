@@ -35,6 +35,7 @@ from typing import Any
 
 from perfgate import acknowledge
 from perfgate.config import ConfigError, Settings
+from perfgate.environment_keys import environment_diff
 from perfgate.formatting import format_environment, plural
 from perfgate.model import (
     METRIC_KINDS,
@@ -54,13 +55,6 @@ from perfgate.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, process_step_time, 
 STEP_TIME = "step_time"
 ACCURACY = "accuracy"
 STATUS = "status"
-
-# Environment keys whose difference makes a stored baseline a doubtful reference.
-ENVIRONMENT_KEYS = ("torch", "torch_cuda", "cudnn", "nvidia_driver", "python", "device_name", "cpu_model",
-                    "threads", "machine_key", "address_layout", "malloc")
-# what a key's absence means, where results written before it existed measured one way: workers used the C
-# allocator's default thresholds until `malloc` was recorded (docs/gate.md)
-ENVIRONMENT_BEFORE = {"malloc": "system"}
 
 
 # ---------------------------------------------------------------- settings: [tool.perfgate.gate]
@@ -1101,35 +1095,6 @@ def _other_parameters(v: Verdict, differs: str) -> Verdict:
     if v.kind in ("regression", "unchanged", "inconclusive"):
         return replace(v, rule=f"{v.rule}; {note}")
     return v
-
-
-TUNING_ENV = "tuning_env"  # environment: ["NAME=value", ...], what tunes the workers (runner.tuning_environment)
-TUNING_DIFF_MAX = 20  # variables named in a difference at most (a baseline file is untrusted)
-
-
-def tuning_variables(value: Any) -> dict[str, str] | None:
-    """An environment's ``tuning_env`` as {name: value}; None when it holds none (written before it was
-    recorded, or not a list: untrusted)."""
-    if not isinstance(value, list):
-        return None
-    return dict(item.partition("=")[::2] for item in value if isinstance(item, str))
-
-
-def environment_diff(base_env: dict[str, Any], cur_env: dict[str, Any]) -> dict[str, list[Any]]:
-    """The environment keys that matter for timing and differ: {key: [baseline, current]}; a variable that
-    tunes the workers (``TUNING_ENV``, recorded on both sides) as ``$NAME``, None where a side lacks it."""
-    sides = [{**{k: v for k, v in ENVIRONMENT_BEFORE.items() if k in other}, **env}
-             for env, other in ((base_env, cur_env), (cur_env, base_env))]
-    out = {k: [sides[0].get(k), sides[1].get(k)] for k in ENVIRONMENT_KEYS
-           if k in sides[0] and k in sides[1] and sides[0].get(k) != sides[1].get(k)}
-    b, c = tuning_variables(base_env.get(TUNING_ENV)), tuning_variables(cur_env.get(TUNING_ENV))
-    if b is not None and c is not None:
-        names = sorted(str(k) for k in {*b, *c} if b.get(k) != c.get(k))
-        for name in names[:TUNING_DIFF_MAX]:
-            out[f"${name[:100]}"] = [b.get(name), c.get(name)]
-        if len(names) > TUNING_DIFF_MAX:
-            out[f"(and {len(names) - TUNING_DIFF_MAX} more variables)"] = ["", ""]
-    return out
 
 
 def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | None = None, *,
