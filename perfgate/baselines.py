@@ -26,6 +26,7 @@ from pydantic import ConfigDict, Field
 
 from perfgate import expect
 from perfgate.config import ConfigError
+from perfgate.environment_keys import environment_diff
 from perfgate.formatting import format_environment, format_value
 from perfgate.model import (
     STATUS_FAILED,
@@ -199,11 +200,6 @@ def from_run(run: RunResult, previous: Baseline | None = None, source: str | Non
                     calibration=calibration, updated_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), source=source)
 
 
-# Environment keys two runs must share for one baseline to hold cases of both (`baseline update --case`).
-SHARED_ENVIRONMENT = ("machine_key", "torch", "torch_cuda", "cudnn", "nvidia_driver", "python", "device_name",
-                      "cpu_model", "threads")
-
-
 def select_cases(run: RunResult, patterns: Sequence[str], source: str) -> list[CaseResult]:
     """The run's cases each pattern names (a case key, or a glob of keys); ConfigError naming a pattern that
     matches none, with the valid keys."""
@@ -256,7 +252,10 @@ def with_cases_from(previous: Baseline, run: RunResult, patterns: Sequence[str],
     if not allow_failed:
         refuse_failed(replace(run, cases=chosen), source)
     old_env, new_env = previous.run.environment, run.environment
-    differ = [f"{k} {old_env.get(k)} vs {new_env.get(k)}" for k in SHARED_ENVIRONMENT if old_env.get(k) != new_env.get(k)]
+    # the keys and tuning variables a gate would name as an environment difference, a key recorded on one side
+    # only included: one baseline holding cases of both would judge every later run against a mixture
+    differ = [f"{k} {format_environment(a)} vs {format_environment(b)}"
+              for k, (a, b) in environment_diff(old_env, new_env, one_sided=True).items()]
     if differ:
         raise ConfigError(f"cannot replace only some cases of {previous.path or 'the baseline'}: {source} was measured "
                           f"in another environment ({'; '.join(differ[:3])}); update the whole baseline (no --case)")

@@ -35,6 +35,7 @@ from typing import Any
 
 from perfgate import acknowledge
 from perfgate.config import ConfigError, Settings
+from perfgate.environment_keys import environment_diff
 from perfgate.formatting import format_environment, plural
 from perfgate.model import (
     METRIC_KINDS,
@@ -54,13 +55,6 @@ from perfgate.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, process_step_time, 
 STEP_TIME = "step_time"
 ACCURACY = "accuracy"
 STATUS = "status"
-
-# Environment keys whose difference makes a stored baseline a doubtful reference.
-ENVIRONMENT_KEYS = ("torch", "torch_cuda", "cudnn", "nvidia_driver", "python", "device_name", "cpu_model",
-                    "threads", "machine_key", "address_layout", "malloc")
-# what a key's absence means, where results written before it existed measured one way: workers used the C
-# allocator's default thresholds until `malloc` was recorded (docs/gate.md)
-ENVIRONMENT_BEFORE = {"malloc": "system"}
 
 
 # ---------------------------------------------------------------- settings: [tool.perfgate.gate]
@@ -712,7 +706,8 @@ def _throttled_kept(why: Sequence[str | None], units: str) -> tuple[list[int], s
 
 
 def case_time_change(base: CaseResult, head: CaseResult, gate: GateSettings, *, paired: bool = False,
-                     confidence: float | None = None, run_to_run: float | None = None) -> TimeChange | None:
+                     confidence: float | None = None, run_to_run: float | None = None,
+                     unpaired_run_to_run: float | None = None) -> TimeChange | None:
     """``time_change`` between two measured cases with the gate's settings: its bootstrap, seed, quantile and
     the run-to-run term of the mode (paired: ``--against``'s lockstep pairs, with their bursts), at
     ``confidence`` (a sequential look's) or the gate's own; ``run_to_run`` (the case's
@@ -720,7 +715,22 @@ def case_time_change(base: CaseResult, head: CaseResult, gate: GateSettings, *, 
     and ``perfgate calibrate`` share.
 
     Processes whose GPU throttled (``throttled``) are set aside first, on each side (a pair with either
-    throttled, when paired), and the change's ``test`` says how many and why."""
+    throttled, when paired), and the change's ``test`` says how many and why.
+
+    Pairs asked for that cannot be formed (unequal process counts, one process a side) give an unpaired
+    change, and that carries ``unpaired_run_to_run`` (else the configured unpaired default): the paired term
+    is the spread left once pairs cancel the machine's drift, which unpaired sides do not."""
+    change = _case_time_change(base, head, gate, paired, confidence,
+                               gate.run_to_run_for(paired, head.spec.device) if run_to_run is None else run_to_run)
+    if paired and change is not None and not change.paired:
+        change = _case_time_change(base, head, gate, False, confidence,
+                                   gate.run_to_run_for(False, head.spec.device) if unpaired_run_to_run is None
+                                   else unpaired_run_to_run)
+    return change
+
+
+def _case_time_change(base: CaseResult, head: CaseResult, gate: GateSettings, paired: bool,
+                      confidence: float | None, run_to_run: float) -> TimeChange | None:
     base_p, head_p = list(base.processes), list(head.processes)
     notes = []
     if paired and len(base_p) == len(head_p):
@@ -738,8 +748,7 @@ def case_time_change(base: CaseResult, head: CaseResult, gate: GateSettings, *, 
                          resamples=gate.bootstrap_resamples, seed=gate.seed,
                          base_bursts=[p.bursts for p in base_p], head_bursts=[p.bursts for p in head_p],
                          base_layouts=[p.layout_groups for p in base_p], head_layouts=[p.layout_groups for p in head_p],
-                         run_to_run=gate.run_to_run_for(paired, head.spec.device) if run_to_run is None else run_to_run,
-                         quantile=gate.process_quantile)
+                         run_to_run=run_to_run, quantile=gate.process_quantile)
     if change is None or not notes:
         return change
     return replace(change, test=f"{change.test} ({'; '.join(notes)})")
@@ -1029,12 +1038,15 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
     # case's metadata records was written by the measuring side, which may be the pull request's code
     confidence = look_confidence(cur) if look_confidence is not None else gate.confidence
     run_to_run, run_to_run_source = gate.run_to_run_term(cur, key, calibration, paired)
+    unpaired, unpaired_source = gate.run_to_run_term(cur, key, calibration) if paired else (run_to_run, run_to_run_source)
     # a process whose step time is 0 (a sample of 0 ns is valid JSON): its log is -inf, and the statistics
     # would come out NaN, "not significant", so `unchanged` at a ratio of inf; no ratio can be judged
     zero = [side for side, c in (("baseline", base), ("now", cur))
             if any(p.samples_ns and not p.step_time(gate.process_quantile) > 0 for p in c.processes)]
     change = None if zero else case_time_change(base, cur, gate, paired=paired, confidence=confidence,
-                                                run_to_run=run_to_run)
+                                                run_to_run=run_to_run, unpaired_run_to_run=unpaired)
+    if change is not None and paired and not change.paired:
+        run_to_run, run_to_run_source = unpaired, f"{unpaired_source}: the processes could not be paired"
     if zero:
         out.append(Verdict(key, STEP_TIME, "inconclusive",
                            rule=f"a step time of 0 {' and '.join(zero)} (a process whose samples are 0 ns): "
@@ -1101,35 +1113,6 @@ def _other_parameters(v: Verdict, differs: str) -> Verdict:
     if v.kind in ("regression", "unchanged", "inconclusive"):
         return replace(v, rule=f"{v.rule}; {note}")
     return v
-
-
-TUNING_ENV = "tuning_env"  # environment: ["NAME=value", ...], what tunes the workers (runner.tuning_environment)
-TUNING_DIFF_MAX = 20  # variables named in a difference at most (a baseline file is untrusted)
-
-
-def tuning_variables(value: Any) -> dict[str, str] | None:
-    """An environment's ``tuning_env`` as {name: value}; None when it holds none (written before it was
-    recorded, or not a list: untrusted)."""
-    if not isinstance(value, list):
-        return None
-    return dict(item.partition("=")[::2] for item in value if isinstance(item, str))
-
-
-def environment_diff(base_env: dict[str, Any], cur_env: dict[str, Any]) -> dict[str, list[Any]]:
-    """The environment keys that matter for timing and differ: {key: [baseline, current]}; a variable that
-    tunes the workers (``TUNING_ENV``, recorded on both sides) as ``$NAME``, None where a side lacks it."""
-    sides = [{**{k: v for k, v in ENVIRONMENT_BEFORE.items() if k in other}, **env}
-             for env, other in ((base_env, cur_env), (cur_env, base_env))]
-    out = {k: [sides[0].get(k), sides[1].get(k)] for k in ENVIRONMENT_KEYS
-           if k in sides[0] and k in sides[1] and sides[0].get(k) != sides[1].get(k)}
-    b, c = tuning_variables(base_env.get(TUNING_ENV)), tuning_variables(cur_env.get(TUNING_ENV))
-    if b is not None and c is not None:
-        names = sorted(str(k) for k in {*b, *c} if b.get(k) != c.get(k))
-        for name in names[:TUNING_DIFF_MAX]:
-            out[f"${name[:100]}"] = [b.get(name), c.get(name)]
-        if len(names) > TUNING_DIFF_MAX:
-            out[f"(and {len(names) - TUNING_DIFF_MAX} more variables)"] = ["", ""]
-    return out
 
 
 def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | None = None, *,

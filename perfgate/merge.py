@@ -19,9 +19,9 @@ from typing import Any
 from perfgate import acknowledge, console, runner
 from perfgate import gate as gate_mod
 from perfgate.baselines import baseline_path, commit_of, with_commit
-from perfgate.compare import ENVIRONMENT_KEYS as COMPARED_ENVIRONMENT_KEYS
-from perfgate.compare import TUNING_ENV, tuning_variables
 from perfgate.config import ConfigError, Settings
+from perfgate.environment_keys import ENVIRONMENT_KEYS as COMPARED_ENVIRONMENT_KEYS
+from perfgate.environment_keys import TUNING_ENV, tuning_variables
 from perfgate.exporters import write_run_reports
 from perfgate.formatting import format_environment
 from perfgate.github import publish_summary

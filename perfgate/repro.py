@@ -8,8 +8,8 @@ What the command fixes and what it leaves to the checkout it runs in (docs/gate.
 regression"): the case (workload, size, toggles, device), the suite, the sampling (a fixed number of
 processes, or the adaptive budget the case was measured with), samples per process, threads, the worker
 timeout and memory limit, ``--config`` when the run read another file than the one found here, and the
-workloads folders and compile cache the run was given beyond that configuration (where they exist inside
-the working folder).
+workloads folders and compile cache the run was given beyond that configuration (where they exist in this
+checkout, outside every run folder: ``Checkout``; a comment line says why one is left out).
 """
 
 from __future__ import annotations
@@ -146,56 +146,134 @@ def sampling_options(case: CaseResult, settings: dict[str, Any]) -> list[str]:
     return out
 
 
-def config_option(settings: dict[str, Any]) -> list[str]:
-    """``--config PATH`` when the run read another configuration file than the one found from here."""
+def _printable(text: str, limit: int = 200) -> str:
+    """Untrusted text for a comment line: control and format characters (a newline would end the comment
+    and make the rest a command) escaped, at most ``limit`` characters."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
+                   for c in text[:limit])
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """Where a path read from a results file may lead the printed command: into this checkout (the project
+    root, the folder of the pyproject.toml found from here) and outside every run folder (the configured
+    reports folder, any folder holding a results.json). A configuration, workloads folder or compile cache
+    elsewhere (an unpacked artifact, a run folder the measured code wrote) would run that code's Python."""
+
+    root: Path
+    reports: Path
+
+    @classmethod
+    def here(cls) -> Checkout:
+        try:
+            found = find_pyproject(Path.cwd())
+        except ConfigError:
+            found = None
+        root = (found.parent if found is not None else Path.cwd()).resolve()
+        try:
+            reports = Path(load(None).reports_dir).resolve()
+        except (ConfigError, OSError):
+            reports = root / "reports"
+        return cls(root, reports)
+
+    def refuses(self, path: Path) -> str | None:
+        """Why the command must not use ``path`` (resolved), or None when it may."""
+        if not path.is_relative_to(self.root):
+            return f"it lies outside this checkout ({self.root})"
+        if path.is_relative_to(self.reports):
+            return f"it lies in the reports folder ({shown_path(self.reports)}), a run's output"
+        folder = path if path.is_dir() else path.parent
+        for above in (folder, *folder.parents):
+            if (above / "results.json").is_file():
+                return f"it lies in a run folder ({shown_path(above)})"
+            if above == self.root:
+                break
+        return None
+
+
+def _resolved(value: Any) -> Path | None:
+    if not isinstance(value, str) or not value or "\0" in value:
+        return None
+    try:
+        return Path(value).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+def _left_out(option: str, value: str, why: str) -> str:
+    return f"# {option} {_printable(value)} (from the run's results.json) left out: {why}; add it by hand if you trust it"
+
+
+def config_option(settings: dict[str, Any], checkout: Checkout | None = None,
+                  notes: list[str] | None = None) -> list[str]:
+    """``--config PATH`` when the run read another configuration file than the one found from here, and it
+    lies in this checkout outside every run folder (``Checkout``); else nothing, with a line in ``notes``
+    saying why."""
     recorded = settings.get("config")
     if not isinstance(recorded, str) or not recorded:
         return []
+    checkout = checkout or Checkout.here()
+    notes = notes if notes is not None else []
     try:
         found = find_pyproject(Path.cwd())
     except ConfigError:
         found = None
-    path = Path(recorded)
-    if path.is_file():
-        if found is not None and found.resolve() == path.resolve():
-            return []
-        return ["--config", shown_path(path)]
-    # not here (a CI machine's path): the nearest pyproject.toml stands in for one, another file cannot
-    return [] if path.name == "pyproject.toml" else ["--config", recorded]
+    path = _resolved(recorded)
+    if path is None or not path.is_file():
+        # not here (a CI machine's path): the nearest pyproject.toml stands in for one, another file cannot
+        if Path(recorded).name != "pyproject.toml":
+            notes.append(_left_out("--config", recorded, "it is not a file here"))
+        return []
+    if found is not None and found.resolve() == path:
+        return []
+    why = checkout.refuses(path)
+    if why:
+        notes.append(_left_out("--config", recorded, why))
+        return []
+    return ["--config", shown_path(path)]
 
 
-def folder_options(settings: dict[str, Any], config_args: list[str]) -> list[str]:
+def folder_options(settings: dict[str, Any], config_args: list[str], checkout: Checkout | None = None,
+                   notes: list[str] | None = None) -> list[str]:
     """``--workloads-dir`` for each workloads folder the run read that the configuration the command will read
     does not list (one given on the run's command line), and ``--compile-cache`` when the run kept its compiler
-    caches elsewhere than that configuration says. Only folders that exist inside the working folder: a path
-    from another machine (CI's) names nothing to reproduce with, and one outside, read from an untrusted
-    file, could have the command import whatever Python files lie there."""
+    caches elsewhere than that configuration says. Only folders that exist in this checkout, outside every run
+    folder (``Checkout``): a path from another machine (CI's) names nothing to reproduce with, and one
+    elsewhere, read from an untrusted file, could have the command import whatever Python files lie there
+    (each left out gets a line in ``notes``)."""
     try:
         here = load(config_args[1] if config_args else None)
     except (ConfigError, OSError):
         return []  # the command's own run will say what is wrong with the configuration
-    cwd = Path.cwd().resolve()
+    checkout = checkout or Checkout.here()
+    notes = notes if notes is not None else []
 
-    def usable(value: Any) -> Path | None:
-        if not isinstance(value, str) or not value or "\0" in value:
+    def usable(option: str, value: Any) -> Path | None:
+        path = _resolved(value)
+        if path is None:
             return None
-        try:
-            path = Path(value).resolve()
-            return path if path.is_dir() and path.is_relative_to(cwd) else None
-        except (OSError, RuntimeError, ValueError):
+        why = "it is not a folder here" if not path.is_dir() else checkout.refuses(path)
+        if why:
+            notes.append(_left_out(option, value, why))
             return None
+        return path
 
     known = {p.resolve() for p in here.workloads_dirs}
     out: list[str] = []
     recorded = settings.get("workloads_dirs")
     for d in recorded if isinstance(recorded, list) else []:
-        path = usable(d)
-        if path is not None and path not in known:
+        path = _resolved(d)
+        if path is None or path in known:
+            continue
+        path = usable("--workloads-dir", d)
+        if path is not None:
             known.add(path)
             out += ["--workloads-dir", shown_path(path)]
-    cache = usable(settings.get("compile_cache"))
-    if cache is not None and (here.compile_cache is None or Path(here.compile_cache).resolve() != cache):
-        out += ["--compile-cache", shown_path(cache)]
+    cache_path = _resolved(settings.get("compile_cache"))
+    if cache_path is not None and (here.compile_cache is None or Path(here.compile_cache).resolve() != cache_path):
+        cache = usable("--compile-cache", settings.get("compile_cache"))
+        if cache is not None:
+            out += ["--compile-cache", shown_path(cache)]
     return out
 
 
@@ -215,8 +293,10 @@ def layout_prefix(run: RunResult) -> list[str]:
             if env.get(key) in policies and env.get(key) != policies[0]]
 
 
-def run_command(case: CaseResult, run: RunResult, base: Base, *, gate: bool = True) -> list[str]:
-    """`perfgate run --against BASE` narrowed to ``case``, with the settings its run recorded."""
+def run_command(case: CaseResult, run: RunResult, base: Base, *, gate: bool = True,
+                notes: list[str] | None = None) -> list[str]:
+    """`perfgate run --against BASE` narrowed to ``case``, with the settings its run recorded; a recorded
+    path the command may not use is left out, with a line saying why added to ``notes``."""
     settings = run.settings if isinstance(run.settings, dict) else {}
     spec = case.spec
     argv = [*layout_prefix(run), "perfgate", "run", "--against", base.ref]
@@ -230,8 +310,9 @@ def run_command(case: CaseResult, run: RunResult, base: Base, *, gate: bool = Tr
                           ("--max-memory-mb", _count(settings.get("max_memory_mb")))):
         if value:
             argv += [option, value]
-    config_args = config_option(settings)
-    argv += config_args + folder_options(settings, config_args)
+    checkout = Checkout.here()
+    config_args = config_option(settings, checkout, notes)
+    argv += config_args + folder_options(settings, config_args, checkout, notes)
     return argv + (["--gate"] if gate else [])
 
 
@@ -265,11 +346,13 @@ class Repro:
     traces: str
     traces_dir: str
     spec_dirs: str  # <workload>/<size>/<toggles>: where each side's trace lands under its tb/
+    notes: tuple[str, ...] = ()  # comment lines: recorded paths the commands leave out, and why
 
-    def lines(self, summary: str = "") -> list[str]:
+    def lines(self, summary: str = "", *, traces_only: bool = False) -> list[str]:
+        """The commented commands (``traces_only``: only the form that keeps both traces)."""
         head = f"# {self.case_key}" + (f": {summary}" if summary else "")
         return [head, f"# base: {self.base.ref[:12] if self.base.known else self.base.ref} ({self.base.origin})",
-                self.command,
+                *self.notes, *([] if traces_only else [self.command]),
                 f"# the same case with both traces kept (head: {self.traces_dir}/tb/{self.spec_dirs}/, "
                 f"base: {self.traces_dir}/base/tb/{self.spec_dirs}/; open them in https://ui.perfetto.dev):",
                 self.traces]
@@ -277,9 +360,12 @@ class Repro:
 
 def repro_for(case: CaseResult, run: RunResult, base: Base) -> Repro:
     spec = case.spec
-    return Repro(case_key=case.key, base=base, command=shell(run_command(case, run, base)),
+    notes: list[str] = []
+    command = shell(run_command(case, run, base, notes=notes))
+    return Repro(case_key=case.key, base=base, command=command,
                  traces=shell(traces_command(case, run, base)), traces_dir=traces_folder(case),
-                 spec_dirs="/".join(component(x) for x in (spec.workload, spec.size, spec.toggle_name)))
+                 spec_dirs="/".join(component(x) for x in (spec.workload, spec.size, spec.toggle_name)),
+                 notes=tuple(notes))
 
 
 def regression_repros(run: RunResult, comparison: Comparison | None, run_dir: Path | None = None) -> dict[str, Repro]:
@@ -325,10 +411,7 @@ def command_lines(pattern: str, run: RunResult, comparison: Comparison | None, r
     out: list[str] = []
     for case in cases:
         r = repro_for(case, run, _base_in(run, comparison, recorded, case.key))
-        if traces_only:
-            out += r.lines(verdict_summary(case.key, comparison))[:2] + r.lines()[3:]
-        else:
-            out += r.lines(verdict_summary(case.key, comparison))
+        out += r.lines(verdict_summary(case.key, comparison), traces_only=traces_only)
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,36 @@ def test_update_with_case_replaces_only_those_cases(tmp_path):
     other["environment"]["torch"] = "9.9.9"
     with pytest.raises(ConfigError, match="another environment .*torch 2.13.0 vs 9.9.9"):
         baselines.updated(RunResult.from_json(other), old, "run2", ["*/compile/*"])
+
+
+@pytest.mark.parametrize("old, new, named", [
+    ({}, {"malloc": "steady"}, "malloc system vs steady"),  # a baseline from before malloc was recorded
+    ({"malloc": "steady"}, {"malloc": "system"}, "malloc steady vs system"),
+    ({"address_layout": "random"}, {"address_layout": "fixed"}, "address_layout random vs fixed"),
+    ({}, {"address_layout": "fixed"}, "address_layout none vs fixed"),  # recorded on one side only
+    ({"tuning_env": ["OMP_SCHEDULE=static"]}, {"tuning_env": []}, "$OMP_SCHEDULE static vs none"),
+    ({}, {"tuning_env": ["LD_PRELOAD=libjemalloc.so"]}, "tuning_env none vs 1 variable(s)"),
+])
+def test_a_case_update_from_another_allocator_policy_or_layout_is_refused(tmp_path, old, new, named):
+    """`--case` keeps the baseline's environment for every case: cases measured under another C allocator
+    policy, address layout or tuning variables would sit under an environment that is not theirs, so it is
+    refused with what differs, as the gate names it; the whole update (no --case) takes the run's."""
+    path, data = _two_case_baseline(tmp_path)
+    data["environment"].update(old)
+    stored = baselines.from_run(RunResult.from_json(data), None, source="first-run")
+    run_data = _faster(data)
+    for key in old:
+        del run_data["environment"][key]
+    run_data["environment"].update(new)
+    run = RunResult.from_json(run_data)
+    with pytest.raises(ConfigError, match=r"another environment \(.*" + re.escape(named) + r".*update the whole "
+                                          r"baseline \(no --case\)") as err:
+        baselines.updated(run, stored, "run2", ["*/compile/*"])
+    assert "\n" not in str(err.value)
+    whole = baselines.updated(replace(run, cases=run.cases[:2]), stored, "run2")
+    assert {k: whole.environment.get(k) for k in new} == new
+    same = _faster(data)
+    assert baselines.updated(RunResult.from_json(same), stored, "run2", ["*/compile/*"]).environment["git_commit"] == "b" * 40
 
 
 def test_a_case_kept_from_another_commit_names_its_own(tmp_path):

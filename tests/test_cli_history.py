@@ -101,6 +101,26 @@ def test_bad_inputs_exit_2_with_one_line_and_the_store_untouched(project: Path, 
     assert out.returncode == 2 and "no history store" in out.stderr
 
 
+@pytest.mark.parametrize("folder", ["a#b?c%d", "50%25 off"])
+def test_a_store_in_a_folder_named_with_uri_characters_is_found(tmp_path: Path, folder: str) -> None:
+    """'#', '?' and '%' mean something in a URI (fragment, query, escape): the store is opened by its path,
+    so show, detect and report read the store `history add` wrote there, not "no history store"."""
+    root = tmp_path / folder
+    root.mkdir()
+    (root / "pyproject.toml").write_text('[tool.perfgate]\nhistory = "sqlite:///store/h.db"\n')
+    for i in range(3):
+        write_run(root / "runs", make_run(i, [0.010, 0.020]))
+    added = cli(["history", "add", "runs"], root)
+    assert added.returncode == 0 and added.stdout.count("added: ") == 3, added.stdout + added.stderr
+    assert (root / "store" / "h.db").is_file()
+    for args in (["history", "show", "--format", "json"], ["history", "detect"],
+                 ["history", "report", "--out", str(root / "h.html")]):
+        out = cli(args, root)
+        assert out.returncode == 0, (args, out.stdout + out.stderr)
+    assert len(json.loads(cli(["history", "show", "--format", "json"], root).stdout)) > 0
+    assert (root / "h.html").is_file()
+
+
 def test_history_key_must_be_a_url(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\nhistory = 3\n")
     out = cli(["history", "show"], tmp_path)
@@ -202,6 +222,27 @@ def test_no_password_in_the_error_line_of_an_unreachable_store(tmp_path: Path, s
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
         assert not _leaks(out.stdout + out.stderr), (shape, out.stderr)
         assert f"127.0.0.1:{port}/perfgate" in out.stderr or "history store" in out.stderr
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://bob:s3cret99/perf",  # the '@host' forgotten: the password reads as a port
+    "postgresql://bob:s3cret99",
+    "postgres://bob:s3cret99?sslmode=require",
+    "postgresql://:s3cret99/perf",
+    "postgresql://[bob:s3cret99/perf",
+    "postgresql://bob:s3c%2Fret99/perf",
+    "postgresql://bob:s3cret99@db:notaport/perf",
+    "postgresql://bob:s3cret99@[::1/perf",
+])
+def test_a_malformed_url_is_one_line_exit_2_without_its_password(tmp_path: Path, url: str) -> None:
+    """SQLAlchemy's own parse errors quote the URL's pieces (`invalid literal for int() with base 10:
+    's3cret99'`): each goes through the redaction, one line, exit 2, never an `unexpected ValueError`."""
+    for args, env in ((["history", "show", "--history-url", url], None),
+                      (["history", "detect"], {"PERFGATE_HISTORY_URL": url})):
+        out = cli(args, tmp_path, env)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and "unexpected" not in out.stderr, out.stderr
+        assert "s3cret99" not in out.stdout + out.stderr and "s3c/ret99" not in out.stderr, out.stderr
 
 
 def test_no_password_for_an_unsupported_database() -> None:

@@ -749,6 +749,33 @@ def test_the_run_to_run_term_is_measured_per_case_or_the_devices_default():
         assert g.run_to_run_term(cpu, "k", {"k": {"run_to_run": bad}})[0] == 0.02
 
 
+def test_pairs_that_cannot_be_formed_carry_the_unpaired_run_to_run_term():
+    """`--against` with unequal process counts (a worker of one side failed) falls back to an unpaired
+    comparison: it carries the case's unpaired run-to-run term (calibrated, else the device's default), not
+    the 0.5% left once lockstep pairs cancel the machine's drift, and the rule says so."""
+    rnd = random.Random(8)
+    base = [[1e-3 * (1 + rnd.gauss(0, 0.002))] * 8 for _ in range(8)]
+    head = [[0.94e-3 * (1 + rnd.gauss(0, 0.002))] * 8 for _ in range(8)]
+    g = GateSettings(bootstrap_resamples=1000)
+
+    def step_time(head_groups, calibration=None):
+        (v,) = [x for x in judge_case("k", case("eager", base), case("eager", head_groups), g, paired=True,
+                                      calibration=calibration) if x.metric == "step_time"]
+        return v
+
+    pairs, unequal = step_time(head), step_time(head[:7])
+    assert "run-to-run 0.5% (paired)" in pairs.rule
+    assert "run-to-run 2% (run_to_run default, not calibrated: the processes could not be paired)" in unequal.rule
+    assert unequal.ratio_high - unequal.ratio_low > 3 * (pairs.ratio_high - pairs.ratio_low)
+    measured = step_time(head[:7], {"k": {"run_to_run": 0.011}})
+    assert "run-to-run 1.1% (measured by calibrate: the processes could not be paired)" in measured.rule
+    for term in (None, 0.005):  # the term of a sequential look's rule, or none given: never the paired one
+        change = case_time_change(case("eager", base), case("eager", head[:7]), g, paired=True, run_to_run=term)
+        assert change is not None and not change.paired and change.run_to_run == g.run_to_run
+    one = case_time_change(case("eager", base[:1]), case("eager", head[:1]), g, paired=True)  # raw samples
+    assert one is not None and not one.paired and one.run_to_run == g.run_to_run
+
+
 def test_a_stored_gpu_comparison_does_not_call_a_win_that_a_whole_run_moving_explains():
     """The first H200 run: unchanged code, a baseline minutes old, 0.938 [0.883, 0.9997] called a `win`
     (whole runs there moved by about 6%). With the cuda default the same evidence is not a win."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from fixtures.synthetic import scenario, synthetic_run
@@ -12,7 +13,7 @@ from perfgate import console
 from perfgate.config import ConfigError
 from perfgate.exporters import RUN_FORMATS, parse_formats, registry, write_all, write_run_reports
 from perfgate.exporters.base import EAGER_DID_NOT_RUN, ReportInput, op_diff, recommend, tolerance_text
-from perfgate.model import CaseResult, CaseSpec
+from perfgate.model import CaseResult, CaseSpec, Comparison, ProcessSamples, RunResult, Verdict
 from perfgate.stats import Ratio
 
 
@@ -78,6 +79,34 @@ def _ok(toggle: str, accuracy: str = "ok") -> CaseResult:
 def test_recommendation_rule(speedup, accuracy, action):
     rec = recommend(_ok("compile", accuracy), speedup, None, threshold=0.05)
     assert rec.action == action, rec.reason
+
+
+def _timed(toggle: str, step_s: float) -> CaseResult:
+    procs = [ProcessSamples(samples_ns=[int(step_s * 1e9)] * 5, process_index=i) for i in range(3)]
+    return CaseResult(spec=CaseSpec("w", "smoke", (toggle,), "cpu"), status="ok", processes=procs,
+                      accuracy={"verdict": "ok"})
+
+
+def test_each_cases_band_is_its_own_threshold():
+    """Thresholds are per toggle, workload and case: compile (40%) and torchscript (5%) both run 1.3x eager,
+    so compile is neutral within its ±40% band and torchscript adopt, though compile's verdict comes first
+    (its threshold was every case's band); the same from the run's recorded per-toggle and per-workload
+    thresholds without a comparison, and the global one where what was recorded is nonsense."""
+    cases = [_timed("eager", 1.3e-3), _timed("compile", 1e-3), _timed("torchscript", 1e-3)]
+    comparison = Comparison(verdicts=[
+        Verdict("w/smoke/compile/cpu", "step_time", "unchanged", threshold=0.4),
+        Verdict("w/smoke/torchscript/cpu", "step_time", "unchanged", threshold=0.05),
+    ])
+    run = RunResult("r", "smoke", {}, cases=cases)
+    for report in (ReportInput(run, comparison),
+                   ReportInput(replace(run, settings={"gate": {"threshold": 0.05, "toggles": {"compile": 0.4}}}))):
+        rows = {r.key: r.recommendation for r in report.rows}
+        assert rows["w/smoke/compile/cpu"].action == "neutral" and "±40%" in rows["w/smoke/compile/cpu"].reason
+        assert rows["w/smoke/torchscript/cpu"].action == "adopt", rows["w/smoke/torchscript/cpu"].reason
+    per_workload = ReportInput(replace(run, settings={"gate": {"threshold": 0.05, "workloads": {"w": 0.4}}}))
+    assert {r.recommendation.action for r in per_workload.rows if r.key != "w/smoke/eager/cpu"} == {"neutral"}
+    nonsense = ReportInput(replace(run, settings={"gate": {"toggles": {"compile": "40%"}, "workloads": {"w": -1}}}))
+    assert {r.recommendation.action for r in nonsense.rows if r.key != "w/smoke/eager/cpu"} == {"adopt"}
 
 
 def test_a_drift_recommendation_shows_the_tolerance_as_bounds_and_the_reason():

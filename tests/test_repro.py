@@ -237,3 +237,53 @@ def test_workloads_folders_and_a_compile_cache_given_on_the_command_line_are_rep
                                              'compile_cache = "cache"\n')
     argv = repro.run_command(run.cases[0], run, repro.Base("main", "test"))
     assert "--workloads-dir" not in argv and "--compile-cache" not in argv
+
+
+def test_recorded_paths_outside_the_checkout_or_in_a_run_folder_are_left_out_and_said_so(tmp_path):
+    """results.json is untrusted: a `--config`, `--workloads-dir` or `--compile-cache` it names is printed only
+    where it lies in this checkout (the project root) and outside every run folder (the reports folder, any
+    folder holding a results.json: an unpacked artifact's Python would run). Each left out gets a comment
+    line saying why, its text escaped: a newline in a recorded path cannot start a line of its own."""
+    project = tmp_path / "project"
+    for d in ("workloads", "extra", "cache", "reports/old/wl", "artifact/run/wl", "artifact/run/cache"):
+        (project / d).mkdir(parents=True)
+    (project / "pyproject.toml").write_text('[tool.perfgate]\nworkloads_dirs = ["workloads"]\n')
+    (project / "other.toml").write_text('[tool.perfgate]\nworkloads_dirs = ["workloads"]\n')
+    (project / "reports" / "old" / "results.json").write_text("{}")
+    (project / "artifact" / "run" / "evil.toml").write_text('[tool.perfgate]\nworkloads_dirs = ["wl"]\n')
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "cfg.toml").write_text("[tool.perfgate]\n")
+    run_dir = project / "artifact" / "run"
+
+    def printed(settings: dict) -> list[str]:
+        run = _run(["w/smoke/eager/cpu"], settings=settings)
+        (run_dir / "results.json").write_text(json.dumps(run.to_json()))
+        out = run_cli("repro", "w/*", "--results", str(run_dir), cwd=project)
+        assert out.returncode == 0, out.stdout + out.stderr
+        lines = out.stdout.splitlines()
+        assert all(line.startswith(("# ", "perfgate run ")) for line in lines), lines  # nothing else runs
+        return lines
+
+    hostile = {"config": str(run_dir / "evil.toml"), "compile_cache": str(run_dir / "cache"),
+               "workloads_dirs": [str(run_dir / "wl"), str(project / "reports" / "old" / "wl"), str(outside),
+                                  "../elsewhere", "gone\nrm -rf ~"]}
+    lines = printed(hostile)
+    commands, notes = _commands("\n".join(lines)), [line for line in lines if "left out" in line]
+    assert commands and not any(o in c for c in commands for o in ("--config", "--workloads-dir", "--compile-cache"))
+    assert any("--config" in n and "evil.toml" in n and "a run folder (artifact/run)" in n for n in notes), notes
+    assert sum("--workloads-dir" in n for n in notes) == 5 and any("reports folder" in n for n in notes), notes
+    assert any("outside this checkout" in n for n in notes) and any("gone\\x0arm -rf ~" in n for n in notes), notes
+    assert any("--compile-cache" in n and "a run folder" in n for n in notes), notes
+    for config in (str(outside / "cfg.toml"), "/nowhere/ci.toml"):
+        why = "outside this checkout" if config.endswith("cfg.toml") else "not a file here"
+        lines = printed({"config": config})
+        assert not any("--config" in c for c in _commands("\n".join(lines)))
+        assert any(line.startswith("# --config") and why in line for line in lines), lines
+    # the same kinds of path inside the checkout, outside every run folder: repeated, with no note
+    lines = printed({"config": str(project / "other.toml"), "compile_cache": str(project / "cache"),
+                     "workloads_dirs": [str(project / "extra")]})
+    (command, _) = _commands("\n".join(lines))
+    argv = shlex.split(command)
+    assert argv[argv.index("--config") + 1] == "other.toml" and argv[argv.index("--workloads-dir") + 1] == "extra"
+    assert argv[argv.index("--compile-cache") + 1] == "cache" and not any("left out" in line for line in lines)

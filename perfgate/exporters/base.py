@@ -597,6 +597,14 @@ def build_overview(report: ReportInput) -> Overview:
     return Overview(compared, toggles, list(rows.values()))
 
 
+def _threshold(value: Any) -> float | None:
+    """A step-time threshold read from a results or comparison file (untrusted): a positive finite number,
+    else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        return None
+    return float(value)
+
+
 @dataclass
 class ReportInput:
     """What every exporter reads: the run, an optional comparison, where the run lives."""
@@ -611,11 +619,25 @@ class ReportInput:
 
     @property
     def threshold(self) -> float:
-        if self.comparison:
-            for v in self.comparison.verdicts:
-                if v.metric == "step_time" and v.threshold:
-                    return float(v.threshold)
+        """The run's global step-time threshold (``[tool.perfgate.gate] threshold`` as it recorded it): the
+        one a case has unless its toggle, workload or calibration sets another (``threshold_of``)."""
         return self._gate_setting("threshold", DEFAULT_THRESHOLD, 0.0, math.inf)
+
+    def threshold_of(self, case: CaseResult) -> float:
+        """The step-time threshold of ``case``, as the gate sets it per toggle, workload and case: its own
+        step-time verdict's, else the run's recorded ``[tool.perfgate.gate]`` (the widest per-toggle threshold
+        among its toggles, then the per-workload one, then the global ``threshold``)."""
+        for v in self.comparison.for_case(case.key) if self.comparison else []:
+            if v.metric == "step_time" and _threshold(v.threshold) is not None:
+                return float(v.threshold)
+        gate = self.run.settings.get("gate") if isinstance(self.run.settings, dict) else None
+        gate = gate if isinstance(gate, dict) else {}
+        toggles, workloads = (gate.get(k) if isinstance(gate.get(k), dict) else {} for k in ("toggles", "workloads"))
+        per_toggle = [t for t in (_threshold(toggles.get(name)) for name in case.spec.toggles) if t is not None]
+        if per_toggle:
+            return max(per_toggle)
+        per_workload = _threshold(workloads.get(case.spec.workload))
+        return per_workload if per_workload is not None else self.threshold
 
     @property
     def process_quantile(self) -> float:
@@ -681,7 +703,7 @@ class ReportInput:
             row = CaseRow(
                 case=c, step_time=summaries[c.key], speedup=speedup, verdicts=vs,
                 memory_bytes=mem, memory_change=mem_change,
-                recommendation=recommend(c, speedup, mem_change, self.threshold,
+                recommendation=recommend(c, speedup, mem_change, self.threshold_of(c),
                                          NO_EAGER if eager_key not in summaries else
                                          EAGER_DID_NOT_RUN if eager_time is None else ZERO_STEP_TIME),
                 baseline_case=base_case, bound=roofline.case_bound(c, run.ceilings),

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -196,6 +196,13 @@ def scrub(text: str, url: str) -> str:
     if "@" in rest:
         userinfo = rest.rsplit("@", 1)[0]
         secrets |= {userinfo, *userinfo.split(":"), *userinfo.split("@")}
+    else:
+        # a 'user:password' whose '@host' was forgotten reads as host:port: a port that is not a number is the
+        # password, and the host the user
+        netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
+        pieces = netloc.split(":")
+        if any(not p.isdigit() for p in pieces[1:]):
+            secrets |= {netloc, *pieces}
     for _, _, value in (part.partition("=") for part in re.split(r"[?&]", rest)[1:]):
         secrets.add(value)
     secrets |= {unquote(s) for s in secrets}  # the driver sees (and may quote) them percent-decoded
@@ -252,7 +259,9 @@ def _check_sqlite_file(path: Path) -> bool:
         raise HistoryError(f"history store {path} is not a SQLite database (corrupt or another kind of file); "
                            "move it away or point [tool.perfgate] history / PERFGATE_HISTORY_URL elsewhere")
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+        # quoted: in a URI a '?' starts the query, a '#' the fragment and a '%' an escape, so a folder named
+        # with one would open another file (or none) than the store's
+        con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
         try:
             names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         finally:
@@ -267,8 +276,11 @@ def _check_sqlite_file(path: Path) -> bool:
     return True
 
 
-def _sqlite_engine(url: str) -> Engine:
-    engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+def _sqlite_engine(path: Path) -> Engine:
+    # the path as the URL's database field, not parsed out of the URL text, where a '?' in a folder's name
+    # would start the query
+    engine = sa.create_engine(sa.engine.URL.create("sqlite", database=str(path)),
+                              connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -306,13 +318,14 @@ def open_store(url: str, *, create: bool, migrations_dir: Path | None = None) ->
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise HistoryError(f"cannot create the history store's folder {path.parent}: {exc.strerror or exc}") from exc
-        engine = _sqlite_engine(url)
+        engine = _sqlite_engine(path)
     else:
         try:
             engine = sa.create_engine(url, connect_args={"connect_timeout": 10})
         except ModuleNotFoundError as exc:
             raise HistoryError(f"a PostgreSQL history store needs psycopg: pip install 'perfgate[postgres]' ({exc})") from exc
-        except SQLAlchemyError as exc:
+        except Exception as exc:  # noqa: BLE001 - any parse error may quote the URL: only through scrub
+            # (a forgotten '@host' makes the password a port: SQLAlchemy's ValueError quotes it)
             raise HistoryError(f"history URL {redact(url)!r} is not valid: {scrub(_first_line(exc), url)}") from exc
     store = Store(url, engine)
     try:
@@ -324,10 +337,10 @@ def open_store(url: str, *, create: bool, migrations_dir: Path | None = None) ->
         engine.dispose()
         raise HistoryError(f"cannot reach the history store {store.describe()}: "
                            f"{scrub(_first_line(exc.orig or exc), url)}") from exc
-    except SQLAlchemyError as exc:
+    except Exception as exc:  # noqa: BLE001 - the driver's errors (and its URL parsing) may quote the URL
         engine.dispose()
         raise HistoryError(f"history store {store.describe()} cannot be used: "
-                           f"{scrub(_first_line(exc.orig if hasattr(exc, 'orig') else exc), url)}") from exc
+                           f"{scrub(_first_line(getattr(exc, 'orig', None) or exc), url)}") from exc
     return store
 
 
