@@ -114,6 +114,10 @@ def check_allocator(state: str | None = None) -> Finding:
         return Finding(WARN, "allocator", f"{layout.MALLOC_ENV}=system: workers keep glibc's defaults, under which "
                        "processes of one build can differ up to 2x by whether their heaps thrash",
                        f"unset {layout.MALLOC_ENV} unless measuring the allocator itself")
+    if state == "preloaded":
+        return Finding(WARN, "allocator", f"another allocator is preloaded ({layout.preloaded_malloc()}): workers "
+                       "measure it as it is configured; perfgate sets nothing",
+                       "unset LD_PRELOAD unless measuring that allocator")
     return Finding(WARN, "allocator", "not glibc: workers keep the C allocator's defaults (nothing to set)",
                    "compare with --against, whose pairs share a machine's minutes, if processes fall into modes")
 

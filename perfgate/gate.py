@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from perfgate import baselines, console, runner, sequential
+from perfgate import baselines, console, layout, runner, sequential
 from perfgate.compare import (
     LOCKSTEP_SETTLES,
     GateSettings,
@@ -232,6 +232,7 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Pa
             # in the run's own folder, from its fork server: workers under a longer path would get another
             # memory layout than the run's and the baseline's (docs/gate.md, "Why processes ... differ").
             # Step times only: a profile pass there would replace the trace the run's case names
+            layout.redraw()  # other layouts than the measurement it checks drew (perfgate.layout)
             return runner.run_case(spec, workload_files[spec.workload], settings, run_dir,
                                    configure=_no_profile, sampler=sampler_for(spec)), None
 
@@ -370,6 +371,7 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
         def remeasure(key: str) -> tuple[CaseResult, CaseResult | None] | None:
             spec = specs[key]
             echo(f"re-measuring {key} against {ref}: it must regress again to fail the gate")
+            layout.redraw()  # other layouts than the measurement it checks drew; one per pair, both sides
             head_case, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings,
                                                     run_dir / "remeasure", base_dir / "remeasure",
                                                     sampler=sampler_for(spec))

@@ -138,6 +138,16 @@ def reseed(offset: int) -> int:
     return _seed[0]
 
 
+def redraw() -> int:
+    """Start a new set of layouts in this process, unlike every set it drew before (a re-measure, which
+    must sample other layouts than the measurement it checks: its process indices start at 0 again, and
+    under the same seed would get the same layouts): the current seed + 1 when ``PERFGATE_LAYOUT_SEED`` is
+    set (repeatable), else a fresh one. Returns it."""
+    text = os.environ.get(LAYOUT_SEED_ENV, "").strip()
+    _seed[:] = [run_seed() + 1 if _plain_digits(text) else secrets.randbits(32)]
+    return _seed[0]
+
+
 def index_heap_offset(process_index: int) -> int:
     """The ``fixed`` policy's heap offset for a process index: the same in every run."""
     return INDEX_BASE + INDEX_STEP * ((process_index * INDEX_STRIDE) % INDEX_OFFSETS)
@@ -199,30 +209,113 @@ def _glibc() -> Any:
     return libc if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt") else None
 
 
+def _address(lib: Any, name: str) -> int | None:
+    import ctypes
+
+    try:
+        return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    except AttributeError:
+        return None
+
+
+def _mapped_file(address: int) -> str:
+    """The file mapped at ``address`` in this process (/proc/self/maps), or "" where none is known."""
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                fields = line.split(maxsplit=5)
+                start, _, end = fields[0].partition("-")
+                if int(start, 16) <= address < int(end, 16):
+                    return fields[5].strip() if len(fields) > 5 else ""
+    except (OSError, ValueError, IndexError):
+        pass
+    return ""
+
+
+def preloaded_malloc(libc: Any = None) -> str | None:
+    """The library whose ``malloc`` this process calls when it is not the C library's own (jemalloc or
+    tcmalloc through ``LD_PRELOAD``): its path (or "preloaded" where it cannot be told), else None. Why:
+    glibc's mallopt succeeds even when nobody calls glibc's malloc, so setting its thresholds proves nothing."""
+    import ctypes
+
+    libc = libc if libc is not None else _glibc()
+    if libc is None:
+        return None
+    try:
+        own = _address(ctypes.CDLL("libc.so.6"), "malloc")  # searched in the C library alone
+    except OSError:
+        return None
+    used = _address(libc, "malloc")  # what the process's global symbol lookup finds: a preload first
+    if own is None or used is None or own == used:
+        return None
+    return _mapped_file(used) or "preloaded"
+
+
 def malloc_state() -> str:
     """What ``steady_malloc`` would give in a worker started from here (``perfgate doctor``), setting nothing."""
     if malloc_policy() != "steady":
         return "system"
-    return "steady" if _glibc() is not None else "unavailable"
-
-
-def steady_malloc() -> str:
-    """Under the ``steady`` policy, fix the C allocator's mmap and trim thresholds in this process (a worker,
-    before its workload), so that its large temporaries are reused from the heap instead of mapped and
-    faulted in anew at every step by some processes and not others. Returns what holds: ``steady``,
-    ``system`` (the policy asks for the allocator's defaults) or ``unavailable`` (not glibc: nothing set)."""
-    if malloc_policy() != "steady":
-        return "system"
-    libc = _glibc()  # musl and macOS have no such parameters: nothing is set there
+    libc = _glibc()
     if libc is None:
         return "unavailable"
+    return "preloaded" if preloaded_malloc(libc) else "steady"
+
+
+# glibc's own knobs for the two thresholds (its environment variables, and their GLIBC_TUNABLES names): a user
+# who sets one chose that threshold, and perfgate leaves it as set (docs/configuration.md "The C allocator")
+USER_THRESHOLDS = {"mmap_threshold": ("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold"),
+                   "trim_threshold": ("MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold")}
+
+
+def user_thresholds(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The thresholds the environment sets through glibc's own knobs: knob name to the variable that sets it."""
+    environ = dict(os.environ) if environ is None else environ
+    tunables = {part.partition("=")[0].strip() for part in environ.get("GLIBC_TUNABLES", "").split(":")}
+    found = {}
+    for knob, (variable, tunable) in USER_THRESHOLDS.items():
+        if tunable in tunables:
+            found[knob] = "GLIBC_TUNABLES"
+        elif variable in environ:
+            found[knob] = variable
+    return found
+
+
+def hold_malloc() -> dict[str, Any]:
+    """Under the ``steady`` policy, fix the C allocator's mmap and trim thresholds in this process (a worker,
+    before its workload), so that its large temporaries are reused from the heap instead of mapped and
+    faulted in anew at every step by some processes and not others. A threshold the user set through glibc's
+    own knobs (``user_thresholds``) is left as the user set it. Returns what holds, as the worker records it:
+    ``malloc``: ``steady`` (perfgate's values hold for every threshold not the user's), ``system`` (the policy
+    asks for the allocator's defaults), ``unavailable`` (not glibc: nothing set) or ``preloaded`` (another
+    allocator, LD_PRELOAD'ed, serves malloc: glibc's thresholds would change nothing, and nothing is set);
+    ``set``: each threshold perfgate set, and the value glibc accepted; ``user``: each threshold left to the
+    user's setting, and the variable that set it."""
+    user = user_thresholds()
+    held: dict[str, Any] = {"malloc": "system", "set": {}, "user": user}
+    if malloc_policy() != "steady":
+        return held
+    libc = _glibc()  # musl and macOS have no such parameters: nothing is set there
+    if libc is None or preloaded_malloc(libc):
+        return {**held, "malloc": "unavailable" if libc is None else "preloaded"}
     import ctypes
 
     mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    done = mallopt(M_MMAP_THRESHOLD, STEADY_MMAP_THRESHOLD) == 1
-    done = mallopt(M_TRIM_THRESHOLD, STEADY_TRIM_THRESHOLD) == 1 and done
-    return "steady" if done else "unavailable"
+    done = True
+    for knob, param, value in (("mmap_threshold", M_MMAP_THRESHOLD, STEADY_MMAP_THRESHOLD),
+                               ("trim_threshold", M_TRIM_THRESHOLD, STEADY_TRIM_THRESHOLD)):
+        if knob in user:
+            continue
+        if mallopt(param, value) == 1:
+            held["set"][knob] = value
+        else:
+            done = False
+    return {**held, "malloc": "steady" if done else "unavailable"}
+
+
+def steady_malloc() -> str:
+    """``hold_malloc()``'s state alone: ``steady``, ``system``, ``unavailable`` or ``preloaded``."""
+    return str(hold_malloc()["malloc"])
 
 
 _held: list[Any] = []  # what a layout took, alive for the process's life

@@ -69,6 +69,7 @@ class Measurement:
     timer: str
     bursts: list[int] | None = None  # samples per lockstep burst, in order (None: sampled in one go)
     layout_groups: list[int] | None = None  # samples per memory layout, in order (None: one layout)
+    faults: int | None = None  # page faults while the samples ran (None: not counted, no ``faults`` given)
 
 
 # ``lockstep(sample_ns, take, rewarm) -> bursts``: hands sampling to an orchestrator (perfgate.lockstep)
@@ -81,7 +82,7 @@ def _stable(window: list[int], tolerance: float) -> bool:
 
 
 def measure(
-    unit: Callable[[], Any],
+    unit: Callable[[], Any] | None,
     timer: Timer,
     *,
     samples: int = 10,
@@ -97,6 +98,7 @@ def measure(
     layouts: int = 1,
     relayout: Callable[[int], Callable[[], Any]] | None = None,
     around_samples: Callable[[str], None] | None = None,
+    faults: Callable[[], int] | None = None,
 ) -> Measurement:
     """Time ``unit``: first call alone (compile lands there), warm-up until three consecutive units agree
     within ``warmup_tolerance`` (or ``max_warmup`` units), then ``samples`` samples of ``loops`` units each,
@@ -114,10 +116,19 @@ def measure(
     ``layouts`` > 1 with ``relayout`` (and no lockstep): the samples come in that many groups, each a share
     of ``samples`` (at least 2), ``min_time_s`` and ``max_time_s``; before group k > 0, ``relayout(k)``
     returns the unit to time from then on (the workload built anew on another memory layout), run once
-    untimed first.
+    untimed first. The unit of the group before is dropped first (``relayout`` drops the rest of its build).
+    ``unit`` None: the first unit is ``relayout(0)``'s, so that nothing but this function holds it (a unit
+    passed in is also held by the caller's call, ``**`` arguments and all, until this function returns).
 
     ``around_samples`` is called with "before" once warm-up is done and with "after" once the last sample
-    is taken (perfgate.gpu_clocks reads the GPU's clocks there), outside every timed sample."""
+    is taken (perfgate.gpu_clocks reads the GPU's clocks there), outside every timed sample.
+
+    ``faults`` (the process's page faults so far) is read before and after each batch of samples, outside
+    the timed calls: the faults of the timed units alone (no warm-up, no relayout's build) are recorded."""
+    if unit is None:
+        if relayout is None:
+            raise TypeError("measure() needs a unit, or a relayout to make it")
+        unit = relayout(0)
     t0 = clock()
     first = unit()
     sync()
@@ -148,8 +159,13 @@ def measure(
     gc.collect()
     gc.disable()
 
+    faulted = [0]
+
     def take(n: int) -> list[int]:
+        before = faults() if faults is not None else 0
         got = [timer.time_ns(current[0], loops) for _ in range(n)]
+        if faults is not None:
+            faulted[0] += faults() - before
         out.extend(got)
         return got
 
@@ -166,6 +182,9 @@ def measure(
             groups = layouts if relayout is not None and layouts > 1 else 1
             for group in range(groups):
                 if group:
+                    # the earlier build goes before the next is made: held on, every build would count in the
+                    # process's peak memory (a case sampling three layouts read three models' worth)
+                    current[0] = unit = None  # type: ignore[assignment]
                     current[0] = relayout(group)
                     if check is not None:
                         current[0] = _every_return_checked(current[0], check)
@@ -180,8 +199,10 @@ def measure(
     finally:
         if gc_was_enabled:
             gc.enable()
-    return _measurement(first_call_s, warmup, loops, out, stable, timer, bursts,
-                        layout_groups if len(layout_groups) > 1 else None)
+    m = _measurement(first_call_s, warmup, loops, out, stable, timer, bursts,
+                     layout_groups if len(layout_groups) > 1 else None)
+    m.faults = faulted[0] if faults is not None else None
+    return m
 
 
 def _sample_group(take: Callable[[int], list[int]], clock: Callable[[], float], out: list[int], samples: int,

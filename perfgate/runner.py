@@ -7,6 +7,7 @@ the orchestrator or the other cases with it.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import functools
 import json
 import os
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -60,6 +62,7 @@ WORKER_ENV_NAMES = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
     "PYTHONPATH", "PYTHONHASHSEED", "PYTHONNOUSERSITE", "PYTHONDONTWRITEBYTECODE", "PYTHONWARNINGS",
     "PYTHONMALLOC", "PYTHONFAULTHANDLER", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "LD_PRELOAD", "CC", "CXX",
+    "GLIBC_TUNABLES",
     "XDG_CACHE_HOME", "NUMEXPR_MAX_THREADS",
     # GitHub's runner ends, after a job, every process whose environment carries its tracking id: kept, so a
     # process a workload leaves running is ended there too, whatever perfgate itself missed
@@ -68,7 +71,7 @@ WORKER_ENV_NAMES = frozenset({
 WORKER_ENV_PREFIXES = (
     "LC_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "NUMEXPR_", "TORCH_", "TORCHINDUCTOR_", "TORCHDYNAMO_",
     "PYTORCH_", "TRITON_", "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NVIDIA_", "HIP_", "ROCR_", "ROCM_",
-    "PERFGATE_",
+    "PERFGATE_", "MALLOC_",  # glibc's malloc knobs (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_...), jemalloc's MALLOC_CONF
 )
 WORKER_ENV_WITHHELD = frozenset({"PERFGATE_HISTORY_URL"})  # in perfgate's own namespace, but a credential
 _config_env_names: tuple[str, ...] = ()
@@ -97,8 +100,8 @@ def passed_to_workers(name: str, extra_names: Sequence[str] | None = None) -> bo
 # a path: perfgate sets some per case), which devices a job sees (a shard's GPU), the thread counts perfgate
 # pins itself, and the variables a project's `worker_env` names (its own; they may hold credentials).
 TUNING_PREFIXES = ("OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "NUMEXPR_", "TORCH_", "TORCHINDUCTOR_",
-                   "TORCHDYNAMO_", "PYTORCH_", "TRITON_", "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_")
-TUNING_NAMES = frozenset({"LD_PRELOAD", "PYTHONMALLOC"})
+                   "TORCHDYNAMO_", "PYTORCH_", "TRITON_", "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "MALLOC_")
+TUNING_NAMES = frozenset({"LD_PRELOAD", "PYTHONMALLOC", "GLIBC_TUNABLES"})
 _NOT_TUNING = re.compile(r".*(_DIR|_HOME|_PATH|_ROOT|_FILE|_CACHE|_LOGS?|_VISIBLE_DEVICES)$|(OMP|MKL|OPENBLAS|NUMEXPR)_NUM_THREADS$")
 TUNING_VALUE_CHARS = 200
 
@@ -161,6 +164,23 @@ def _die_with_parent(parent_pid: int, death_signal: int = signal.SIGKILL) -> Non
             os._exit(1)
 
 
+_launcher: list[concurrent.futures.ThreadPoolExecutor] = []
+_launcher_lock = threading.Lock()
+
+
+def from_lasting_thread(start: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``start(*args, **kwargs)`` (a Popen, a fork server) called from a thread that lives as long as this
+    process: the main thread, or one kept for it. Why: PR_SET_PDEATHSIG fires when the *thread* that
+    forked a child exits, not the process, so perfgate used from a short-lived thread (the notebook API run
+    in a thread, a thread pool's task) would see its workers and fork servers killed when that thread ends."""
+    if threading.current_thread() is threading.main_thread():
+        return start(*args, **kwargs)
+    with _launcher_lock:
+        if not _launcher:  # its one thread waits for work until the interpreter exits
+            _launcher.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="perfgate-start"))
+    return _launcher[0].submit(start, *args, **kwargs).result()
+
+
 @functools.lru_cache(maxsize=1)
 def address_layout() -> str:
     """"fixed" when workers start without address-space randomization, else "random" (asked for with
@@ -209,9 +229,9 @@ def run_worker_command(args: Sequence[str], threads: int, timeout_s: float, env_
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         reaper.adopt_orphans()
         try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    env=worker_env(threads, env_extra), cwd=cwd,
-                                    preexec_fn=functools.partial(_die_with_parent, os.getpid()))
+            proc = from_lasting_thread(subprocess.Popen, cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                       env=worker_env(threads, env_extra), cwd=cwd,
+                                       preexec_fn=functools.partial(_die_with_parent, os.getpid()))
         except BaseException:
             reaper.ended(None)
             raise
@@ -355,12 +375,15 @@ class WorkerHandle:
                 pass
 
     def kill(self) -> None:
-        """Kill the worker and every process it started, in its process group or not (perfgate.reaper)."""
-        reaper.kill_tree(self.proc.pid)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """Kill the worker and every process it started, in its process group or not (perfgate.reaper). A
+        forked worker through its fork server, which reaps it at once when it exits: its pid, signalled from
+        here, could by then be another process's."""
+        if not (isinstance(self.proc, zygote.ForkedProcess) and self.proc.kill()):
+            reaper.kill_tree(self.proc.pid)
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.proc.wait()
         self._ended()
 
@@ -432,8 +455,8 @@ def _zygote_for(threads: int, env_extra: dict[str, str] | None, cwd: Path | None
     if z is False or (z is not None and not z.alive()):
         env = worker_env(threads, {"PYTHONPATH": python_path} if python_path else None)
         try:
-            z = zygote.Zygote(env, cwd, work_dir,
-                              preexec_fn=functools.partial(_die_with_parent, os.getpid(), signal.SIGTERM))
+            z = from_lasting_thread(zygote.Zygote, env, cwd, work_dir,
+                                    preexec_fn=functools.partial(_die_with_parent, os.getpid(), signal.SIGTERM))
         except zygote.ZygoteUnavailable as exc:
             print(f"perfgate: {exc}; spawning each worker instead", file=sys.stderr)
             z = None
@@ -470,6 +493,19 @@ def start_worker(cfg: dict[str, Any], threads: int, work_dir: Path, env_extra: d
     fd, spec_path = tempfile.mkstemp(prefix="case-", suffix=".json", dir=work_dir)
     with os.fdopen(fd, "w") as fh:
         fh.write(layout.padded_json(cfg))
+    try:
+        return _start_worker(spec_path, threads, work_dir, env_extra, cwd, pass_fds)
+    except BaseException:  # nothing started: no case file left behind either
+        for path in (spec_path, spec_path[:-5] + ".log"):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        raise
+
+
+def _start_worker(spec_path: str, threads: int, work_dir: Path, env_extra: dict[str, str] | None,
+                  cwd: Path | None, pass_fds: Sequence[int]) -> WorkerHandle:
     out_path = spec_path[:-5] + ".out.json"
     log_path = spec_path[:-5] + ".log"
     env = worker_env(threads, env_extra)
@@ -484,8 +520,8 @@ def start_worker(cfg: dict[str, Any], threads: int, work_dir: Path, env_extra: d
     reaper.adopt_orphans()  # what a spawned worker leaves when it dies comes back here (perfgate.reaper)
     try:
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=layout.padded_env(cmd, env),
+            proc = from_lasting_thread(
+                subprocess.Popen, cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=layout.padded_env(cmd, env),
                 preexec_fn=functools.partial(_die_with_parent, os.getpid()), cwd=cwd, pass_fds=tuple(pass_fds),
             )
     except BaseException:
@@ -530,23 +566,31 @@ def run_lockstep(jobs: Sequence[LockstepJob], settings: Settings, rotate: int = 
     see two different machines). ``rotate`` picks which CPUs, so successive pairs visit all of them.
     The pair gets the per-process timeout once for start-up and once more for sampling in turns, as two
     processes one after the other would."""
-    handles, channels = [], []
+    handles: list[WorkerHandle] = []
+    channels: list[lockstep.Channel] = []
     cpus = shared_cpus(settings.threads, rotate)
-    for job in jobs:
-        to_worker_r, to_worker_w = os.pipe()
-        from_worker_r, from_worker_w = os.pipe()
-        cfg = {**job.cfg, "lockstep": {"read_fd": to_worker_r, "write_fd": from_worker_w}, "cpus": cpus}
-        try:
-            handles.append(start_worker(cfg, settings.threads, job.work_dir, job.env_extra, job.cwd,
-                                        pass_fds=(to_worker_r, from_worker_w)))
-        finally:
-            os.close(to_worker_r)
-            os.close(from_worker_w)
-        channels.append(lockstep.Channel(from_worker_r, to_worker_w))
     timeout_s = settings.timeout_s * len(jobs)
-    deadline = time.perf_counter() + timeout_s
     t = settings.timing
+    # one try for starting and driving: a side that fails to start (a fork server gone, no fds left) must
+    # not leave the side already started running, nor any pipe open
     try:
+        for job in jobs:
+            to_worker_r, to_worker_w = os.pipe()
+            try:
+                from_worker_r, from_worker_w = os.pipe()
+            except BaseException:
+                os.close(to_worker_r)
+                os.close(to_worker_w)
+                raise
+            channels.append(lockstep.Channel(from_worker_r, to_worker_w))  # the orchestrator's ends
+            cfg = {**job.cfg, "lockstep": {"read_fd": to_worker_r, "write_fd": from_worker_w}, "cpus": cpus}
+            try:
+                handles.append(start_worker(cfg, settings.threads, job.work_dir, job.env_extra, job.cwd,
+                                            pass_fds=(to_worker_r, from_worker_w)))
+            finally:
+                os.close(to_worker_r)
+                os.close(from_worker_w)
+        deadline = time.perf_counter() + timeout_s
         sides = lockstep.drive(channels, samples=t.samples, min_time_s=t.min_time_s, max_time_s=t.max_time_s,
                                deadline=deadline)
         finish_by = time.perf_counter() + settings.timeout_s
@@ -556,8 +600,8 @@ def run_lockstep(jobs: Sequence[LockstepJob], settings: Settings, rotate: int = 
         for c in channels:
             c.close()
         for h in handles:
-            if h.proc.poll() is None:  # only when something above raised
-                h.kill()
+            if h.proc.poll() is None:  # only when something above raised: its files go with it
+                h.abandon()
 
 
 def case_config(spec: CaseSpec, workload_file: str, settings: Settings, process_index: int,

@@ -46,6 +46,9 @@ METRICS: dict[str, Metric] = {
     "peak_cuda_reserved_bytes": Metric("memory"),
     "peak_rss_bytes": Metric("memory"),
     "cpu_bytes_allocated_per_step": Metric("memory"),
+    # minor page faults per timed step (perfgate.worker): memory the steps map in anew, which the steady
+    # allocator can hide from the step time; a count that moves with the kernel (huge pages): not gated
+    "page_faults_per_step": Metric("info"),
     "compile_cold_s": Metric("time"),
     "compile_warm_s": Metric("time"),
     "achieved_flops_per_s": Metric("info", _HIGHER),

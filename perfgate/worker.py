@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import math
 import numbers
@@ -226,7 +227,8 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     # this process's own memory layout, drawn by the orchestrator from the run's seed (perfgate.layout);
     # before anything of the workload, so that its allocations land where the draw put them
     layout = _layout_of(cfg, index)
-    allocator = layout_mod.steady_malloc()  # the C allocator's thresholds fixed: no process-by-process modes
+    malloc_held = layout_mod.hold_malloc()  # the C allocator's thresholds fixed: no process-by-process modes
+    allocator = malloc_held["malloc"]
     layout_mod.apply(layout)
 
     classes: dict[str, Any] = {}
@@ -259,7 +261,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     _threads_kept(threads, "build", threads_changed, repin=True)
     timer = timer_for(spec.device)
     sync = _sync_for(spec.device)
-    timed_unit, timed_context = prepared.timed()
+    timed_context = prepared.timed()[1]  # the unit: measure() gets it from relayout(0) when it regroups
     lockstep = None
     if cfg.get("lockstep"):  # sampled in turns with a paired process, as the orchestrator says (--against)
         from perfgate import lockstep as lockstep_mod
@@ -282,6 +284,12 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
             """The workload built anew on the process's ``group``-th layout (perfgate.layout): a new heap
             offset and reservation first, so its tensors and what its steps allocate land elsewhere."""
             nonlocal prepared
+            if group == 0:  # the first build's unit, handed to measure() alone (it drops it before group 1)
+                return prepared.timed()[0]
+            # the earlier build first (measure() has dropped its unit): kept, it would stay in the process's
+            # peak resident memory with every later build (peak_rss_bytes counting one model per layout)
+            prepared = None
+            gc.collect()
             moved = layout_mod.draw(index, layout.seed, "drawn", group)
             layout_mod.apply(moved)
             moved_to.append(moved.to_json())
@@ -293,9 +301,9 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     clocks = gpu_clocks.recorder_for(spec.device)  # None on CPU or without nvidia-ml-py
     try:
         with timed_context():
-            m = measure(timed_unit, timer, sync=sync, lockstep=lockstep,
+            m = measure(None if relayout is not None else prepared.timed()[0], timer, sync=sync, lockstep=lockstep,
                         check=functools.partial(check_step_output, spec.workload), relayout=relayout,
-                        around_samples=clocks.at if clocks is not None else None, **timing)
+                        around_samples=clocks.at if clocks is not None else None, faults=_minor_faults, **timing)
     finally:
         if clocks is not None:
             clocks.close()
@@ -309,11 +317,18 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "timer": m.timer,
         "process_index": index,
         "heap_offset": layout.heap_offset,
-        "layout": {**layout.to_json(), "malloc": allocator, **({"moved_to": moved_to} if moved_to else {})},
+        "layout": {**layout.to_json(), "malloc": allocator, **({"moved_to": moved_to} if moved_to else {}),
+                   **({"malloc_library": layout_mod.preloaded_malloc()} if allocator == "preloaded" else {}),
+                   # what held in this process, as it found it: each threshold perfgate set, each left to the user
+                   "malloc_set": malloc_held["set"], "malloc_user": malloc_held["user"]},
         "layout_groups": m.layout_groups,
         "bursts": m.bursts,
         "gpu_clocks": clocks.record() if clocks is not None else None,
     }
+    if m.faults is not None and m.samples_ns:
+        # what the steady allocator hides from the step time (docs/gate.md): temporaries faulted in anew every
+        # step show here as a count, whatever the allocator policy
+        result["metrics"]["page_faults_per_step"] = m.faults / (len(m.samples_ns) * m.loops * int(steps))
     workload_metrics, metrics_left_out = _workload_metrics(workload, prepared.built)
     result["metrics"].update(workload_metrics)
     result["metadata"] = {
@@ -339,6 +354,13 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         profiling.profile_pass(cfg, spec, workload, prepared, result)
     result["duration_s"] = time.perf_counter() - started
     return result
+
+
+def _minor_faults() -> int:
+    """This process's minor page faults so far (a page mapped in without I/O: a fresh temporary's pages)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _layout_of(cfg: dict[str, Any], index: int) -> layout_mod.Layout:

@@ -54,6 +54,11 @@ class ForkedProcess:
             self.returncode = self.zygote.exits.get(self.id)
         return self.returncode
 
+    def kill(self) -> bool:
+        """End this worker and all it started through the fork server (``Zygote.kill``); False where it
+        cannot: then the caller signals the pid itself."""
+        return self.zygote.kill(self.id)
+
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.perf_counter() + timeout
         while self.poll() is None:
@@ -90,6 +95,7 @@ class Zygote:
         except (EOFError, TimeoutError) as exc:
             err = self._stop()
             raise ZygoteUnavailable(f"the worker fork server did not start: {err[-300:]}") from exc
+        self.kills = bool(hello.get("kill"))  # an older perfgate's fork server (an --against base) cannot
         if hello.get("threads", 1) != 1:
             self._stop()
             raise ZygoteUnavailable(f"importing torch left {hello.get('threads')} threads in the fork server")
@@ -159,6 +165,28 @@ class Zygote:
                     raise ZygoteUnavailable(f"the worker fork server could not fork: {msg['error']}")
                 self._pids[rid] = int(msg["pid"])
                 return ForkedProcess(self, rid, int(msg["pid"]))
+
+    def kill(self, request_id: int) -> bool:
+        """Have the fork server end worker ``request_id`` and all it started (it has not reaped it, so the
+        pid is still that worker's: one signalled from here may belong to another process by now, the
+        worker having exited and been reaped since). True once done, or when the fork server is gone (its
+        workers died with it); False where it cannot (an older fork server, or no answer)."""
+        if not self.kills or not self.alive():
+            return False
+        try:
+            send_bytes(self.sock, f"K{request_id}\n".encode())
+            while True:
+                msg = self._recv(time.perf_counter() + 60)
+                if "exit" in msg:
+                    self.exits[msg["id"]] = int(msg["exit"])
+                    self._pids.pop(msg["id"], None)
+                elif msg.get("killed") == request_id:
+                    return True
+        except (EOFError, OSError):  # gone: its children died with it (PR_SET_PDEATHSIG), as pump() records
+            self.pump(0.0)
+            return True
+        except TimeoutError:
+            return False
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -17,7 +17,10 @@ object per line:
   the orchestrator spawns the probe instead);
 - fork server -> orchestrator: ``{"id": i, "pid": p}`` (or ``{"id": i, "error": ...}`` when it could not
   fork) and, when the child exits, ``{"id": i, "exit": code}`` (a negative code: killed by that signal, as
-  subprocess reports it).
+  subprocess reports it);
+- orchestrator -> fork server, to a fork server whose ready message says ``"kill": true``: ``K<i>\n`` (a
+  timeout: end worker ``i`` and all it started; the fork server, its parent, has not reaped it, so its pid is
+  still its own), answered with ``{"killed": i, "found": bool}`` (false: it had exited already).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ LOCKSTEP_FDS_ENV = "PERFGATE_LOCKSTEP_FDS"  # "read,write": the lockstep pipe's 
 FORKED_ENV = "PERFGATE_FORKED"  # set in a forked worker's environment: its results say how it started
 REQUEST_MAX = 1 << 18  # the largest request the fork server takes (its environment, mostly), bytes
 MAX_FDS = 16  # the most file descriptors one request may carry
+KILL_REQUEST = ord("K")  # the first byte of a kill request (a fork request is JSON: "{")
 
 
 def send(sock: socket.socket, obj: dict[str, Any], fds: list[int] | None = None) -> None:

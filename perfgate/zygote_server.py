@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perfgate import reaper
-from perfgate.zygote_protocol import FORKED_ENV, LOCKSTEP_FDS_ENV, MAX_FDS, REQUEST_MAX, send
+from perfgate.zygote_protocol import FORKED_ENV, KILL_REQUEST, LOCKSTEP_FDS_ENV, MAX_FDS, REQUEST_MAX, send
 
 RunWorker = Callable[[list[str]], int]  # the worker's main: its command line -> exit code
 
@@ -100,6 +100,20 @@ def serve(fd: int, run_worker: RunWorker) -> int:
         reaper.kill_descendants(os.getpid(), reap=True)
 
 
+def _kill_child(rid: int, children: dict[int, int], sock: socket.socket) -> None:
+    """End worker ``rid`` and all it started, when it has not been reaped yet: only this process (its parent)
+    reaps it, and only in its loop, so until then its pid (and its process group's) cannot have been given to
+    another process, as it could be by the time the orchestrator signalled the number itself."""
+    pid = next((p for p, r in children.items() if r == rid), None)
+    if pid is not None:
+        reaper.kill_tree(pid)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    send(sock, {"killed": rid, "found": pid is not None})
+
+
 def _serve(fd: int, run_worker: RunWorker) -> int:
     """Every child must start from the same memory: a worker forked after the k-th request inherits the
     zygote's heap as handling k requests left it, and the heap's free chunks decide where the worker's
@@ -114,7 +128,7 @@ def _serve(fd: int, run_worker: RunWorker) -> int:
     view = memoryview(buf)
     ancillary = socket.CMSG_SPACE(MAX_FDS * 4)
     sock = socket.socket(fileno=fd)
-    send(sock, {"ready": True, "threads": _threads(), "pid": os.getpid()})
+    send(sock, {"ready": True, "threads": _threads(), "pid": os.getpid(), "kill": True})
     children: dict[int, int] = {}  # pid -> request id
     pidfds: dict[int, int] = {}  # pid -> a pidfd that turns readable when the child exits (Linux >= 5.3)
     size, fds, next_id = 0, [], 0
@@ -132,7 +146,13 @@ def _serve(fd: int, run_worker: RunWorker) -> int:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds += [int.from_bytes(data[i:i + 4], sys.byteorder) for i in range(0, len(data) - 3, 4)]
             # one request in flight at a time (the orchestrator waits for each answer): it ends with a newline
-            if buf[size - 1] == 0x0A or size == REQUEST_MAX:
+            if buf[0] == KILL_REQUEST and buf[size - 1] == 0x0A:  # no fork, no request number
+                _kill_child(int(bytes(view[1:size - 1])), children, sock)
+                size = 0
+                for f in fds:
+                    os.close(f)
+                fds = []
+            elif buf[size - 1] == 0x0A or size == REQUEST_MAX:
                 rid, next_id = next_id, next_id + 1
                 sys.stdout.flush()
                 sys.stderr.flush()

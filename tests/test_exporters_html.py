@@ -520,3 +520,14 @@ def test_an_overview_cell_names_the_metric_that_decided_when_not_the_step_time()
     assert (cell.look.word, cell.note, cell.value) == ("regression", "aten_ops_per_step", f"{step.ratio:.2f}x")
     assert "aten_ops_per_step regression, step_time unchanged" in cell.title
     assert '<span class="note">by aten_ops_per_step</span>' in HtmlExporter().render(report).decode()
+
+
+def test_the_report_says_what_the_workers_measured_under():
+    """The allocator, ASLR and layout policy, in one line beside the run's environment (escaped: a library
+    name comes from results.json)."""
+    env = {"malloc": "steady", "address_layout": "fixed", "layout_policy": "drawn", "layout_seed": 7}
+    run = synthetic_run(["operator_rollout"])
+    run = replace(run, environment={**run.environment, **env})
+    html = HtmlExporter().render(ReportInput(run)).decode()
+    assert re.search(r'<p class="measured-under">Workers measured with steady C allocator .*ASLR off, a memory '
+                     r"layout drawn per process \(seed 7\)\.</p>", html), html[-3000:]

@@ -161,3 +161,38 @@ def test_a_huge_baseline_source_cannot_push_the_summary_past_the_cut():
     cur = synthetic_run(["rollout"], toggles=("eager",))
     text = render(cur, Comparison(verdicts=[], baseline_source="git:" + "x" * 100_000))
     assert comment_length(text) < COMMENT_CUT and "x" * 290 in text and "x" * 400 not in text
+
+
+def _measured(run, malloc_records):
+    """``run`` with every process reporting, in turn, the allocator records given."""
+    from dataclasses import replace
+
+    records = iter(malloc_records * 1000)
+    cases = [replace(c, processes=[replace(p, layout={"policy": "drawn", **next(records)}) for p in c.processes])
+             for c in run.cases]
+    env = {**run.environment, "malloc": "steady", "address_layout": "fixed", "layout_policy": "drawn",
+           "layout_seed": 42}
+    return replace(run, environment=env, cases=cases)
+
+
+def test_the_summary_says_what_the_workers_measured_under():
+    """One line where the numbers are read: the allocator each worker reported, ASLR and the layout policy."""
+    run = _measured(synthetic_run(["operator_rollout"]), [{"malloc": "steady", "malloc_user": {}}])
+    (line,) = [x for x in render(run).splitlines() if x.startswith("Workers measured with")]
+    assert "steady C allocator" in line and "ASLR off" in line and "drawn per process (seed 42)" in line, line
+    assert " of " not in line  # every process alike: no counts
+
+
+def test_what_the_workers_reported_wins_over_what_was_asked_and_a_library_name_is_plain_text():
+    from perfgate.exporters.conditions import measured_under
+
+    run = _measured(synthetic_run(["operator_rollout"]),
+                    [{"malloc": "preloaded", "malloc_library": "/usr/lib/libjemalloc.so.2"},
+                     {"malloc": "preloaded", "malloc_library": "/tmp/<script>x](http://evil)"}])
+    text = measured_under(run)
+    assert "preloaded allocator (libjemalloc.so.2)" in text and "steady" not in text, text
+    assert "<script>" not in text and "evil" not in text
+    mixed = measured_under(_measured(synthetic_run(["operator_rollout"]),
+                                     [{"malloc": "steady"}, {"malloc": "system"}]))
+    assert " of " in mixed and "glibc's default allocator" in mixed, mixed
+    assert measured_under(synthetic_run(["operator_rollout"])) is None  # results from before it was recorded

@@ -143,9 +143,18 @@ def test_against_keeps_both_sides_of_a_remeasure_and_merge_rejudge_agrees(tmp_pa
     proc = run_cli("run", "--against", "HEAD~1", "--gate", "-w", "scaled_work", "--out", str(run_dir), cwd=repo)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "re-measuring" in proc.stdout
+    layouts = {}
     for side in (run_dir, run_dir / "base"):
         again = json.loads((side / "results-remeasure.json").read_text())
         assert [c["key"] for c in again["cases"]] == [CASE]
+        first = json.loads((side / "results.json").read_text())
+        (case,) = [c for c in first["cases"] if c["key"] == CASE]
+        drawn = [(p["layout"]["heap_offset"], p["layout"]["mmap_pages"]) for p in case["processes"]]
+        redrawn = [(p["layout"]["heap_offset"], p["layout"]["mmap_pages"]) for p in again["cases"][0]["processes"]]
+        # the re-measure samples layouts of its own: its process 0 is not the first measurement's again
+        assert not set(drawn) & set(redrawn), (drawn, redrawn)
+        layouts[side] = redrawn
+    assert layouts[run_dir] == layouts[run_dir / "base"]  # the two sides of each pair still share theirs
     # the shard's own verdicts say nothing failed; --rejudge does not read them
     (run_dir / "comparison.json").write_text(json.dumps({**json.loads((run_dir / "comparison.json").read_text()),
                                                          "verdicts": []}))

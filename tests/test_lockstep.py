@@ -109,3 +109,26 @@ def test_one_failing_worker_ends_the_pair_cleanly(tmp_path, fault, failure_class
     assert bad["status"] == "failed" and bad["failure_class"] == failure_class, bad
     assert ok["status"] == "ok" and ok["process"]["bursts"] == []  # stopped before any burst
     assert all(o.returncode is not None or o.result["failure_class"] == "timeout" for o in outs)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open fds in /proc/self/fd (Linux)")
+def test_a_side_that_fails_to_start_leaves_no_worker_and_no_pipe(tmp_path, monkeypatch):
+    """The second side cannot start (a fork server gone, no fds left): the first, already running, is ended
+    with its files, and neither side's pipes stay open in the orchestrator."""
+    real_start, started = runner.start_worker, []
+
+    def start_worker(*args, **kwargs):
+        if started:
+            raise OSError(24, "Too many open files")
+        started.append(real_start(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(runner, "start_worker", start_worker)
+    fds_before = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError):
+        runner.run_lockstep([job(tmp_path, "tiny", 0), job(tmp_path, "tiny", 1)], settings())
+    (first,) = started
+    assert first.proc.poll() is not None  # ended, not left to sample alone until perfgate exits
+    runner.close_zygotes(tmp_path)  # the fork server this run started, and its socket
+    assert set(os.listdir("/proc/self/fd")) <= fds_before
+    assert not list((tmp_path / ".work").glob("case-*"))

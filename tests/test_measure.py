@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import weakref
 
 from perfgate.measure import PerfCounterTimer, measure, timer_for
 
@@ -119,6 +120,33 @@ def test_every_calls_return_is_checked_not_only_the_first():
     else:
         raise AssertionError("a unit that returned None after its first call was measured")
     assert checked == [1.0, None]
+
+
+def test_the_earlier_layouts_build_is_dropped_before_the_next_is_made():
+    """``layouts = 3``: the unit of one group (its model, in a real worker) is no longer referenced when the
+    next group's build is made, so a process never holds two builds at once (its peak memory would count
+    one model per layout)."""
+    class Build:  # stands for a build: its unit holds the model
+        def __call__(self):
+            return 1.0
+
+    builds = [Build()]
+    alive = [weakref.ref(builds[0])]
+    dropped = []
+
+    def relayout(group):
+        if group == 0:  # the first build: measure() asks for it (a unit passed in, the caller's call holds)
+            return builds.pop()
+        gc.collect()
+        dropped.append(alive[-1]() is None)
+        builds.append(Build())
+        alive.append(weakref.ref(builds[-1]))
+        return builds.pop()
+
+    timing = {"samples": 9, "layouts": 3}  # passed as the worker passes its settings: with **
+    measure(None, ScriptedTimer([1_000_000] * 1000), clock=clock_from([0.0], then=0.0), relayout=relayout,
+            check=lambda out: None, **timing)
+    assert dropped == [True, True]
 
 
 def test_samples_come_in_groups_each_on_a_layout_of_its_own():

@@ -392,6 +392,75 @@ def test_an_unknown_malloc_policy_is_the_default(monkeypatch):
     assert layout.malloc_policy() == "system" and layout.steady_malloc() == "system"
 
 
+MALLOC_SHIM = """
+#include <stddef.h>
+extern void *__libc_malloc(size_t);
+void *malloc(size_t n) { return __libc_malloc(n); }
+"""
+ALLOCATOR_STATE = ("from perfgate import layout\n"
+                   "print(layout.steady_malloc(), layout.malloc_state(), layout.preloaded_malloc())\n")
+
+
+def test_a_preloaded_allocator_is_recorded_as_preloaded_and_left_alone(tmp_path):
+    """jemalloc or tcmalloc through LD_PRELOAD serve malloc instead of glibc: setting glibc's thresholds
+    there succeeds and changes nothing, so perfgate sets nothing and records ``preloaded`` with the library.
+    A stand-in: a shared object of one malloc, built here, interposed the way a real one is."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if not GLIBC or compiler is None:
+        pytest.skip("needs glibc and a C compiler to build an LD_PRELOAD'ed malloc")
+    (tmp_path / "shim.c").write_text(MALLOC_SHIM)
+    shim = tmp_path / "libshim.so"
+    built = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(shim), str(tmp_path / "shim.c")],
+                           capture_output=True, text=True, timeout=120)
+    if built.returncode != 0:
+        pytest.skip(f"the C compiler could not build a shared object: {built.stderr[-300:]}")
+    env = {k: v for k, v in cli_env().items() if k not in (layout.MALLOC_ENV, "LD_PRELOAD")}
+    plain = subprocess.run([sys.executable, "-c", ALLOCATOR_STATE], env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert plain.stdout.split() == ["steady", "steady", "None"], plain.stdout + plain.stderr
+    preloaded = subprocess.run([sys.executable, "-c", ALLOCATOR_STATE], env={**env, "LD_PRELOAD": str(shim)},
+                               capture_output=True, text=True, timeout=120)
+    assert preloaded.stdout.split() == ["preloaded", "preloaded", str(shim)], preloaded.stdout + preloaded.stderr
+
+
+USER_THRESHOLD_PROBE = """
+import ctypes, json
+from perfgate import layout
+held = layout.hold_malloc()
+libc = ctypes.CDLL("libc.so.6")
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = Info
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+before = libc.mallinfo2().hblks
+block = libc.malloc(1 << 20)
+print(json.dumps({**held, "mapped": libc.mallinfo2().hblks - before}))
+"""
+
+
+@pytest.mark.parametrize("knob", [{"MALLOC_MMAP_THRESHOLD_": "65536"},
+                                  {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=65536"}])
+def test_a_users_own_malloc_threshold_is_kept_and_recorded(knob):
+    """A team measuring what its production runs sets glibc's own knob: the steady policy keeps that
+    threshold as set (a 1 MiB block is still mapped, past the user's 64 KiB), fixes the other, and says
+    which is which; glibc's knobs reach the workers and are recorded among the tuning variables."""
+    if not GLIBC or not hasattr(__import__("ctypes").CDLL(None), "mallinfo2"):
+        pytest.skip("glibc 2.33 or later (mallinfo2) needed")
+    env = {k: v for k, v in cli_env(**knob).items() if k != layout.MALLOC_ENV}
+    proc = subprocess.run([sys.executable, "-c", USER_THRESHOLD_PROBE], env=env, capture_output=True, text=True,
+                          timeout=120)
+    held = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert held["malloc"] == "steady" and held["mapped"] == 1, held
+    assert held["user"] == {"mmap_threshold": next(iter(knob))}
+    assert held["set"] == {"trim_threshold": layout.STEADY_TRIM_THRESHOLD}
+    assert layout.user_thresholds({}) == {}
+    (name, value), = knob.items()
+    tuning = {"MALLOC_ARENA_MAX": "2", name: value}
+    assert all(runner.passed_to_workers(n, ()) for n in tuning)
+    assert runner.tuning_environment(tuning) == dict(sorted(tuning.items()))
+
+
 def test_layout_draws_are_seeded_per_process_and_spread():
     from perfgate import layout
 
@@ -438,7 +507,7 @@ def test_each_worker_lands_where_its_drawn_layout_puts_it(tmp_path):
         runs.append(list(first.values()))  # in process order: one process at a time
         data = json.loads((tmp_path / name / "results.json").read_text())
         assert data["environment"]["layout_policy"] == "drawn" and data["environment"]["layout_seed"] == int(seed)
-        drawn = [{k: v for k, v in p["layout"].items() if k not in ("moved_to", "malloc")}
+        drawn = [{k: v for k, v in p["layout"].items() if k != "moved_to" and not k.startswith("malloc")}
                  for p in data["cases"][0]["processes"]]
         assert drawn == [layout.draw(i, seed=int(seed), which="drawn").to_json() for i in range(n)]
         assert data["environment"]["malloc"] == GLIBC_STEADY
@@ -488,6 +557,67 @@ def test_a_worker_sampling_three_layouts_builds_the_workload_on_each(tmp_path):
         pid, *where = line.split()
         builds.setdefault(pid, []).append(int(where[-1], 16))  # the 64 MiB allocation of each build
     assert len(builds) == 2 and all(len(set(b)) >= 3 for b in builds.values()), builds
+
+
+BIG_MODEL = """
+import torch
+from perfgate.workload import Built, Workload
+class BigModel(Workload):
+    name = "big_model"
+    description = "a model holding one large parameter (test only)"
+    sizes = {s: {"steps": 1, "mib": 64} for s in ("smoke", "pr", "full")}
+    def build(self, params, device, dtype, variants):
+        weight = torch.ones(params["mib"] << 18, dtype=dtype, device=device)  # touched: resident
+        return Built(model=weight, state=torch.zeros(4, dtype=dtype, device=device))
+    def step(self, model, state, built, params):
+        return state + model[:4]
+class FreshTemporaries(BigModel):
+    name = "fresh_temporaries"
+    description = "a step that maps a large temporary in anew every time (test only)"
+    def build(self, params, device, dtype, variants):
+        return Built(model=None, state=torch.zeros(4, dtype=dtype, device=device))
+    def step(self, model, state, built, params):
+        temporary = torch.empty(params["mib"] << 18, dtype=state.dtype)  # past the steady mmap threshold
+        temporary.fill_(1.0)
+        return state + temporary[:4]
+"""
+MODEL_BYTES = 64 << 20
+
+
+def _big_model_run(tmp_path: Path, layouts: int, *workloads: str) -> dict[str, dict]:
+    (tmp_path / "workloads").mkdir(exist_ok=True)
+    (tmp_path / "workloads" / "big_model.py").write_text(BIG_MODEL)
+    (tmp_path / "pyproject.toml").write_text(f"[tool.perfgate]\n[tool.perfgate.timing]\nlayouts = {layouts}\n")
+    out = tmp_path / f"run-{layouts}"
+    proc = subprocess.run([sys.executable, "-m", "perfgate", "run", *(a for w in workloads for a in ("-w", w)),
+                           "-t", "eager", "--processes", "1", "--samples", "3", "--out", str(out)], cwd=tmp_path,
+                          env=cli_env(PERFGATE_LAYOUT="drawn"), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cases = {c["spec"]["workload"]: c for c in json.loads((out / "results.json").read_text())["cases"]}
+    assert all(c["status"] == "ok" for c in cases.values()), cases
+    return cases
+
+
+def test_peak_memory_does_not_count_one_model_per_layout_and_page_faults_show_fresh_temporaries(tmp_path):
+    """``layouts = 3`` builds the workload three times in a process: the earlier builds are dropped before
+    the next, so ``peak_rss_bytes`` reads one model's worth, as with one layout (it read three). And
+    ``page_faults_per_step`` counts what the steps map in anew: a step that faults in a large temporary every
+    time shows it, one that does not stays near nothing. Each worker records what its allocator held."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("layouts are drawn on Linux only")
+    one = _big_model_run(tmp_path, 1, "big_model", "fresh_temporaries")
+    three = _big_model_run(tmp_path, 3, "big_model")
+    assert len(three["big_model"]["processes"][0]["layout_groups"]) == 3
+    peaks = [run["big_model"]["metrics"]["peak_rss_bytes"] for run in (one, three)]
+    assert peaks[1] - peaks[0] < MODEL_BYTES / 2, peaks
+    quiet = one["big_model"]["metrics"]["page_faults_per_step"]
+    faulting = one["fresh_temporaries"]["metrics"]["page_faults_per_step"]
+    assert faulting >= MODEL_BYTES / (2 << 20) / 2 and quiet < faulting / 10, (quiet, faulting)  # huge pages or not
+    held = one["big_model"]["processes"][0]["layout"]
+    if GLIBC:
+        assert held["malloc"] == "steady" and held["malloc_user"] == {}
+        assert held["malloc_set"] == {"mmap_threshold": layout.STEADY_MMAP_THRESHOLD,
+                                      "trim_threshold": layout.STEADY_TRIM_THRESHOLD}
 
 
 def test_compile_cache_is_fresh_per_case_unless_a_persistent_one_is_named(tmp_path):
@@ -856,10 +986,23 @@ def test_a_private_process_environment_is_unreadable_to_a_child_of_the_same_user
               "private = keep_environment_private()\n"
               "out = subprocess.run([sys.executable, '-c', sys.argv[1]], env={}, capture_output=True, text=True)\n"
               "print(private, out.stdout.strip(), out.stderr.strip())\n")
-    proc = subprocess.run([python, "-c", parent, child], capture_output=True, text=True, timeout=60, cwd="/",
-                          env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO),
-                               "PYTHONDONTWRITEBYTECODE": "1", "PERFGATE_HISTORY_URL": SECRET},
-                          preexec_fn=_as_nobody if os.geteuid() == 0 else None)
+    import tempfile
+
+    # a copy of the package that uid 65534 can read: the checkout may lie in a folder only root can enter
+    # (a clone under a 0700 folder, as `mktemp -d` or root's home makes), and pytest's tmp_path is 0700 too
+    base = Path(tempfile.mkdtemp(prefix="perfgate-private-env-"))
+    try:
+        shutil.copytree(REPO / "perfgate", base / "perfgate", ignore=shutil.ignore_patterns("__pycache__"))
+        for folder, _, files in os.walk(base):
+            os.chmod(folder, 0o755)
+            for name in files:
+                os.chmod(os.path.join(folder, name), 0o644)
+        proc = subprocess.run([python, "-c", parent, child], capture_output=True, text=True, timeout=60, cwd="/",
+                              env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(base),
+                                   "PYTHONDONTWRITEBYTECODE": "1", "PERFGATE_HISTORY_URL": SECRET},
+                              preexec_fn=_as_nobody if os.geteuid() == 0 else None)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
     assert proc.stdout.split()[:3] == ["True", "refused", "13"], proc.stdout + proc.stderr  # EACCES
 
 
@@ -1010,3 +1153,52 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
             orchestrator.kill()
             orchestrator.wait()
         _all_end(pids, 3, "the workload's processes")
+
+
+@needs_linux
+def test_a_timed_out_forked_worker_is_ended_by_its_fork_server_not_by_a_pid_reused_since(tmp_path):
+    """The fork server reaps a worker the moment it exits, so by the time a timeout kills it its pid may be
+    another process's. The kill goes through the fork server, which ends only a child it has not reaped: a
+    process that took the number since is left alone (it was stopped and killed)."""
+    from perfgate.zygote import Zygote
+
+    z = Zygote(worker_env(1, None), None, tmp_path)
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    try:
+        child = z.spawn("no-such-case.json", str(tmp_path / "out.json"), str(tmp_path / "log"), {}, None)
+        child.wait(120)  # failed at once (no case file), and reaped by the fork server
+        child.pid = victim.pid  # the kernel gave its number to another process since
+        handle = runner.WorkerHandle(child, str(tmp_path / "case.json"), str(tmp_path / "out.json"),
+                                     str(tmp_path / "log"), time.perf_counter())
+        handle.kill()
+        with pytest.raises(subprocess.TimeoutExpired):
+            victim.wait(timeout=2)
+    finally:
+        victim.kill()
+        victim.wait()
+        z.close()
+
+
+@needs_linux
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_workers_started_from_a_short_lived_thread_outlive_it(tmp_path, monkeypatch, start):
+    """PR_SET_PDEATHSIG fires when the *thread* that started a child exits: perfgate used from a thread that
+    ends (the notebook API in a thread, a pool's task) must not lose its workers, nor its fork server, then."""
+    import threading
+
+    monkeypatch.setenv(runner.WORKER_START_ENV, start)
+    from perfgate.model import CaseSpec
+
+    cfg = {"spec": CaseSpec("tiny", "smoke", ("eager",), "cpu", params=(("steps", 2), ("n", 8))).to_json(),
+           "workload_file": str(TEST_WORKLOADS / "faults.py"), "process_index": 0,
+           "layout": layout.draw(0).to_json(), "threads": 1, "seed": 0, "max_memory_mb": None,
+           "timing": {"samples": 3, "min_time_s": 0.5}, "run_dir": str(tmp_path / "run"), "profile": False}
+    handles = []
+    starter = threading.Thread(target=lambda: handles.append(runner.start_worker(cfg, 1, tmp_path / "run" / ".work")))
+    starter.start()
+    starter.join()
+    try:
+        outcome = handles[0].finish(300)
+    finally:
+        runner.close_zygotes()
+    assert outcome.result["status"] == "ok", outcome.result

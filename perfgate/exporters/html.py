@@ -26,6 +26,7 @@ from perfgate.exporters.base import (
     process_clocks_text,
     verdict_display,
 )
+from perfgate.exporters.conditions import measured_under
 from perfgate.formatting import (
     format_bytes,
     format_count,
@@ -423,6 +424,7 @@ class HtmlExporter:
             process_quantile_label=quantile_name(report.process_quantile),
             judged_note=JUDGED_NOTE.format(judged=report.judged_step_time),
             environment=_environment_rows(report.run.environment),
+            measured_under=measured_under(report.run),
             threshold=report.threshold,
             tensorboard_command=f"perfgate tensorboard {shlex.quote(run_dir)}",
             in_run_dir=lambda rel: str(report.run_dir / rel) if rel and report.run_dir else rel,

@@ -11,6 +11,7 @@ import re
 from perfgate import traces
 from perfgate.acknowledge import match_text
 from perfgate.exporters.base import CaseRow, ReportInput
+from perfgate.exporters.conditions import measured_under
 from perfgate.formatting import format_ratio, format_value
 from perfgate.model import Acknowledgement, Comparison, Verdict
 from perfgate.stats import JUDGED_RATIO_NOTE
@@ -216,6 +217,9 @@ class MarkdownExporter:
         out.add(f"Run {_forced(run.run_id)}, {what_ran}"
                 + (f", baseline {_forced(report.comparison.baseline_source)}" if report.comparison else "")
                 + f". Full report: `{html}` in the run's artifacts.", force=True)
+        conditions = measured_under(run)
+        if conditions:
+            out.add(cell(conditions), force=True)
         out.add("", force=True)
         comp = report.comparison
         found = report.evidence
