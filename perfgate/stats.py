@@ -57,12 +57,13 @@ class SampleSummary:
 
     @property
     def ci_half_width_rel(self) -> float | None:
-        """Half the CI width relative to the median: the +/- a person reads; None without an interval."""
+        """The +/- a person reads, relative to the median: the interval is symmetric in log space,
+        [median / (1 + h), median * (1 + h)], and this is h; None without an interval."""
         if self.ci_low is None or self.ci_high is None:
             return None
         if self.median == 0:
             return 0.0
-        return (self.ci_high - self.ci_low) / 2 / self.median
+        return self.ci_high / self.median - 1
 
     def interval_text(self, plus_minus: str = "+/-") -> str:
         """"+/- 3.1%", or "(1 process: no interval)": the case's interval as tables print it."""

@@ -108,7 +108,7 @@ def test_the_interval_is_a_t_interval_over_the_processes_step_times_plus_the_run
     process = 4.302652729911275 * sd / 3 ** 0.5  # t(0.975, 2 df)
     assert s.process_half_width == pytest.approx(math.expm1(process))
     both = math.hypot(process, 1.959963984540054 * math.log1p(0.02))
-    assert s.ci_half_width_rel == pytest.approx(math.expm1(both) * (1 + 1 / (1 + math.expm1(both))) / 2)
+    assert s.ci_half_width_rel == pytest.approx(math.expm1(both))
     assert (s.ci_low, s.ci_high) == (pytest.approx(1.10 / math.exp(both)), pytest.approx(1.10 * math.exp(both)))
     assert s.n_processes == 3 and s.process_log_sd == pytest.approx(sd)
     assert process_half_width([1.00, 1.10, 1.21]) == pytest.approx(math.expm1(process))
