@@ -97,6 +97,10 @@ def test_a_speedup_without_an_interval_is_not_judged_and_says_why():
     group = next(g for g in ReportInput(run).groups if any(r.key == row.key for r in g.rows))
     bar = speedup_chart(group).bars[-1]
     assert bar.css == "flat" and bar.lo == bar.hi == bar.x  # no error bar, no colour of a side of 1x
+    from perfgate.exporters.html import HtmlExporter
+
+    html = HtmlExporter().render(ReportInput(run)).decode()
+    assert html.count("(1 process: no interval)") >= 4  # step time and speedup, matrix and pay-off table
 
 
 def test_a_drift_recommendation_shows_the_tolerance_as_bounds_and_the_reason():
