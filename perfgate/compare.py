@@ -50,7 +50,14 @@ from perfgate.model import (
     Verdict,
     higher_is_better,
 )
-from perfgate.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, process_step_time, quantile_name
+from perfgate.stats import (
+    PROCESS_QUANTILE,
+    RUN_TO_RUN_CPU,
+    RUN_TO_RUN_CUDA,
+    RUN_TO_RUN_MAX,
+    process_step_time,
+    quantile_name,
+)
 
 STEP_TIME = "step_time"
 ACCURACY = "accuracy"
@@ -70,14 +77,14 @@ class GateSettings:
     # CPU until `perfgate calibrate --write` measures it: with workers' C allocator steady, unchanged code's
     # unpaired ratios spread by an sd of 1.4% across 20 trials on the conv rollout (3% before, when whole
     # runs moved with their share of allocator-thrashing processes)
-    run_to_run: float = 0.02
+    run_to_run: float = RUN_TO_RUN_CPU
     # the same for `--against`: base and head sampled in lockstep on the same CPU, so the machine's drift
     # reaches both sides and cancels; what is left between repeated paired runs is smaller (docs/gate.md)
     run_to_run_paired: float = 0.005
     # the unpaired default on a GPU until `perfgate calibrate --write` measures it: whole runs minutes apart
     # moved by about 6% on the first H200 run (docs/gpu-validation.md), so a stored comparison there must
     # not call a win or a regression that such a move can explain
-    run_to_run_cuda: float = 0.03
+    run_to_run_cuda: float = RUN_TO_RUN_CUDA
     # each worker process's step time is this quantile of its samples (0.5: the median; stats.PROCESS_QUANTILE)
     process_quantile: float = PROCESS_QUANTILE
     deterministic_tolerance: float = 0.0  # relative; ops, kernels, FLOPs, graph breaks: exact by default

@@ -50,19 +50,21 @@ def progress_line(k: int, n: int, spec: CaseSpec, elapsed: float, done: int) -> 
     return f"[{k}/{n} {_clock(elapsed)} ETA {eta}] {spec.key} ..."
 
 
-def step_time_text(case: CaseResult) -> str:
-    st = case.step_time()
+def step_time_text(case: CaseResult, run: RunResult | None = None) -> str:
+    """The case's median step time and its interval as the run tables print it (``RunResult.step_time``:
+    meant to hold another run's median); without ``run``, the processes' interval alone."""
+    st = run.step_time(case) if run is not None else case.step_time()
     if st is None:
         return "-"
-    return f"{format_seconds(st.median)} +/- {st.ci_half_width_rel * 100:.1f}%"
+    return f"{format_seconds(st.median)} {st.interval_text()}"
 
 
-def outcome_text(case: CaseResult) -> str:
+def outcome_text(case: CaseResult, run: RunResult | None = None) -> str:
     if case.status == STATUS_OK:
         from perfgate.sequential import sampling_text
 
         how = sampling_text(case)
-        return step_time_text(case) + (f"; {how}" if how else "")
+        return step_time_text(case, run) + (f"; {how}" if how else "")
     first_line = (case.message or "").strip().splitlines()
     detail = first_line[-1] if first_line else ""
     if case.failure_class:
@@ -70,11 +72,11 @@ def outcome_text(case: CaseResult) -> str:
     return f"{case.status}: {detail}"[:160]
 
 
-def outcome_detail(case: CaseResult) -> str:
+def outcome_detail(case: CaseResult, run: RunResult | None = None) -> str:
     """``outcome_text`` for a line whose status column says the status: a case that did not run gets its
     failure class and reason only (not `skipped  skipped: ...`)."""
     if case.status == STATUS_OK:
-        return outcome_text(case)
+        return outcome_text(case, run)
     return failure_note(case.failure_class, case.message, 160)
 
 
@@ -101,7 +103,7 @@ def run_tables(run: RunResult) -> str:
             rows.append([
                 c.spec.toggle_name,
                 c.status,
-                step_time_text(c),
+                step_time_text(c, run),
                 sp.format() if sp else "-",
                 reason,
             ])

@@ -19,6 +19,7 @@ from typing import Any
 from perfgate import roofline
 from perfgate.model import STATUS_FAILED, STATUS_OK, CaseResult, RunResult
 from perfgate.rules import ALIASES, STRING_METRICS, Rule, parse_rules
+from perfgate.stats import NO_INTERVAL, ratio_of
 
 OUTCOMES = ("met", "missed", "unknown")
 
@@ -132,13 +133,16 @@ def _measure(rule: Rule, case: CaseResult, run: RunResult) -> tuple[float | None
             return None, None, None, f"no {toggle} case of {spec.workload}/{spec.size} on {spec.device} in this run"
         if other.key == case.key:
             return 1.0, 1.0, 1.0, ""
-        a, b = other.step_time(), case.step_time()
-        if a is None or b is None or b.median <= 0 or b.ci_low <= 0:
+        a, b = run.step_time(other), run.step_time(case)
+        ratio = ratio_of(a, b, run.run_to_run(case))
+        if ratio is None:
             return None, None, None, f"{toggle if a is None else 'this case'} has no step time"
-        return a.median / b.median, a.ci_low / b.ci_high, a.ci_high / b.ci_low, ""
+        return ratio.value, ratio.low, ratio.high, "" if ratio.low is not None else f"the speedup's {NO_INTERVAL}"
     if metric == "step_time_s":
-        st = case.step_time()
-        return (st.median, st.ci_low, st.ci_high, "") if st else (None, None, None, "no step-time samples")
+        st = run.step_time(case)
+        if st is None:
+            return None, None, None, "no step-time samples"
+        return st.median, st.ci_low, st.ci_high, "" if st.ci_low is not None else f"the step time's {NO_INTERVAL}"
     if metric == "first_call_s":
         firsts = [p.first_call_s for p in case.processes if p.first_call_s is not None]
         return (max(firsts), min(firsts), max(firsts), "") if firsts else (None, None, None, "no first call timed")

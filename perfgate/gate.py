@@ -188,7 +188,8 @@ def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline 
         base_case = baseline.run.case(spec.key) if baseline else None
         rule: sequential.Rule
         if mode == "plain" or (mode == "stored" and (base_case is None or base_case.status != STATUS_OK)):
-            rule = sequential.PrecisionRule(gs.plain_precision(), gs.process_quantile, gs.confidence)
+            rule = sequential.PrecisionRule(gs.plain_precision(), gs.process_quantile, gs.confidence,
+                                            gs.run_to_run_for(False, spec.device))
         else:
             case = CaseResult(spec=spec, status=STATUS_OK)
             threshold, source = gs.threshold_for(case, spec.key, calibration)
@@ -279,7 +280,7 @@ def settle_stored(comparison: Comparison, run: RunResult, run_dir: Path, setting
                     echo(f"settling {key} in lockstep against the baseline's commit {commit[:12]}")
                     head, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings,
                                                        head_dir, base_dir, sampler=sampler_for(spec))
-                    echo(f"      lockstep {console.outcome_text(head)}")
+                    echo(f"      lockstep {console.outcome_text(head, run)}")
                     return head, base_case
 
                 comparison, got, done = settle_in_lockstep(
@@ -358,7 +359,7 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
         runner.write_results(base_run, base_dir / "results.json")
         progress("done", k, len(cases), spec, head, time.perf_counter() - t0)
         if base_case is not None and base_case.status == "ok":
-            echo(f"      base     {console.outcome_text(base_case)}  ({base_case.duration_s:.1f} s)")
+            echo(f"      base     {console.outcome_text(base_case, base_run)}  ({base_case.duration_s:.1f} s)")
     echo(console.run_tables(run))
     gs = gate_settings(settings)
     look = sequential.look_confidence(gs, settings.processes)

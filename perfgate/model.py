@@ -23,7 +23,17 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field
 
 from perfgate.rules import Rule
-from perfgate.stats import PROCESS_QUANTILE, Ratio, SampleSummary, process_step_time, ratio_of, summarize
+from perfgate.stats import (
+    PROCESS_QUANTILE,
+    RUN_TO_RUN_CPU,
+    RUN_TO_RUN_CUDA,
+    RUN_TO_RUN_MAX,
+    Ratio,
+    SampleSummary,
+    process_step_time,
+    speedup_of,
+    summarize,
+)
 from perfgate.validation import (
     Count,
     Document,
@@ -446,11 +456,16 @@ class CaseResult:
         """Every step-time sample of every process, in seconds per step."""
         return [t for p in self.processes for t in p.step_times_s]
 
-    def step_time(self) -> SampleSummary | None:
+    def step_time(self, quantile: float = PROCESS_QUANTILE, confidence: float = 0.95,
+                  run_to_run: float = 0.0) -> SampleSummary | None:
+        """The case's step-time summary (``stats.summarize``): its interval from the processes' ``quantile``
+        step times at ``confidence``, with ``run_to_run`` added (``RunResult.step_time`` passes the run's)."""
         samples = self.step_samples_s
         if self.status != STATUS_OK or not samples:
             return None
-        return summarize(samples, groups=[p.step_times_s for p in self.processes])
+        return summarize(samples, groups=[p.step_times_s for p in self.processes], confidence=confidence,
+                         quantile_of_process=quantile, layouts=[p.layout_groups for p in self.processes],
+                         run_to_run=run_to_run)
 
     @property
     def first_call_s(self) -> float | None:
@@ -470,12 +485,12 @@ class CaseResult:
             "accuracy": self.accuracy,
             "duration_s": self.duration_s,
             "metadata": self.metadata,
-            "derived": self._derived_json(),
+            "derived": self.derived_json(self.step_time()),
         }
 
-    def _derived_json(self) -> dict[str, Any]:
-        """Convenience copy of the statistics for readers of the file; recomputed, never read back."""
-        st = self.step_time()
+    def derived_json(self, st: SampleSummary | None) -> dict[str, Any]:
+        """Convenience copy of the statistics (``st``: the case's step time) for readers of the file;
+        recomputed, never read back."""
         if st is None:
             return {}
         return {
@@ -581,12 +596,33 @@ class RunResult:
         spec = case.spec
         return self.case(f"{spec.workload}/{spec.size}/eager/{spec.device}")
 
+    @property
+    def confidence(self) -> float:
+        """The confidence of the run's intervals (``[tool.perfgate.gate] confidence`` as recorded)."""
+        return self.gate_setting("confidence", 0.95, 0.5, 0.999)
+
+    def run_to_run(self, case: CaseResult) -> float:
+        """The run-to-run term (relative sd) of ``case``'s device as the run recorded ``[tool.perfgate.gate]``
+        (``run_to_run``, or ``run_to_run_cuda`` on a GPU; their defaults where none was set): what a figure
+        meant to hold another run's, or compared with a case measured at another time, adds."""
+        if case.spec.device.startswith("cuda"):
+            return self.gate_setting("run_to_run_cuda", RUN_TO_RUN_CUDA, 0.0, RUN_TO_RUN_MAX)
+        return self.gate_setting("run_to_run", RUN_TO_RUN_CPU, 0.0, RUN_TO_RUN_MAX)
+
+    def step_time(self, case: CaseResult) -> SampleSummary | None:
+        """``case``'s step time with the interval every report prints: from its processes' step times (the
+        run's ``process_quantile``) at the run's confidence, plus the run-to-run term (``run_to_run``), so
+        that it is meant to hold the case's median in another run on this machine (docs/reports.md)."""
+        return case.step_time(self.process_quantile, self.confidence, self.run_to_run(case))
+
     def speedup(self, case: CaseResult) -> Ratio | None:
-        """Speedup of ``case`` against eager in this run (eager time / case time), with a conservative CI."""
+        """Speedup of ``case`` against eager in this run (eager time / case time) with its interval: both
+        cases' processes, plus the run-to-run term, since the two ran at different times (``ratio_of``).
+        Eager against itself is 1 by definition, not a noisy ratio."""
         eager = self.eager_for(case)
         if eager is None:
             return None
-        return ratio_of(eager.step_time(), case.step_time())
+        return speedup_of(self.step_time(eager), self.step_time(case), eager is case, self.run_to_run(case))
 
     def counts(self) -> dict[str, int]:
         out = {s: 0 for s in STATUSES}
@@ -603,7 +639,7 @@ class RunResult:
             "finished_at": self.finished_at,
             "environment": self.environment,
             "settings": self.settings,
-            "cases": [c.to_json() for c in self.cases],
+            "cases": [{**c.to_json(), "derived": c.derived_json(self.step_time(c))} for c in self.cases],
             "ceilings": self.ceilings,
             "expectations": {"rules": self.expectations, "outcomes": [], "unmatched": [],
                              **self.expectation_outcomes},

@@ -96,10 +96,11 @@ def load(path: str | os.PathLike[str]) -> pd.DataFrame:
     ``path`` is a run folder (holding results.json) or a results.json file. Columns: ``run_id``, the spec
     (``workload``, ``size``, ``toggles`` joined by ``+``, ``device``, ``dtype``, and ``param.NAME`` per
     size parameter), the status (``status``, ``failure_class``, ``message``, ``duration_s``), the step
-    time in seconds per step over every sample of every process (``step_time_s`` the median, its 95% CI
-    ``step_time_ci_low_s``/``step_time_ci_high_s``, quartiles, mean, stdev, min, max, ``samples``,
+    time in seconds per step over every sample of every process (``step_time_s`` the median, its 95%
+    interval for another run ``step_time_ci_low_s``/``step_time_ci_high_s``, NaN with one process: from the
+    worker processes plus the run-to-run term, docs/reports.md; quartiles, mean, stdev, min, max, ``samples``,
     ``processes``, ``between_process_spread``), ``throughput_steps_per_s``, ``first_call_s``, the speedup
-    against eager in the same run with its CI, the accuracy drift (``accuracy_*``), then one column per
+    against eager in the same run with its interval (NaN with one process), the accuracy drift (``accuracy_*``), then one column per
     metric any case carries (``kernels_per_step``, ``peak_rss_bytes``...; a metric whose name is taken by
     a column above is ``metric.NAME``). NaN where a case has no value (a skipped case has no step time).
 
@@ -138,8 +139,8 @@ def load(path: str | os.PathLike[str]) -> pd.DataFrame:
         rec.update({f"param.{k}": c.spec.param_dict.get(k) for k in params})
         rec.update({
             "step_time_s": st.median if st else math.nan,
-            "step_time_ci_low_s": st.ci_low if st else math.nan,
-            "step_time_ci_high_s": st.ci_high if st else math.nan,
+            "step_time_ci_low_s": _number(st.ci_low) if st else math.nan,
+            "step_time_ci_high_s": _number(st.ci_high) if st else math.nan,
             "step_time_q1_s": st.q1 if st else math.nan,
             "step_time_q3_s": st.q3 if st else math.nan,
             "step_time_mean_s": st.mean if st else math.nan,
@@ -304,7 +305,8 @@ def load_history(url: str | os.PathLike[str] | None = None, metric: str | Sequen
 
     Columns: ``case``, its parts (``workload``, ``size``, ``toggles``, ``device``), ``metric``, ``run_id``,
     ``commit``, ``branch``, ``started_at`` (a UTC timestamp; NaT where the store holds no readable time),
-    ``machine_key``, ``value`` with its 95% CI (``ci_low``, ``ci_high``; step_time's is the median's) and
+    ``machine_key``, ``value`` with its interval (``ci_low``, ``ci_high``; step_time's is the one its run's
+    reports printed) and
     ``n`` (the samples behind it). Raises HistoryError (a ValueError) with one line when the store does not
     exist, is not a perfgate history, or a filter is malformed.
     """

@@ -32,10 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from perfgate.compare import GateSettings, case_time_change, gate_settings, judge_time, set_aside_slowed
+from perfgate.compare import GateSettings, case_time_change, gate_settings, judge_time
 from perfgate.config import Settings
 from perfgate.formatting import plural
 from perfgate.model import STATUS_OK, CaseResult
+from perfgate.stats import process_half_width
 
 GROWTH = 1.5  # each look has about this many times the processes of the one before
 
@@ -134,33 +135,35 @@ class Decision:
 
 
 class PrecisionRule:
-    """Settled when the case's own step time is known to within +/- ``precision`` (95% t interval of the
-    mean log per-process step time, slowed processes set aside as the gate does)."""
+    """Settled when the case's own step time is known to within +/- ``precision`` from its processes
+    (``stats.process_half_width``: a 95% t interval of the mean log per-process step time, every process
+    counted, as the run tables' interval counts them). Its line also gives the interval the tables print,
+    with the ``run_to_run`` term added: one function makes both, so the two never disagree."""
 
     kind = "precision"
 
-    def __init__(self, precision: float, quantile: float = 0.1, confidence: float = 0.95) -> None:
+    def __init__(self, precision: float, quantile: float = 0.1, confidence: float = 0.95,
+                 run_to_run: float = 0.0) -> None:
         self.precision, self.quantile, self.confidence = precision, quantile, confidence
+        self.run_to_run = run_to_run
+
+    def _times(self, head: CaseResult) -> list[float]:
+        return [p.step_time(self.quantile) for p in head.processes if p.samples_ns]
 
     def half_width(self, head: CaseResult) -> float | None:
-        """The relative half-width of the case's step-time CI, or None with fewer than 2 processes."""
-        from scipy import stats as sps
-
-        logs = [math.log(p.step_time(self.quantile)) for p in head.processes if p.samples_ns]
-        logs = set_aside_slowed(logs)
-        if len(logs) < 2:
-            return None
-        sd = statistics.stdev(logs)
-        t = float(sps.t.ppf(1 - (1 - self.confidence) / 2, len(logs) - 1))
-        return math.expm1(t * sd / math.sqrt(len(logs)))
+        """The relative half-width of the case's step-time CI over its processes, or None with fewer than 2."""
+        return process_half_width(self._times(head), self.confidence)
 
     def decide(self, head: CaseResult, base: CaseResult | None, confidence: float) -> Decision:
         h = self.half_width(head)
         if h is None:
             return Decision(False, "one process gives no spread")
+        printed = process_half_width(self._times(head), self.confidence, self.run_to_run)
+        again = (f"; +/-{printed * 100:.1f}% for another run (+{self.run_to_run * 100:g}% run-to-run)"
+                 if printed is not None and self.run_to_run > 0 else "")
         if h <= self.precision:
-            return Decision(True, f"step time within +/-{h * 100:.1f}% (target +/-{self.precision * 100:g}%)")
-        return Decision(False, f"step time within +/-{h * 100:.1f}%, target +/-{self.precision * 100:g}%")
+            return Decision(True, f"step time within +/-{h * 100:.1f}% (target +/-{self.precision * 100:g}%){again}")
+        return Decision(False, f"step time within +/-{h * 100:.1f}%, target +/-{self.precision * 100:g}%{again}")
 
 
 class ComparisonRule:

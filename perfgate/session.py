@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -215,12 +216,13 @@ def select_shard(cases: list[CaseSpec], shard: Shard, options: RunOptions, setti
     return cases
 
 
-def progress(event: str, k: int, n: int, spec: Any, result: Any, elapsed: float) -> None:
-    """The run's progress lines: one as a case starts, one with its outcome."""
+def progress(event: str, k: int, n: int, spec: Any, result: Any, elapsed: float, run: RunResult | None = None) -> None:
+    """The run's progress lines: one as a case starts, one with its outcome (its step time with the
+    interval ``run``'s tables print)."""
     if event == "start":
         echo(console.progress_line(k, n, spec, elapsed, k - 1))
     else:
-        echo(f"      {result.status:<8} {console.outcome_detail(result)}  ({result.duration_s:.1f} s)")
+        echo(f"      {result.status:<8} {console.outcome_detail(result, run)}  ({result.duration_s:.1f} s)")
 
 
 def reports_writer(run_dir: Path) -> Callable[[RunResult], None]:
@@ -315,7 +317,7 @@ def run_against(ref: str, options: RunOptions, cases: list[CaseSpec], files: dic
     """`run --against REF`: REF and this tree in lockstep, case by case, compared directly (gate.py)."""
     no_evidence: gate_mod.NoEvidence | None = None
     try:
-        code = gate_mod.execute_against(ref, cases, files, settings, record, run_dir, progress, echo,
+        code = gate_mod.execute_against(ref, cases, files, settings, record, run_dir, partial(progress, run=record), echo,
                                         gate=options.gate)
     except gate_mod.NoEvidence as exc:  # exit 3 once the summary and the history have the run
         code, no_evidence = EXIT_INFRA, exc
@@ -343,7 +345,7 @@ def run_measured(options: RunOptions, cases: list[CaseSpec], files: dict[str, st
              f"perfgate: step times are judged against the stored baseline alone ({why_not})")
     sampler_for = gate_mod.sampler_factory(settings, "stored" if stored else "plain", stored[1] if stored else None,
                                            screen=bool(lockstep))
-    done = runner.execute(cases, files, settings, record, run_dir, progress, after_case=write_reports,
+    done = runner.execute(cases, files, settings, record, run_dir, partial(progress, run=record), after_case=write_reports,
                           sampler_for=sampler_for)
     done = replace(done, finished_at=now())
     runner.write_results(done, run_dir / "results.json")

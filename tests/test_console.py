@@ -151,3 +151,42 @@ def test_the_verdict_tables_say_which_step_time_statistic_they_show():
     assert "each process's median step time" in comparison_text(comp, run=run)
     assert "each process's median step time" in MarkdownExporter().render(ReportInput(run, comp)).decode()
     assert JUDGED in comparison_text(comp)  # no run: the default
+
+
+def test_the_settle_line_and_the_run_table_give_one_number_per_case(capsys):
+    """A case's settle line said `within +/-1.7%` while its table row said `+/- 0.1%` (every sample pooled).
+    Both come from stats.process_half_width now: the line gives the processes' part it settles on and the
+    interval for another run, which is the table's."""
+    import re
+
+    from fixtures.synthetic import synthetic_run
+
+    from perfgate.console import run_tables
+    from perfgate.sequential import PrecisionRule
+    from perfgate.session import progress
+
+    run = synthetic_run(["rollout"], toggles=("eager", "compile"))
+    case = run.case("rollout/smoke/compile/cpu")
+    why = PrecisionRule(0.5, run.process_quantile, run.confidence, run.run_to_run(case)).decide(case, None, 0.95).why
+    st = run.step_time(case)
+    printed = f"{st.ci_half_width_rel * 100:.1f}%"
+    assert re.search(rf"; \+/-{re.escape(printed)} for another run \(\+2% run-to-run\)$", why), why
+    compile_row = next(line for line in run_tables(run).splitlines() if line.startswith("compile"))
+    assert f"+/- {printed}" in compile_row
+    progress("done", 1, 1, case.spec, case, 1.0, run=run)
+    assert f"+/- {printed}" in capsys.readouterr().out
+
+
+def test_a_case_of_one_process_prints_no_interval():
+    from dataclasses import replace
+
+    from fixtures.synthetic import synthetic_run
+
+    from perfgate.console import run_tables
+
+    run = synthetic_run(["rollout"], toggles=("eager", "compile"))
+    run = replace(run, cases=[replace(c, processes=c.processes[:1]) for c in run.cases])
+    table = run_tables(run)
+    compile_row = next(line for line in table.splitlines() if line.startswith("compile"))
+    assert compile_row.count("(1 process: no interval)") == 2, table  # its step time and its speedup
+    assert "+/-" not in table.split("\n", 3)[-1]

@@ -198,12 +198,22 @@ def test_speedup_rules_use_the_ratio_ci(run):
 
 
 def test_step_time_and_first_call_use_their_intervals(run):
-    st = run.case("rollout/smoke/eager/cpu").step_time()
+    st = run.step_time(run.case("rollout/smoke/eager/cpu"))  # the interval the reports print
     o = outcome(run, "rollout/*/eager/cpu", f"step_time_s <= {st.ci_high * 1.01}")
     assert o.outcome == "met" and (o.low, o.high) == (st.ci_low, st.ci_high)
     assert outcome(run, "rollout/*/eager/cpu", f"step_time_s <= {st.median}").outcome == "unknown"
     first = outcome(run, "rollout/*/eager/cpu", "first_call_s <= 1")
     assert first.outcome == "met" and first.low <= first.value == first.high
+
+
+def test_a_case_of_one_process_has_no_interval_to_meet_a_rule_by():
+    """One process gave a rule the CI of the median of its samples pooled, as if they were independent."""
+    one = synthetic_run(["rollout"], toggles=("eager", "compile"))
+    one = replace(one, cases=[replace(c, processes=c.processes[:1]) for c in one.cases])
+    o = outcome(one, "rollout/*/eager/cpu", "step_time_s <= 100")
+    assert o.outcome == "unknown" and "1 process: no interval" in o.reason
+    sp = outcome(one, "rollout/*/compile/cpu", "speedup_vs_eager >= 0.001")
+    assert sp.outcome == "unknown" and "1 process: no interval" in sp.reason
 
 
 def test_metrics_aliases_status_and_accuracy(run):

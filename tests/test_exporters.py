@@ -109,6 +109,28 @@ def test_each_cases_band_is_its_own_threshold():
     assert {r.recommendation.action for r in nonsense.rows if r.key != "w/smoke/eager/cpu"} == {"adopt"}
 
 
+def test_a_speedup_without_an_interval_is_not_judged_and_says_why():
+    """One process a side gives no interval (stats.ratio_of): a 2x speedup is neither adopt nor avoid, and
+    every table says so rather than printing a sample-pooled interval."""
+    from perfgate.exporters.html import speedup_chart
+
+    rec = recommend(_ok("compile"), Ratio(2.0, None, None), None, threshold=0.05)
+    assert rec.action == "neutral" and rec.reason == "2.00x (1 process: no interval): not judged"
+    run = synthetic_run(["rollout"], toggles=("eager", "compile"))
+    run = replace(run, cases=[replace(c, processes=c.processes[:1]) for c in run.cases])
+    (row,) = [r for r in ReportInput(run).rows if r.key == "rollout/smoke/compile/cpu"]
+    assert row.speedup.low is None and row.speedup_text.endswith("x (1 process: no interval)")
+    assert row.step_time_text.endswith("(1 process: no interval)")
+    assert row.recommendation.action == "neutral"
+    group = next(g for g in ReportInput(run).groups if any(r.key == row.key for r in g.rows))
+    bar = speedup_chart(group).bars[-1]
+    assert bar.css == "flat" and bar.lo == bar.hi == bar.x  # no error bar, no colour of a side of 1x
+    from perfgate.exporters.html import HtmlExporter
+
+    html = HtmlExporter().render(ReportInput(run)).decode()
+    assert html.count("(1 process: no interval)") >= 4  # step time and speedup, matrix and pay-off table
+
+
 def test_a_drift_recommendation_shows_the_tolerance_as_bounds_and_the_reason():
     case = _ok("amp-fp16", "drift")
     case.accuracy.update(tolerance={"rel_l2": 0.05, "max_abs": None},

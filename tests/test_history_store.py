@@ -445,3 +445,23 @@ def test_ingest_keeps_no_value_too_large_to_analyse() -> None:
     record = ingest.record_from_run(dc.replace(run, cases=[case]), None, ROOT)
     assert {m["metric"] for m in record.measurements} >= {"step_time", "peak_rss_bytes"}
     assert "kernels_per_step" not in {m["metric"] for m in record.measurements}
+
+
+def test_history_stores_the_interval_the_reports_print_and_none_for_one_process() -> None:
+    """History stored every case's pooled-sample CI of the median as a 95% interval: with 2-5 samples a
+    range that covers 50-94%, and with thousands of samples of one process an interval as if they were
+    independent. It stores the interval the run's reports print (worker processes plus the run-to-run
+    term), and none where one process gives none."""
+    import dataclasses as dc
+
+    from fixtures.synthetic import synthetic_run
+
+    run = synthetic_run(["rollout"], toggles=("eager", "compile"))
+    one = dc.replace(run.cases[1], processes=run.cases[1].processes[:1])
+    run = dc.replace(run, cases=[run.cases[0], one])
+    got = {(m["case_key"], m["metric"]): m for m in ingest.record_from_run(run, None, ROOT).measurements}
+    st = run.step_time(run.cases[0])
+    eager = got[(run.cases[0].key, "step_time")]
+    assert (eager["ci_low"], eager["ci_high"]) == (st.ci_low, st.ci_high) and st.run_to_run == 0.02
+    assert (got[(one.key, "step_time")]["ci_low"], got[(one.key, "step_time")]["ci_high"]) == (None, None)
+    assert got[(one.key, "throughput_steps_per_s")]["ci_low"] is None

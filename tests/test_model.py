@@ -73,6 +73,28 @@ def test_derived_step_time_is_per_step_from_every_process():
     assert derived["first_call_s"] == 0.5
 
 
+def test_a_runs_step_time_carries_its_recorded_run_to_run_term_and_says_what_it_means():
+    """results.json's derived step time is the interval the reports print: from the processes, plus the
+    run-to-run term the run recorded for the case's device (the defaults where it recorded none); it says
+    so in ``ci_means``. The derived block is never read back, so a file reads the same as before."""
+    from dataclasses import replace
+
+    r = run()
+    case = r.case("rollout/smoke/eager/cpu")
+    assert r.run_to_run(case) == 0.02
+    assert replace(r, settings={"gate": {"run_to_run": 0.07}}).run_to_run(case) == 0.07
+    gpu = replace(case, spec=replace(case.spec, device="cuda"))
+    assert r.run_to_run(gpu) == 0.03
+    assert replace(r, settings={"gate": {"run_to_run_cuda": "x"}}).run_to_run(gpu) == 0.03  # untrusted: default
+    st = r.step_time(case)
+    assert st.run_to_run == 0.02 and st.process_half_width < st.ci_half_width_rel
+    derived = json.loads(r.dumps())["cases"][0]["derived"]["step_time_s"]
+    assert (derived["ci_low"], derived["ci_high"]) == (pytest.approx(st.ci_low), pytest.approx(st.ci_high))
+    assert "another run" in derived["ci_means"]
+    one = replace(r, cases=[replace(case, processes=case.processes[:1])])
+    assert json.loads(one.dumps())["cases"][0]["derived"]["step_time_s"]["ci_low"] is None
+
+
 def test_failed_case_has_no_step_time():
     failed = run().cases[1]
     assert failed.step_time() is None and failed.to_json()["derived"] == {}

@@ -268,3 +268,24 @@ def test_the_docs_example_runs_on_a_real_run(project):
     exec(compile(code, "docs/notebook.md", "exec"), scope)
     assert list(scope["trend"].columns) == [EAGER] and len(scope["trend"]) == 2
     assert set(scope["per_process"].index.get_level_values("case")) == {EAGER}
+
+
+def test_load_gives_the_reports_intervals_and_nan_where_one_process_gives_none(tmp_path):
+    """The notebook's step-time and speedup intervals are those report.html prints (worker processes plus
+    the run-to-run term), and NaN for a case of one process, not an interval from its samples pooled."""
+    import dataclasses as dc
+
+    from fixtures.synthetic import synthetic_run
+
+    run = synthetic_run(["rollout"], toggles=("eager", "compile", "amp-bf16"))
+    one = dc.replace(run.cases[2], processes=run.cases[2].processes[:1])
+    run = dc.replace(run, cases=[run.cases[0], run.cases[1], one])
+    (tmp_path / "results.json").write_text(run.dumps())
+    df = perfgate.load(tmp_path)
+    compile_ = run.cases[1]
+    st, sp = run.step_time(compile_), run.speedup(compile_)
+    assert df.loc[compile_.key, "step_time_ci_low_s"] == pytest.approx(st.ci_low)
+    assert (df.loc[compile_.key, "speedup_low"], df.loc[compile_.key, "speedup_high"]) == (
+        pytest.approx(sp.low), pytest.approx(sp.high))
+    assert math.isnan(df.loc[one.key, "step_time_ci_low_s"]) and math.isnan(df.loc[one.key, "speedup_high"])
+    assert df.loc[one.key, "step_time_s"] == pytest.approx(run.step_time(one).median)

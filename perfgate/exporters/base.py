@@ -29,7 +29,7 @@ from perfgate.model import (
     Verdict,
     evidence,
 )
-from perfgate.stats import Ratio, SampleSummary, format_seconds, judged_step_time, ratio_of
+from perfgate.stats import NO_INTERVAL, Ratio, SampleSummary, format_seconds, judged_step_time, speedup_of
 
 # The relative change that counts as "pays off" / "hurts" for the recommendation when neither the
 # comparison nor [tool.perfgate.gate] gives one.
@@ -253,7 +253,7 @@ class CaseRow:
         st = self.step_time
         if st is None:
             return "-"
-        return f"{format_seconds(st.median)} ± {st.ci_half_width_rel * 100:.1f}%"
+        return f"{format_seconds(st.median)} {st.interval_text('±')}"
 
     @property
     def sampling_text(self) -> str:
@@ -284,6 +284,8 @@ class CaseRow:
         sp = self.speedup
         if sp and self.spec.toggles == ("eager",):
             return "1x (reference)"
+        if sp and (sp.low is None or sp.high is None):
+            return f"{format_ratio(sp.value)} ({NO_INTERVAL})"
         return format_ratio(sp.value, sp.low, sp.high) if sp else "-"
 
     @property
@@ -430,6 +432,8 @@ def recommend(case: CaseResult, speedup: Ratio | None, memory_change: float | No
     if speedup is None:
         return Recommendation("neutral", no_speedup + mem)
     band = f"{threshold * 100:.0f}%"
+    if speedup.low is None or speedup.high is None:
+        return Recommendation("neutral", f"{speedup.value:.2f}x ({NO_INTERVAL}): not judged{mem}")
     if speedup.low > 1 + threshold:
         return Recommendation("adopt", f"{speedup.value:.2f}x faster, CI [{speedup.low:.2f}, {speedup.high:.2f}] "
                                        f"clears +{band}{mem}")
@@ -679,7 +683,7 @@ class ReportInput:
     @cached_property
     def rows(self) -> list[CaseRow]:
         run, comp = self.run, self.comparison
-        summaries = {c.key: c.step_time() for c in run.cases}
+        summaries = {c.key: run.step_time(c) for c in run.cases}
         memories = {c.key: peak_memory(c) for c in run.cases}
         verdicts: dict[str, list[Verdict]] = defaultdict(list)
         for v in comp.verdicts if comp else []:
@@ -689,10 +693,8 @@ class ReportInput:
         for c in run.cases:
             eager_key = f"{c.spec.workload}/{c.spec.size}/eager/{c.spec.device}"
             eager_time = summaries.get(eager_key)
-            if c.key == eager_key:  # eager against itself is 1 by definition, not a noisy ratio
-                speedup = Ratio(1.0, 1.0, 1.0) if eager_time and eager_time.median > 0 else None
-            else:
-                speedup = ratio_of(summaries.get(eager_key), summaries[c.key]) if eager_key in summaries else None
+            speedup = (speedup_of(eager_time, summaries[c.key], c.key == eager_key, run.run_to_run(c))
+                       if eager_key in summaries else None)
             mem, mem_name = memories[c.key]
             eager_mem, eager_mem_name = memories.get(eager_key, (None, ""))
             mem_change = mem / eager_mem if mem and eager_mem and mem_name == eager_mem_name else None

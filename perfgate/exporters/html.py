@@ -79,15 +79,17 @@ def speedup_chart(group: Group) -> Chart | None:
     rows = [r for r in group.rows if r.speedup is not None]
     if not rows:
         return None
-    top = max(max(r.speedup.high for r in rows), 1.0) * 1.08
+    top = max(max(r.speedup.value if r.speedup.high is None else r.speedup.high for r in rows), 1.0) * 1.08
     left, right = LABEL_WIDTH, CHART_WIDTH - 70
     sx = _scale(0.0, top, left, right)
     chart = Chart(CHART_WIDTH, 24 + ROW_HEIGHT * len(rows) + 22)
     for i, r in enumerate(rows):
         sp = r.speedup
-        css = "win" if sp.low > 1 else ("loss" if sp.high < 1 else "flat")
-        chart.bars.append(Bar(r.spec.toggle_name, 12 + i * ROW_HEIGHT, left, sx(sp.value), sx(sp.low),
-                              sx(sp.high), f"{sp.value:.2f}x", css))
+        # a side of one process gives no interval: no error bar, and no colour that claims a side of 1x
+        low, high = (sp.value, sp.value) if sp.low is None or sp.high is None else (sp.low, sp.high)
+        css = "flat" if sp.low is None or sp.high is None else ("win" if low > 1 else ("loss" if high < 1 else "flat"))
+        chart.bars.append(Bar(r.spec.toggle_name, 12 + i * ROW_HEIGHT, left, sx(sp.value), sx(low),
+                              sx(high), f"{sp.value:.2f}x", css))
     chart.ref_x, chart.ref_label = sx(1.0), "1x = eager"
     step = 0.5 if top <= 4 else (1.0 if top <= 10 else round(top / 8))
     t = 0.0

@@ -49,8 +49,10 @@ def _finite(x: Any) -> float | None:
     return x if math.isfinite(x) and abs(x) <= MAX_MAGNITUDE else None
 
 
-def case_measurements(case: CaseResult) -> list[dict[str, Any]]:
-    """The statistics a case contributes: step_time (median of its samples with the 95% CI of the median),
+def case_measurements(case: CaseResult, run: RunResult | None = None) -> list[dict[str, Any]]:
+    """The statistics a case contributes: step_time (median of its samples with the interval the run's
+    reports print, ``RunResult.step_time``: from its worker processes plus the run-to-run term, none with one
+    process),
     throughput_steps_per_s, first_call_s, every numeric metric, and the accuracy drift figures."""
     out: list[dict[str, Any]] = []
 
@@ -60,12 +62,12 @@ def case_measurements(case: CaseResult) -> list[dict[str, Any]]:
             out.append({"case_key": case.key, "metric": metric, "value": v, "ci_low": _finite(low),
                         "ci_high": _finite(high), "n": n})
 
-    st = case.step_time()
+    st = run.step_time(case) if run is not None else case.step_time()
     if st is not None:
         put("step_time", st.median, st.ci_low, st.ci_high, st.n)
         if st.median > 0:
-            put("throughput_steps_per_s", 1.0 / st.median, 1.0 / st.ci_high if st.ci_high > 0 else None,
-                1.0 / st.ci_low if st.ci_low > 0 else None, st.n)
+            put("throughput_steps_per_s", 1.0 / st.median, 1.0 / st.ci_high if st.ci_high else None,
+                1.0 / st.ci_low if st.ci_low else None, st.n)
         put("first_call_s", case.first_call_s)
     for name, value in sorted(case.metrics.items()):
         if name not in ("step_time", "throughput_steps_per_s", "first_call_s"):
@@ -103,7 +105,7 @@ def record_from_run(run: RunResult, source: str | None, root: Path, commit: str 
         if row["case_key"] in seen:
             raise HistoryError(f"{source}: case {row['case_key']} appears twice in one run")
         seen.add(row["case_key"])
-    meas = [m for c in run.cases if c.status == STATUS_OK for m in case_measurements(c)]
+    meas = [m for c in run.cases if c.status == STATUS_OK for m in case_measurements(c, run)]
     for m in meas:
         _check_text(source, f"case {m['case_key'][:80]!r}: metric name", m["metric"], FIELD_LIMITS["metric"])
     return RunRecord(run_id=run.run_id, suite=run.suite, commit=str(run_commit) if run_commit else None,
