@@ -23,7 +23,7 @@ from perfgate.compare import (
 )
 from perfgate.config import ConfigError, Settings
 from perfgate.formatting import plural
-from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, RunResult, evidence
+from perfgate.model import STATUS_FAILED, STATUS_OK, CaseResult, CaseSpec, Comparison, RunResult, evidence
 from perfgate.storage import atomic_write_json
 
 EXIT_OK, EXIT_GATE = 0, 1
@@ -350,6 +350,12 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
         progress("start", k, len(cases), spec, None, time.perf_counter() - t0)
         head, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings, run_dir, base_dir,
                                            sampler=sampler_for(spec))
+        if head.status == STATUS_OK and base_failed_by_machine(base_case):
+            # `fixed` would rest on one base worker that a loaded runner may have killed: measure the pair again
+            echo(f"measuring {spec.key} once more against {ref}: its base side failed "
+                 f"({base_case.failure_class if base_case else ''}); `fixed` only if it fails again")
+            head, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings, run_dir,
+                                               base_dir, sampler=sampler_for(spec))
         run = run.with_case(head)
         if base_case is not None:
             base_run = base_run.with_case(base_case)
@@ -389,6 +395,16 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
     comparison = acknowledged(comparison, settings)
     write_comparison(comparison, run_dir, run, echo)
     return conclude(comparison, gate, echo, run, run_dir)
+
+
+# Failures of a worker that the machine can cause (a timeout or the OOM killer on a loaded runner, a crash),
+# unlike an exception the code raises: a base side failing so is measured once more before `fixed` stands.
+MACHINE_FAILURES = ("timeout", "oom", "crash")
+
+
+def base_failed_by_machine(base_case: CaseResult | None) -> bool:
+    """Did the base side of an --against pair fail in a way the machine can cause (MACHINE_FAILURES)?"""
+    return base_case is not None and base_case.status == STATUS_FAILED and base_case.failure_class in MACHINE_FAILURES
 
 
 def compare_files(current: str, baseline: str, settings: Settings, *, strict_env: bool, gate: bool,

@@ -146,6 +146,31 @@ def test_a_fixed_case_rests_on_a_head_that_ran_its_steps(tmp_path):
     assert all(p["samples_ns"] for p in head_case["processes"]), head_case["processes"]
 
 
+def test_a_base_worker_the_machine_killed_is_measured_again_before_fixed(tmp_path):
+    """The base commit's worker is killed once (SIGKILL: what the OOM killer does on a loaded runner), the
+    head's runs: the case ended `fixed` and the gate passed without the head's time ever judged. The pair is
+    measured once more, and the second pair's step times are compared."""
+    source = SCALED_WORK.read_text()
+    killed_once = source.replace(
+        "        y = state\n",
+        "        marker = os.environ['PERFGATE_TEST_KILLED_ONCE']\n"
+        "        if not os.path.exists(marker):\n"
+        "            open(marker, 'w').close()\n"
+        "            os.kill(os.getpid(), 9)\n"
+        "        y = state\n", 1)
+    assert killed_once != source
+    repo = _scaled_work_repo(tmp_path / "repo", killed_once, source)
+    run_dir = repo / "runs" / "killed"
+    marker = tmp_path / "killed-once"
+    proc = _against(repo, "HEAD~1", run_dir, cli_env(PERFGATE_TEST_KILLED_ONCE=str(marker)), "--gate")
+    assert marker.exists(), proc.stdout + proc.stderr
+    assert "measuring scaled_work/smoke/eager/cpu once more against HEAD~1: its base side failed (crash)" in proc.stdout
+    kinds = {v["metric"]: v["kind"] for v in json.loads((run_dir / "comparison.json").read_text())["verdicts"]}
+    assert "step_time" in kinds and kinds.get("status") != "fixed", kinds
+    (base_case,) = json.loads((run_dir / "base" / "results.json").read_text())["cases"]
+    assert base_case["status"] == "ok", base_case.get("message")
+
+
 def test_a_case_its_base_commit_lacks_says_so_naming_the_commit(tmp_path, monkeypatch):
     """Settling in lockstep against a baseline's commit that has no such workload said `settled: no baseline
     to compare with`: it names the commit and says the workload does not exist there. No worker runs."""
