@@ -394,7 +394,10 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
     runner.write_results(base_run, base_dir / "results.json")
     comparison = acknowledged(comparison, settings)
     write_comparison(comparison, run_dir, run, echo)
-    return conclude(comparison, gate, echo, run, run_dir)
+    code = conclude(comparison, gate, echo, run, run_dir)
+    if not gate and not any(c.status == STATUS_OK for c in run.cases):  # as a plain run: nothing measured, exit 3
+        raise NoEvidence("no case could run (see the failures and skip reasons above)")
+    return code
 
 
 # Failures of a worker that the machine can cause (a timeout or the OOM killer on a loaded runner, a crash),

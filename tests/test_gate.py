@@ -387,6 +387,11 @@ def test_a_gate_with_no_evidence_exits_3_in_both_modes(tmp_path, workload, toggl
     assert again.returncode == 3, again.stdout + again.stderr
     assert again.stderr.strip().startswith("perfgate: error: the gate has no evidence")
     assert run_cli("compare", str(run_dir), str(run_dir / "base"), cwd=repo).returncode == 0  # not gated: a report
+    # not gated, `run --against` that could run no case is an infrastructure failure, as a plain run's (it exited 0)
+    ungated = run_cli("run", "--against", "HEAD", "--out", str(repo / "runs" / "ungated"), cwd=repo)
+    assert ungated.returncode == 3, ungated.stdout + ungated.stderr
+    assert ungated.stderr.strip().splitlines() == ["perfgate: error: no case could run (see the failures and skip "
+                                                   "reasons above)"]
 
 
 CONV_ROLLOUT = """
