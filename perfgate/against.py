@@ -254,6 +254,33 @@ def probe_base(base: BaseCheckout, threads: int) -> Catalog:
     return base.catalog
 
 
+def base_suite_cases(base: BaseCheckout, settings: Settings, suite: str, workloads: tuple[str, ...] = (),
+                     toggles: tuple[str, ...] = (), size: str | None = None, device: str | None = None
+                     ) -> tuple[list[CaseSpec] | None, str]:
+    """The cases of ``suite`` as REF plans them: its own configuration (the pyproject.toml at the same place
+    in its worktree) and its own catalog (``probe_base``), narrowed by the same command-line choices; [] when
+    REF has no such suite. (None, why) when REF's cannot be planned."""
+    from perfgate import config, plan
+
+    where = f"{base.ref} ({base.commit[:12]})"
+    if base.catalog is None:
+        return None, f"{where} was not probed"
+    if settings.source is not None:
+        mapped = _map_into(settings.source, base.repo_top, base.path)
+        if mapped is None or not mapped.is_file():
+            return None, f"{where} has no {settings.source.name} where this checkout has one"
+        load_args: dict[str, Any] = {"config": mapped}
+    else:
+        load_args = {"cwd": _map_into(settings.root, base.repo_top, base.path) or base.path}
+    try:
+        base_settings = config.load(**load_args)
+        if suite not in base_settings.suites:
+            return [], ""
+        return plan.plan_cases(base_settings.suite(suite), base.catalog, workloads, toggles, size, device), ""
+    except ConfigError as exc:
+        return None, f"suite {suite!r} could not be planned at {where}: {exc}"
+
+
 def _import_error(base: BaseCheckout, head_file: str | None) -> str | None:
     """The import error of the base's copy of ``head_file`` (the exception), when its probe reported one."""
     cat = base.catalog

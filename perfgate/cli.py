@@ -359,9 +359,12 @@ def calibrate_cmd(config: str | None, **options: Any) -> None:
 @click.option("--rejudge", is_flag=True,
               help="Judge the shards' raw --against samples by this perfgate's rules instead of reading the "
                    "shards' own verdicts (CI: the base commit's perfgate judges the pull request).")
+@click.option("--expect-suite", "expect_suite", default=None, metavar="SUITE",
+              help="With --rejudge: plan SUITE from this perfgate's configuration and workloads; a case of it "
+                   "that no shard measured fails the gate.")
 @handle_errors
 def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool, baseline_file: str | None,
-              strict_env: bool, rejudge: bool) -> None:
+              strict_env: bool, rejudge: bool, expect_suite: str | None) -> None:
     """Join shard results (files, run folders, or a folder of downloaded run folders) into one run.
 
     Refuses shards of different suites, environments, settings or schema versions, and a case twice.
@@ -373,10 +376,12 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
 
     if rejudge and baseline_file:
         raise ConfigError("perfgate merge: --rejudge judges the shards' --against runs; it takes no --baseline")
+    if expect_suite and not rejudge:
+        raise ConfigError("perfgate merge: --expect-suite checks the shards --rejudge judges; add --rejudge")
     run = merge.merge_into(results, Path(out))
     settings = load_settings(config) if (gate or baseline_file or rejudge) else None
     sys.exit(merge.judge_merged(run, results, Path(out), settings, gate=gate, baseline_file=baseline_file,
-                                strict_env=strict_env, rejudge=rejudge))
+                                strict_env=strict_env, rejudge=rejudge, expect_suite=expect_suite))
 
 
 # ---------------------------------------------------------------- perfgate report

@@ -1207,6 +1207,13 @@ def gives_no_time(v: Verdict) -> bool:
     return v.kind in NO_TIME or (v.metric == STEP_TIME and v.kind == "inconclusive" and v.ratio is None)
 
 
+def base_failed(base: CaseResult | None) -> bool:
+    """Did the base side of a re-measure fail? Its verdict (``fixed``, or ``unchanged`` when the head failed
+    too) says nothing about the head's time: a base worker that timed out or crashed on a loaded runner
+    must never clear a regression."""
+    return base is not None and base.status == STATUS_FAILED
+
+
 def _ratio_text(v: Verdict) -> str:
     """A step-time verdict's ratio and CI as rule texts quote it: '1.106x [1.079, 1.131]'."""
     if v.ratio is None:
@@ -1245,7 +1252,9 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
         n = new[0]
         first = f"first measurement {_ratio_text(v)}"
         was = "regressed" if v.kind == "regression" else "was faster"
-        if gives_no_time(n):  # skipped, no samples, or 0 ns: nothing confirms or contradicts the first measurement
+        # skipped, no samples, 0 ns, or a base side that failed (`fixed`, or failing on both sides): the head's
+        # time was never judged against a base, so nothing confirms or contradicts the first measurement
+        if gives_no_time(n) or base_failed(base):
             if v.kind == "regression":  # fail safe: the regression stands
                 verdicts[i] = replace(v, rule=f"{v.rule}; the re-measure gave no step time to confirm it "
                                               f"({n.kind}: {n.rule}), so the {first} stands")

@@ -219,8 +219,8 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
         out.append("\nGATE FAILED: " + ", ".join([f"{v.case_key} ({v.kind} {v.metric})" for v in failing]
                                                   + ([f"{len(expectations_missed)} fail expectation(s) missed"]
                                                      if expectations_missed else [])))
-    elif gate and evidence is not None and evidence.carried == 0:
-        out.append("\nNO EVIDENCE: no case ran to be judged; the gate cannot pass.")
+    elif gate and evidence is not None and evidence.none_compared:
+        out.append(f"\nNO EVIDENCE: {evidence.none_compared}; the gate cannot pass.")
     elif gate:
         out.append("\nGate passed: no regression and no newly failing case"
                    + (f" ({len(acknowledged)} acknowledged regression(s) in force)." if acknowledged else "."))

@@ -14,16 +14,28 @@ from typing import Any
 from perfgate import baselines, console, layout, runner, sequential
 from perfgate.compare import (
     LOCKSTEP_SETTLES,
+    STATUS,
+    STEP_TIME,
     GateSettings,
     acknowledged,
     compare_runs,
     confirm_regressions,
     gate_settings,
+    judge_case,
     settle_in_lockstep,
 )
 from perfgate.config import ConfigError, Settings
 from perfgate.formatting import plural
-from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Comparison, RunResult, evidence
+from perfgate.model import (
+    STATUS_FAILED,
+    STATUS_OK,
+    CaseResult,
+    CaseSpec,
+    Comparison,
+    RunResult,
+    Verdict,
+    evidence,
+)
 from perfgate.storage import atomic_write_json
 
 EXIT_OK, EXIT_GATE = 0, 1
@@ -69,9 +81,8 @@ def conclude(comparison: Comparison, gate: bool, echo: Echo, run: RunResult | No
                                  expectations_missed=said))
     if gate and (comparison.gate_failed or missed):
         return EXIT_GATE
-    if gate and found is not None and found.carried == 0:
-        raise NoEvidence(f"the gate has no evidence: none of the {found.cases} case(s) ran to be judged "
-                         f"({found.unjudged}); see the skip reasons and failures above")
+    if gate and found is not None and found.none_compared:
+        raise NoEvidence(f"the gate has no evidence: {found.none_compared}; see the verdicts above")
     return EXIT_OK
 
 
@@ -216,8 +227,10 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Pa
                               look_confidence=sequential.look_confidence(gs, settings.processes, screen=bool(lockstep)))
     settled: set[str] = set()
     if lockstep:
-        comparison, settled = settle_stored(comparison, run, run_dir, settings, lockstep, cases, workload_files,
-                                            base.calibration, echo)
+        comparison, settled, unsettled = settle_stored(comparison, run, run_dir, settings, lockstep, cases,
+                                                       workload_files, base.calibration, echo)
+        comparison, run = measure_unscreened(comparison, run, run_dir, settings, base, unsettled, cases,
+                                             workload_files, echo)
     # against a stored baseline a win is re-measured too: a run in a fast minute is not a win (docs/gate.md)
     confirm = ("regression", "win")
     if gs.remeasures("stored") and any(v.metric == "step_time" and v.kind in confirm and v.case_key not in settled
@@ -246,14 +259,52 @@ def gate_run(run: RunResult, run_dir: Path, settings: Settings, stored: tuple[Pa
     return conclude(comparison, gate, echo, run, run_dir)
 
 
+def measure_unscreened(comparison: Comparison, run: RunResult, run_dir: Path, settings: Settings,
+                       base: baselines.Baseline, keys: set[str], cases: list[CaseSpec], workload_files: dict[str, str],
+                       echo: Echo) -> tuple[Comparison, RunResult]:
+    """The cases of ``keys`` (lockstep could not settle them: their commit's checkout failed) whose one-look
+    screen left the step time ``inconclusive``, measured again with the stored comparison's own sampler (its
+    looks and budget) and judged at its levels: a screen is no verdict of its own. A screened regression or
+    win goes to the re-measure as without lockstep. Returns the comparison and the run with those cases."""
+    gs = gate_settings(settings)
+    specs = {s.key: s for s in cases}
+    sampler_for = sampler_factory(settings, "stored", base)
+    look = sequential.look_confidence(gs, settings.processes)
+    verdicts = list(comparison.verdicts)
+    measured = False
+    for i, v in enumerate(verdicts):
+        if v.metric != STEP_TIME or v.kind != "inconclusive" or v.case_key not in keys or v.case_key not in specs:
+            continue
+        spec, first = specs[v.case_key], run.case(v.case_key)
+        echo(f"measuring {spec.key} with the stored comparison's full sampler: lockstep could not settle its screen")
+        # step times only, in the run's own folder (as the re-measure: the run's trace stays the one it names)
+        again = runner.run_case(spec, workload_files[spec.workload], settings, run_dir, configure=_no_profile,
+                                sampler=sampler_for(spec))
+        measured = True
+        if again.status == STATUS_OK and first is not None:  # the profile pass's counts stay the first run's
+            again = replace(first, processes=again.processes, duration_s=first.duration_s + again.duration_s,
+                            metadata={**first.metadata, "sampling": again.metadata.get("sampling")})
+            run = replace(run, cases=[again if c.key == spec.key else c for c in run.cases])
+        new = [n for n in judge_case(spec.key, base.run.case(spec.key), again, gs, calibration=base.calibration,
+                                     look_confidence=look) if n.metric in (STEP_TIME, STATUS)]
+        if new:
+            screen = f"{v.ratio:.3f}x" if v.ratio is not None else "no ratio"
+            verdicts[i] = replace(new[0], rule=f"{new[0].rule}; measured with the full sampler, lockstep could "
+                                               f"not settle it (the screen: {v.kind} at {screen})")
+    if measured:
+        runner.write_results(run, run_dir / "results.json")
+    return replace(comparison, verdicts=verdicts), run
+
+
 def settle_stored(comparison: Comparison, run: RunResult, run_dir: Path, settings: Settings, lockstep: Lockstep,
                   cases: list[CaseSpec], workload_files: dict[str, str], calibration: dict[str, Any],
-                  echo: Echo) -> tuple[Comparison, set[str]]:
+                  echo: Echo) -> tuple[Comparison, set[str], set[str]]:
     """Settle each stored step-time verdict in LOCKSTEP_SETTLES by lockstep pairs against the commit its
     case was measured at (each commit checked out once, only when some case needs it); returns the
-    comparison and the keys settled. A checkout that fails leaves its cases' stored verdicts (and the
-    re-measure) in charge, with a warning. The pairs' samples go to lockstep/results.json (head) and
-    lockstep/base/results.json (each base case with the commit it ran at, ``baselines.commit_of``)."""
+    comparison, the keys settled, and the keys whose commit could not be checked out. A checkout that fails
+    leaves its cases to the stored comparison (``measure_unscreened``, then the re-measure), with a warning.
+    The pairs' samples go to lockstep/results.json (head) and lockstep/base/results.json (each base case
+    with the commit it ran at, ``baselines.commit_of``)."""
     from perfgate import against
 
     specs = {s.key: s for s in cases}
@@ -263,6 +314,7 @@ def settle_stored(comparison: Comparison, run: RunResult, run_dir: Path, setting
     head_dir, base_dir = run_dir / "lockstep", run_dir / "lockstep" / "base"
     pairs: list[tuple[CaseResult, CaseResult]] = []
     settled: set[str] = set()
+    unsettled: set[str] = set()
     sampler_for = sampler_factory(settings, "against")
     for commit in lockstep.commits:
         group = {key for key in needed if lockstep.commit_for(key) == commit}
@@ -288,6 +340,7 @@ def settle_stored(comparison: Comparison, run: RunResult, run_dir: Path, setting
                     look_confidence=sequential.look_confidence(gs, settings.processes))
         except ConfigError as exc:
             echo(f"perfgate: warning: could not settle in lockstep against the baseline's commit {commit[:12]}: {exc}")
+            unsettled |= group
             continue
         pairs += got
         settled |= done
@@ -298,7 +351,7 @@ def settle_stored(comparison: Comparison, run: RunResult, run_dir: Path, setting
                                      cases=[baselines.with_commit(b, (lockstep.commit_for(b.key), False), env)
                                             for _, b in pairs]),
                              base_dir / "results.json")
-    return comparison, settled
+    return comparison, settled, unsettled
 
 
 def _no_profile(cfg: dict[str, Any]) -> None:
@@ -312,13 +365,45 @@ def record_remeasures(run: RunResult, run_dir: Path, again: list[CaseResult]) ->
         runner.write_results(replace(run, cases=again), run_dir / "results-remeasure.json")
 
 
+# The command line's narrowing of a suite (workloads, toggles, size, device), applied to REF's plan as to this one's
+Narrowing = tuple[tuple[str, ...], tuple[str, ...], str | None, str | None]
+
+
 def execute_against(ref: str, cases: list[CaseSpec], workload_files: dict[str, str], settings: Settings,
-                    run: RunResult, run_dir: Path, progress: Any, echo: Echo, *, gate: bool) -> int:
-    """`perfgate run --against REF`: base and head interleaved per case, compared directly."""
+                    run: RunResult, run_dir: Path, progress: Any, echo: Echo, *, gate: bool,
+                    narrowing: Narrowing = ((), (), None, None)) -> int:
+    """`perfgate run --against REF`: base and head interleaved per case, compared directly; a case of the
+    suite as REF plans it (``narrowing`` applied) that this tree's plan lacks is ``newly-failing``."""
     from perfgate import against
 
     with against.interruptible(), against.checked_out(settings, ref) as base:
-        return _judge_against(base, ref, cases, workload_files, settings, run, run_dir, progress, echo, gate=gate)
+        return _judge_against(base, ref, cases, workload_files, settings, run, run_dir, progress, echo, gate=gate,
+                              narrowing=narrowing)
+
+
+def gone_at_head(base: Any, settings: Settings, run: RunResult, cases: list[CaseSpec], narrowing: Narrowing,
+                 echo: Echo) -> list[Verdict]:
+    """A ``newly-failing`` verdict for each case of the suite as REF plans it (its own configuration and
+    catalog, perfgate.against.base_suite_cases) that this tree's plan lacks: a change dropped it (a workload
+    file deleted, a size renamed, a toggle taken out of the suite), and none of its regressions could be seen.
+    A shard plans no base cases (`perfgate merge --expect-suite` checks the whole suite)."""
+    from perfgate import against
+
+    if run.settings.get("shard"):
+        return []
+    planned, why = against.base_suite_cases(base, settings, run.suite or settings.default_suite, *narrowing)
+    if planned is None:
+        echo(f"perfgate: warning: the cases {base.ref} has and this tree lacks cannot be seen: {why}")
+        return []
+    have = {c.key for c in cases}
+    where = f"{base.ref} ({base.commit[:12]})"
+    return [Verdict(s.key, STATUS, "newly-failing",
+                    rule=f"in suite {run.suite!r} at {where}, not in it now: a change dropped the case (a toggle set "
+                         "or workload taken out of the suite, a size or variant removed from the workload, its "
+                         "workload file removed)",
+                    advice="none of the case's regressions can be seen any more: if the change means it, say so "
+                           "in review; if not, restore the case")
+            for s in planned if s.key not in have]
 
 
 def probe_base(base: Any, settings: Settings, echo: Echo) -> None:
@@ -332,11 +417,12 @@ def probe_base(base: Any, settings: Settings, echo: Echo) -> None:
 
 def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: dict[str, str],
                    settings: Settings, run: RunResult, run_dir: Path, progress: Any, echo: Echo, *,
-                   gate: bool) -> int:
+                   gate: bool, narrowing: Narrowing) -> int:
     """execute_against's work once REF is checked out in ``base`` (perfgate.against.BaseCheckout)."""
     from perfgate import against
 
     probe_base(base, settings, echo)
+    gone = gone_at_head(base, settings, run, cases, narrowing, echo)
     if run.environment.get("git_dirty"):
         echo(f"note: the head side is this working tree, with uncommitted changes on top of "
              f"{str(run.environment.get('git_commit'))[:12]}; the base side is {ref} ({base.commit[:12]}) as committed")
@@ -352,6 +438,12 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
         progress("start", k, len(cases), spec, None, time.perf_counter() - t0)
         head, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings, run_dir, base_dir,
                                            sampler=sampler_for(spec))
+        if head.status == STATUS_OK and base_failed_by_machine(base_case):
+            # `fixed` would rest on one base worker that a loaded runner may have killed: measure the pair again
+            echo(f"measuring {spec.key} once more against {ref}: its base side failed "
+                 f"({base_case.failure_class if base_case else ''}); `fixed` only if it fails again")
+            head, base_case = against.run_pair(spec, workload_files[spec.workload], base, settings, run_dir,
+                                               base_dir, sampler=sampler_for(spec))
         run = run.with_case(head)
         if base_case is not None:
             base_run = base_run.with_case(base_case)
@@ -365,6 +457,7 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
     look = sequential.look_confidence(gs, settings.processes)
     comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=f"git:{ref} ({base.commit[:12]})",
                               look_confidence=look)
+    comparison = replace(comparison, verdicts=[*comparison.verdicts, *gone])
     if gs.remeasures("against") and any(v.metric == "step_time" and v.kind == "regression" for v in comparison.verdicts):
         specs = {s.key: s for s in cases}
         base_again: list[CaseResult] = []
@@ -391,7 +484,20 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
     runner.write_results(base_run, base_dir / "results.json")
     comparison = acknowledged(comparison, settings)
     write_comparison(comparison, run_dir, run, echo)
-    return conclude(comparison, gate, echo, run, run_dir)
+    code = conclude(comparison, gate, echo, run, run_dir)
+    if not gate and not any(c.status == STATUS_OK for c in run.cases):  # as a plain run: nothing measured, exit 3
+        raise NoEvidence("no case could run (see the failures and skip reasons above)")
+    return code
+
+
+# Failures of a worker that the machine can cause (a timeout or the OOM killer on a loaded runner, a crash),
+# unlike an exception the code raises: a base side failing so is measured once more before `fixed` stands.
+MACHINE_FAILURES = ("timeout", "oom", "crash")
+
+
+def base_failed_by_machine(base_case: CaseResult | None) -> bool:
+    """Did the base side of an --against pair fail in a way the machine can cause (MACHINE_FAILURES)?"""
+    return base_case is not None and base_case.status == STATUS_FAILED and base_case.failure_class in MACHINE_FAILURES
 
 
 def compare_files(current: str, baseline: str, settings: Settings, *, strict_env: bool, gate: bool,

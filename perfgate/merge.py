@@ -432,7 +432,59 @@ def judge_against(out_dir: str | Path, run: RunResult, settings: Settings) -> Co
             return head_again[key], base_again[key]
 
         comparison, _ = confirm_regressions(comparison, run, gs, remeasure, look_confidence=look)
-    return acknowledged(comparison, settings)
+    return acknowledged(below_floor(comparison, run, base_run, settings), settings)
+
+
+def below_floor(comparison: Comparison, run: RunResult, base_run: RunResult, settings: Settings) -> Comparison:
+    """``comparison`` with a ``newly-failing`` verdict for each compared case whose sampling falls short of
+    this judge's own design (perfgate.sequential.short_of_design): fewer processes a side, or stopped
+    inconclusive where this judge would have looked again. The shards ran the pull request's settings; a
+    pull request that sets `processes = 1` and `adaptive = false` must not make a slowdown inconclusive."""
+    from perfgate.compare import STATUS, STEP_TIME, gate_settings
+    from perfgate.sequential import short_of_design
+
+    gs = gate_settings(settings)
+    kinds = {v.case_key: v.kind for v in comparison.verdicts if v.metric == STEP_TIME}
+    added = []
+    for case in run.cases:
+        base = base_run.case(case.key)
+        if case.key not in kinds or base is None:
+            continue  # not compared: its status verdict says why
+        why = (short_of_design(gs, settings.processes, case, kinds[case.key])
+               or short_of_design(gs, settings.processes, base, ""))
+        if why:
+            added.append(Verdict(case.key, STATUS, "newly-failing",
+                                 rule=f"not enough evidence for this judge: {why}",
+                                 advice="the shards' settings measured less than the base's gate would; run the "
+                                        "shards with the base's [tool.perfgate] sampling settings"))
+    return replace(comparison, verdicts=[*comparison.verdicts, *added]) if added else comparison
+
+
+def expected_cases(settings: Settings, suite: str, run: RunResult) -> list[CaseSpec]:
+    """The cases of ``suite`` as this judge plans it: its own configuration and workloads (a worker probe of
+    its workloads folders), on the device the shards measured where the suite says ``auto``."""
+    from perfgate.plan import Catalog, plan_cases
+
+    catalog = Catalog.from_probe(runner.run_probe(settings.workloads_dirs, settings.threads))
+    if catalog.errors:
+        raise ConfigError(catalog.errors[0]["error"])
+    chosen = settings.suite(suite)
+    device = run.cases[0].spec.device if chosen.device == "auto" and run.cases else None
+    return plan_cases(chosen, catalog, device=device)
+
+
+def unmeasured(comparison: Comparison, run: RunResult, expected: Sequence[CaseSpec], suite: str) -> Comparison:
+    """``comparison`` with a ``newly-failing`` verdict for each expected case that no shard measured."""
+    from perfgate.compare import STATUS
+
+    have = {c.key for c in run.cases}
+    added = [Verdict(s.key, STATUS, "newly-failing",
+                     rule=f"in suite {suite!r} as this judge plans it (its configuration and workloads), measured "
+                          "by no shard: a change dropped it from the suite (a toggle set, size or workload file "
+                          "removed), or its shard did not run",
+                     advice="none of the case's regressions can be seen: restore the case, or rerun the missing shard")
+             for s in expected if s.key not in have]
+    return replace(comparison, verdicts=[*comparison.verdicts, *added]) if added else comparison
 
 
 def _cases_by_key(path: Path) -> dict[str, CaseResult]:
@@ -457,15 +509,19 @@ def merge_into(results: Sequence[str], out_dir: Path) -> RunResult:
 
 
 def judge_merged(run: RunResult, results: Sequence[str], out_dir: Path, settings: Settings | None, *, gate: bool,
-                 baseline_file: str | None, strict_env: bool, rejudge: bool) -> int:
+                 baseline_file: str | None, strict_env: bool, rejudge: bool, expect_suite: str | None = None) -> int:
     """`perfgate merge` from the judging on; ``settings`` None when nothing is to be judged. With --rejudge,
     the shards' raw --against samples judged again; else the shards' own verdicts, or with a baseline (or
     shards that compared nothing) the stored comparison. Then the merged reports, and under --gate the job
-    summary. Returns the exit code; gate.NoEvidence (exit 3) only once the reports are written."""
+    summary. With ``expect_suite`` (--rejudge only), a case of that suite as this judge plans it that no shard
+    measured is ``newly-failing``. Returns the exit code; gate.NoEvidence (exit 3) only once the reports are
+    written."""
     code, no_evidence = gate_mod.EXIT_OK, None
     if settings is not None:
         if rejudge:
             comparison = judge_against(out_dir, run, settings)
+            if expect_suite:
+                comparison = unmeasured(comparison, run, expected_cases(settings, expect_suite, run), expect_suite)
         else:
             comparison = None if baseline_file else merged_comparison(results)
         try:

@@ -813,6 +813,16 @@ class Evidence:
         return f"{self.skipped} skipped, {self.cases - self.carried - self.skipped} failed as in the base or new to it"
 
     @property
+    def none_compared(self) -> str:
+        """Why a gate on this evidence cannot pass ('' when it can): no case ran to be judged, or none was
+        compared with the base (each new to it, or fixed: nothing says how the head's figures compare)."""
+        if self.carried == 0:
+            return f"none of the {self.cases} case(s) ran to be judged ({self.unjudged})"
+        if self.compared == 0:
+            return f"none of the {self.cases} case(s) was compared with the base (each is new to it or fixed)"
+        return ""
+
+    @property
     def text(self) -> str:
         """'evidence: 2 of 3 case(s) ran and were judged (2 compared with the base); 1 carried none (...)'."""
         none = self.cases - self.carried

@@ -333,6 +333,27 @@ def look_confidence(gate: GateSettings, processes: int, *, screen: bool = False)
     return level
 
 
+def short_of_design(gate: GateSettings, processes: int, case: CaseResult, kind: str) -> str:
+    """Why a compared case's sampling falls short of the judging side's own design (``make_sampler`` with
+    ``gate`` and ``processes``, the judge's settings), '' when it does not: fewer processes than the design's
+    first look, or a step time ``kind`` left ``inconclusive`` at a count after which the design would look
+    again (the budget neither spent nor, by the case's recorded seconds, out of time). The measuring side
+    chose its own settings (a pull request's pyproject.toml): what it measured is evidence, not its floor."""
+    design = make_sampler(gate, processes, ComparisonRule(gate, gate.threshold, "", paired=True))
+    n = len(case.processes)
+    if n < design.first:
+        return (f"measured with {plural(n, 'process', 'processes')} a side, fewer than the "
+                f"{design.first} of this judge's design")
+    if design.rule is None or kind != "inconclusive":
+        return ""
+    nxt = next((k for k in design.budget.schedule if k > n), None)
+    seconds = _recorded_seconds(case, n)
+    if nxt is None or (seconds is not None and seconds / n * nxt > design.budget.max_seconds):
+        return ""
+    return (f"stopped inconclusive at {plural(n, 'process', 'processes')} a side, where this judge's design "
+            f"looks again at {nxt} (up to {design.budget.max_processes}, {design.budget.max_seconds:g} s)")
+
+
 SamplerFactory = Callable[[Any], "Sampler | None"]  # CaseSpec -> a Sampler for it (None: fixed processes)
 
 

@@ -318,7 +318,8 @@ def run_against(ref: str, options: RunOptions, cases: list[CaseSpec], files: dic
     no_evidence: gate_mod.NoEvidence | None = None
     try:
         code = gate_mod.execute_against(ref, cases, files, settings, record, run_dir, partial(progress, run=record), echo,
-                                        gate=options.gate)
+                                        gate=options.gate, narrowing=(options.workloads, options.toggles,
+                                                                      options.size, options.device))
     except gate_mod.NoEvidence as exc:  # exit 3 once the summary and the history have the run
         code, no_evidence = EXIT_INFRA, exc
     if options.gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)

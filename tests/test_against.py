@@ -138,12 +138,68 @@ def test_a_fixed_case_rests_on_a_head_that_ran_its_steps(tmp_path):
     repo = _scaled_work_repo(tmp_path / "repo", broken, source)
     run_dir = repo / "runs" / "fix"
     proc = _against(repo, "HEAD~1", run_dir, cli_env(), "--gate")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the only case is `fixed`: nothing was compared with the base, and a gate on that is no evidence (exit 3)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "perfgate: error: the gate has no evidence: none of the 1 case(s) was compared with the base (each is new "
+        "to it or fixed); see the verdicts above"]
+    assert "NO EVIDENCE" in (run_dir / "summary.md").read_text()
     kinds = {v["metric"]: v["kind"] for v in json.loads((run_dir / "comparison.json").read_text())["verdicts"]}
     assert kinds.get("status") == "fixed", kinds
     (head_case,) = json.loads((run_dir / "results.json").read_text())["cases"]
     assert head_case["status"] == "ok" and head_case["processes"]
     assert all(p["samples_ns"] for p in head_case["processes"]), head_case["processes"]
+
+
+def test_a_base_worker_the_machine_killed_is_measured_again_before_fixed(tmp_path):
+    """The base commit's worker is killed once (SIGKILL: what the OOM killer does on a loaded runner), the
+    head's runs: the case ended `fixed` and the gate passed without the head's time ever judged. The pair is
+    measured once more, and the second pair's step times are compared."""
+    source = SCALED_WORK.read_text()
+    killed_once = source.replace(
+        "        y = state\n",
+        "        marker = os.environ['PERFGATE_TEST_KILLED_ONCE']\n"
+        "        if not os.path.exists(marker):\n"
+        "            open(marker, 'w').close()\n"
+        "            os.kill(os.getpid(), 9)\n"
+        "        y = state\n", 1)
+    assert killed_once != source
+    repo = _scaled_work_repo(tmp_path / "repo", killed_once, source)
+    run_dir = repo / "runs" / "killed"
+    marker = tmp_path / "killed-once"
+    proc = _against(repo, "HEAD~1", run_dir, cli_env(PERFGATE_TEST_KILLED_ONCE=str(marker)), "--gate")
+    assert marker.exists(), proc.stdout + proc.stderr
+    assert "measuring scaled_work/smoke/eager/cpu once more against HEAD~1: its base side failed (crash)" in proc.stdout
+    kinds = {v["metric"]: v["kind"] for v in json.loads((run_dir / "comparison.json").read_text())["verdicts"]}
+    assert "step_time" in kinds and kinds.get("status") != "fixed", kinds
+    (base_case,) = json.loads((run_dir / "base" / "results.json").read_text())["cases"]
+    assert base_case["status"] == "ok", base_case.get("message")
+
+
+def test_a_case_the_pull_request_dropped_from_the_suite_fails_the_gate(tmp_path):
+    """The head deletes a workload file the base's suite ran: the base side ran only the head's plan, so the
+    case was never seen and the gate passed. REF's suite, planned from its own configuration and catalog,
+    holds it: `newly-failing`, as a stored comparison of the whole suite calls it."""
+    source = SCALED_WORK.read_text()
+    repo = _scaled_work_repo(tmp_path / "repo", source)
+    (repo / "pyproject.toml").write_text((repo / "pyproject.toml").read_text().replace(
+        'workloads = ["scaled_work"]', 'workloads = ["*"]'))
+    (repo / "workloads" / "gone_work.py").write_text(source.replace('name = "scaled_work"', 'name = "gone_work"'))
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two workloads"],
+                   cwd=repo, check=True)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "gone_work"], cwd=repo,
+                   check=True)
+    subprocess.run(["git", "rm", "-q", "workloads/gone_work.py"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "drop it"], cwd=repo,
+                   check=True)
+    run_dir = repo / "runs" / "dropped"
+    proc = _against(repo, "HEAD~1", run_dir, cli_env(), "--gate")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    verdicts = json.loads((run_dir / "comparison.json").read_text())["verdicts"]
+    (gone,) = [v for v in verdicts if v["case_key"] == "gone_work/smoke/eager/cpu"]
+    assert gone["kind"] == "newly-failing" and "in suite 'smoke' at HEAD~1 (" in gone["rule"], gone
+    assert "GATE FAILED" in proc.stdout and "gone_work/smoke/eager/cpu (newly-failing status)" in proc.stdout
 
 
 def test_a_case_its_base_commit_lacks_says_so_naming_the_commit(tmp_path, monkeypatch):

@@ -866,6 +866,30 @@ def test_a_re_measure_or_lockstep_pair_that_yields_no_step_time_never_clears_a_r
     assert v.kind == "inconclusive" and "no step time to confirm" in v.rule, v
 
 
+def test_a_re_measure_whose_base_side_failed_never_clears_a_regression():
+    """`run --against --gate` with remeasure, and `merge --rejudge`: the re-measure's base worker timed out
+    (a loaded runner) and the re-measure's verdict was `fixed`, which replaced the regression and passed the
+    gate. The head's time was never judged against a base: the first measurement stands; a win re-measured so
+    is no win; a head that fails where the base did too clears nothing either."""
+    rnd = random.Random(22)
+    base = run(case("eager", groups(rnd, 4, 1e-3, 0.002, 0.002)))
+    cur = run(case("eager", groups(rnd, 4, 1.3e-3, 0.002, 0.002)))
+    gate = GateSettings(bootstrap_resamples=1000, run_to_run=0.01)
+    cmp = compare_runs(cur, base, gate, mode="against")
+    assert [v.kind for v in cmp.verdicts] == ["regression"]
+    timed_out = replace(case("eager", status="failed"), failure_class="timeout")
+    for head in (case("eager", groups(rnd, 4, 1e-3, 0.002, 0.002)), case("eager", status="failed")):
+        confirmed, _ = confirm_regressions(cmp, cur, gate, lambda key, head=head: (head, timed_out))
+        (v,) = confirmed.verdicts
+        assert v.kind == "regression" and v.metric == "step_time" and confirmed.gate_failed, v
+        assert "the re-measure gave no step time to confirm it" in v.rule, v.rule
+    faster = run(case("eager", groups(rnd, 4, 0.7e-3, 0.002, 0.002)))
+    won = compare_runs(faster, base, gate, mode="against")
+    unconfirmed, _ = confirm_regressions(won, faster, gate, lambda key: (faster.cases[0], timed_out),
+                                         kinds=("regression", "win"))
+    assert [v.kind for v in unconfirmed.verdicts] == ["inconclusive"]
+
+
 def test_a_case_measured_with_other_parameters_is_never_a_silent_win():
     """A case's key (workload/size/toggles/device) does not hold the size's parameters or the dtype: a pull
     request that edits a workload's `smoke` size (T = 100 -> 50) halves its step time under the same key.

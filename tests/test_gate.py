@@ -226,6 +226,61 @@ def test_a_stored_regression_is_settled_in_lockstep_against_the_baselines_commit
     assert "re-measuring" in off.stdout and "settling" not in off.stdout
 
 
+def test_a_screen_lockstep_could_not_settle_is_measured_with_the_full_sampler(tmp_path, monkeypatch):
+    """Settling in lockstep screens each case with one look; when the baseline commit's checkout then fails
+    (here: the project is in no git repository), the screen's `inconclusive` stood and the gate passed on
+    three processes. The case is measured again with the stored comparison's own sampler (its looks and
+    budget), and that measurement's verdict decides. The workers are stand-ins: the sampling design is
+    what is checked."""
+    import math
+    import random
+
+    from perfgate import config, gate, runner, sequential
+    from perfgate.baselines import Baseline
+    from perfgate.compare import compare_runs, gate_settings
+    from perfgate.model import CaseResult, CaseSpec, ProcessSamples, RunResult
+
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.perfgate]\nprocesses = 3\n[tool.perfgate.gate]\nthreshold = 0.05\nremeasure = false\n')
+    settings = config.load(cwd=tmp_path)
+    rnd = random.Random(3)
+    spec = CaseSpec("scaled_work", "smoke", ("eager",), "cpu")
+
+    def measured(level_ms: float, processes: int, spread: float) -> CaseResult:
+        procs = [ProcessSamples(samples_ns=[int(level_ms * 1e6 * math.exp(rnd.gauss(0, spread)) * (1 + 1e-3 * k))
+                                            for k in range(5)], process_index=i) for i in range(processes)]
+        return CaseResult(spec=spec, status="ok", processes=procs)
+
+    env = {"torch": "2.13.0", "python": "3.11"}
+    base = Baseline(RunResult(run_id="b", suite="smoke", environment=env, cases=[measured(1.0, 3, 0.002)]),
+                    machine_key="m", suite="smoke")
+    head = RunResult(run_id="h", suite="smoke", environment=env, cases=[measured(1.07, 3, 0.06)])
+    gs = gate_settings(settings)
+    screened = compare_runs(head, base.run, gs, look_confidence=sequential.look_confidence(gs, 3, screen=True))
+    assert [v.kind for v in screened.verdicts if v.metric == "step_time"] == ["inconclusive"]
+    samplers = []
+
+    def run_case(spec, workload_file, settings, run_dir, env_extra=None, configure=None, sampler=None):
+        samplers.append(sampler)
+        return measured(1.3, 8, 0.002)
+
+    monkeypatch.setattr(runner, "run_case", run_case)
+    said = []
+    code = gate.gate_run(head, tmp_path / "run", settings, (tmp_path / "smoke.json", base), strict_env=False,
+                         gate=True, cases=[spec], workload_files={"scaled_work": "w.py"}, echo=said.append,
+                         lockstep=gate.Lockstep("0" * 40, {}))
+    text = "\n".join(said)
+    assert "could not settle in lockstep" in text and "with the stored comparison's full sampler" in text, text
+    (sampler,) = samplers
+    assert not sampler.budget.screen and sampler.budget.max_processes > sampler.first
+    assert code == 1, text
+    comparison = json.loads((tmp_path / "run" / "comparison.json").read_text())
+    (v,) = [v for v in comparison["verdicts"] if v["metric"] == "step_time"]
+    assert v["kind"] == "regression" and "the screen: inconclusive" in v["rule"], v
+    (case,) = json.loads((tmp_path / "run" / "results.json").read_text())["cases"]
+    assert len(case["processes"]) == 8
+
+
 def test_a_case_kept_by_baseline_update_case_is_settled_against_its_own_commit(tmp_path):
     """Commit Y makes two cases 30x slower; `baseline update --case` accepts one of them. The other's stored
     numbers still come from commit X, so its regression is settled in lockstep against X, never against Y
@@ -396,6 +451,11 @@ def test_a_gate_with_no_evidence_exits_3_in_both_modes(tmp_path, workload, toggl
     assert again.returncode == 3, again.stdout + again.stderr
     assert again.stderr.strip().startswith("perfgate: error: the gate has no evidence")
     assert run_cli("compare", str(run_dir), str(run_dir / "base"), cwd=repo).returncode == 0  # not gated: a report
+    # not gated, `run --against` that could run no case is an infrastructure failure, as a plain run's (it exited 0)
+    ungated = run_cli("run", "--against", "HEAD", "--out", str(repo / "runs" / "ungated"), cwd=repo)
+    assert ungated.returncode == 3, ungated.stdout + ungated.stderr
+    assert ungated.stderr.strip().splitlines() == ["perfgate: error: no case could run (see the failures and skip "
+                                                   "reasons above)"]
 
 
 CONV_ROLLOUT = """

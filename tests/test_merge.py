@@ -326,10 +326,21 @@ def _slow_down(path, factor):
     write_results(run, path)
 
 
-def _against_shards(tmp_path, factor):
+def _with_processes(path, n):
+    """Every case of the shard at ``path`` (and of its base/ run) with ``n`` processes: the first one's
+    samples, as many times as the judge's design asks for."""
+    for f in (path, path.parent / "base" / "results.json"):
+        run = load_results(f)
+        for case in run.cases:
+            case.processes = [replace(case.processes[0], process_index=i) for i in range(n)]
+        write_results(run, f)
+
+
+def _against_shards(tmp_path, factor, processes=3):
     paths = write_shard_runs(tmp_path, suite_cases(workloads=2, toggles=2), 2)
     _add_base_runs(paths)
     for p in paths:
+        _with_processes(p, processes)
         _slow_down(p, factor)
         run = load_results(p)
         run.settings["against"] = "origin/main"
@@ -387,6 +398,81 @@ def test_rejudge_confirms_a_regression_only_with_both_sides_re_measured(tmp_path
     # the head's re-measure alone (no base side recorded) confirms nothing: the regression stands
     (out / "base" / "results-remeasure.json").unlink()
     assert judge_against(out, run, settings).gate_failed
+
+
+def test_rejudge_takes_its_floor_from_the_judges_own_sampling_design(tmp_path):
+    """The head's pyproject chose `processes = 1` and `adaptive = false`: one process a side judges a 3.18x
+    slowdown `inconclusive`, and the base's judge passed it (exit 0). A side with fewer processes than the
+    judge's design is not enough evidence: the gate fails, naming the case."""
+    paths = _against_shards(tmp_path, 3.18, processes=1)
+    proc = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m"), "--gate", "--rejudge", timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    comp = load_comparison_file(tmp_path / "m")
+    keys = {c.key for c in load_results(tmp_path / "m").cases}
+    assert {v.kind for v in comp.verdicts if v.metric == "step_time"} == {"inconclusive"}
+    floor = {v.case_key: v for v in comp.verdicts if v.metric == "status"}
+    assert set(floor) == keys and {v.kind for v in floor.values()} == {"newly-failing"}
+    assert all(v.rule == "not enough evidence for this judge: measured with 1 process a side, fewer than the 3 "
+                         "of this judge's design" for v in floor.values()), floor
+    assert f"{min(keys)} (newly-failing status)" in proc.stdout
+
+
+def test_rejudge_fails_a_case_stopped_inconclusive_where_the_judge_would_look_again(tmp_path):
+    """Three processes a side (the judge's first look) that leave the step time `inconclusive`, and no
+    record that the time budget ended them: the judge's schedule would look again at 5, so the shards
+    stopped short of its design."""
+    import random
+
+    from perfgate.merge import judge_against
+
+    rnd = random.Random(5)
+    paths = write_shard_runs(tmp_path, suite_cases(workloads=1, toggles=1), 1)
+    _add_base_runs(paths)
+    run, base = load_results(paths[0]), load_results(paths[0].parent / "base" / "results.json")
+    base.cases[0].processes = _paired_processes(rnd, 1.0, n=3, spread=0.05)
+    run.cases[0].processes = _paired_processes(rnd, 1.06, n=3, spread=0.05)
+    write_results(run, paths[0])
+    write_results(base, paths[0].parent / "base" / "results.json")
+    out = tmp_path / "m"
+    merged, _ = merge_runs(paths, out)
+    write_results(merged, out / "results.json")
+    comp = judge_against(out, merged, settings_for(tmp_path))
+    assert [v.kind for v in comp.verdicts if v.metric == "step_time"] == ["inconclusive"]
+    (v,) = [v for v in comp.verdicts if v.metric == "status"]
+    assert v.kind == "newly-failing" and comp.gate_failed
+    assert "stopped inconclusive at 3 processes a side, where this judge's design looks again at 5" in v.rule
+    # the same case recorded as ended by the time budget (another look would pass max_case_s) stops there
+    run.cases[0].metadata["sampling"] = {"looks": [{"processes": 3, "seconds": 1000.0}]}
+    write_results(run, paths[0])
+    merged, _ = merge_runs(paths, tmp_path / "m2")
+    write_results(merged, tmp_path / "m2" / "results.json")
+    assert not judge_against(tmp_path / "m2", merged, settings_for(tmp_path)).gate_failed
+
+
+def test_merge_expect_suite_fails_a_case_no_shard_measured(tmp_path):
+    """The judge plans the suite from its own configuration and workloads (a worker probe of them): a case
+    the pull request dropped from its suite, so that no shard measured it, fails the gate by name."""
+    from conftest import TEST_WORKLOADS
+
+    from perfgate.model import CaseSpec
+
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.perfgate]\nworkloads_dirs = ["{TEST_WORKLOADS}"]\n'
+        '[tool.perfgate.suites.pr]\nworkloads = ["scaled_work"]\nsizes = ["pr"]\ntoggles = ["eager", "tf32"]\n'
+        'device = "cuda"\n')
+    paths = write_shard_runs(tmp_path, [CaseSpec("scaled_work", "pr", ("eager",), "cuda")], 1)
+    _add_base_runs(paths)
+    _with_processes(paths[0], 3)
+    proc = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m"), "--gate", "--rejudge",
+                   "--expect-suite", "pr", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    failing = [v for v in load_comparison_file(tmp_path / "m").verdicts if v.kind == "newly-failing"]
+    assert len(failing) == 1, failing
+    (v,) = failing
+    assert v.case_key == "scaled_work/pr/tf32/cuda" and "measured by no shard" in v.rule, v
+    assert "scaled_work/pr/tf32/cuda (newly-failing status)" in proc.stdout
+    alone = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m2"), "--expect-suite", "pr", cwd=tmp_path)
+    assert alone.returncode == 2 and "add --rejudge" in alone.stderr, alone.stderr
 
 
 def test_rejudge_needs_the_shards_base_runs(tmp_path):

@@ -648,6 +648,8 @@ def test_merge_job_reads_shard_artifacts_as_data_only(gpu_wf):
                             line), line
     # judged again from the raw samples by the base's rules: the shards' own verdicts are not read
     assert 'python -m perfgate merge "${shards[@]}" --out reports/pr --gate --rejudge' in gate["run"]
+    # the judge plans the shards' suite itself: a case no shard measured (dropped by the pull request) fails
+    assert "--rejudge --expect-suite pr\n" in gate["run"]
     # the report the comment job posts comes from this job (the base's code), not from a shard: by the id
     # this job's upload answered, never by a name another job could also upload under
     comment = gpu_wf["jobs"]["comment"]

@@ -834,7 +834,7 @@ def banner(report: ReportInput) -> Banner:
     if comp.gate_failed or ev.gate_failed:
         return Banner("fail", f"FAIL: {parts} ({runs}){exp}", c)
     found = report.evidence
-    if found is not None and found.carried == 0:  # `--gate` exits 3: nothing it could pass on
-        return Banner("no-evidence", f"NO EVIDENCE: no case ran to be judged ({found.unjudged}); the gate cannot "
+    if found is not None and found.none_compared:  # `--gate` exits 3: nothing it could pass on
+        return Banner("no-evidence", f"NO EVIDENCE: {found.none_compared}; the gate cannot "
                                      f"pass{f'; {gap}' if gap else ''}{exp}", c)
     return Banner("pass", f"PASS: {parts} ({runs}){exp}", c)
