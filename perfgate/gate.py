@@ -188,7 +188,8 @@ def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline 
         base_case = baseline.run.case(spec.key) if baseline else None
         rule: sequential.Rule
         if mode == "plain" or (mode == "stored" and (base_case is None or base_case.status != STATUS_OK)):
-            rule = sequential.PrecisionRule(gs.plain_precision(), gs.process_quantile, gs.confidence)
+            rule = sequential.PrecisionRule(gs.plain_precision(), gs.process_quantile, gs.confidence,
+                                            gs.set_aside_slowed)
         else:
             case = CaseResult(spec=spec, status=STATUS_OK)
             threshold, source = gs.threshold_for(case, spec.key, calibration)

@@ -139,15 +139,18 @@ class PrecisionRule:
 
     kind = "precision"
 
-    def __init__(self, precision: float, quantile: float = 0.1, confidence: float = 0.95) -> None:
+    def __init__(self, precision: float, quantile: float = 0.1, confidence: float = 0.95,
+                 drop_slowed: bool = True) -> None:
         self.precision, self.quantile, self.confidence = precision, quantile, confidence
+        self.drop_slowed = drop_slowed  # [tool.perfgate.gate] set_aside_slowed, as the comparison uses it
 
     def half_width(self, head: CaseResult) -> float | None:
         """The relative half-width of the case's step-time CI, or None with fewer than 2 processes."""
         from scipy import stats as sps
 
         logs = [math.log(p.step_time(self.quantile)) for p in head.processes if p.samples_ns]
-        logs = set_aside_slowed(logs)
+        if self.drop_slowed:
+            logs = set_aside_slowed(logs)
         if len(logs) < 2:
             return None
         sd = statistics.stdev(logs)

@@ -132,6 +132,15 @@ def test_precision_rule_stops_a_quiet_case_at_the_first_looks_and_a_noisy_one_at
     assert [look["processes"] for look in record["looks"]] == [2, 3, 5, 8]
 
 
+def test_the_precision_rule_keeps_a_slowed_process_when_the_set_aside_is_switched_off():
+    """[tool.perfgate.gate] set_aside_slowed = false reaches a plain run's precision rule too (the ablation)."""
+    rnd = random.Random(2)
+    procs = [process(rnd, 1e-3 * math.exp(rnd.gauss(0, 0.002)), index=i) for i in range(7)]
+    procs.append(process(rnd, 1.5e-3, index=7))  # one process in a slow stretch of its vCPU throughout
+    assert PrecisionRule(0.025, 0.1).half_width(case(procs)) < 0.01
+    assert PrecisionRule(0.025, 0.1, drop_slowed=False).half_width(case(procs)) > 0.05
+
+
 def test_the_time_budget_ends_sampling_before_a_look_that_would_not_fit():
     rnd = random.Random(2)
     sampler = Sampler(Budget(first=2, max_processes=16, max_seconds=10.0), PrecisionRule(0.0001, 0.1))
