@@ -1,5 +1,6 @@
 """The sequential gate's error rates on simulated processes, with the real rules (perfgate.sequential,
-perfgate.compare) and no workers: seconds instead of the hours benchmarks/gate_accuracy.py takes.
+perfgate.compare) and no workers: seconds instead of the hours benchmarks/gate_accuracy.py takes. The model
+is perfgate.gatesim's (tests/test_gate_simulation.py holds its rates to tolerances).
 
 Each simulated worker process has its own persistent speed (``--between``: the relative sd between
 processes of the same code, the address-space layout effect of docs/gate.md), and its samples scatter
@@ -19,61 +20,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
-import random
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfgate.compare import GateSettings  # noqa: E402
-from perfgate.model import CaseResult, CaseSpec, ProcessSamples  # noqa: E402
-from perfgate.sequential import ComparisonRule, make_sampler  # noqa: E402
-
-SPEC = CaseSpec(workload="w", size="smoke", toggles=("eager",), device="cpu")
-STEP_S = 2.5e-3
-
-
-def process(rnd: random.Random, factor: float, machine: list[float], within: float, index: int) -> ProcessSamples:
-    """10 one-sample bursts around ``STEP_S * factor``; ``machine``: the machine's log speed per burst."""
-    return ProcessSamples(samples_ns=[int(STEP_S * factor * math.exp(m + rnd.gauss(0, within)) * 1e9) for m in machine],
-                          process_index=index, bursts=[1] * len(machine))
-
-
-def trial(rnd: random.Random, change: float, paired: bool, args: argparse.Namespace, gate: GateSettings) -> tuple[str, int]:
-    shift = math.exp(rnd.gauss(0, args.run_to_run))  # this run against the baseline's (or the base side's)
-    # performance modes: in each run (each side when unpaired) a share of the processes, drawn anew per run
-    # up to --fast-share, runs at --fast-ratio; up to --slowed of them are slowed 1.2-1.6x by the machine
-    shares = {side: (rnd.uniform(0, args.fast_share), rnd.uniform(0, args.slowed)) for side in ("base", "head")}
-
-    def mode(side: str) -> float:
-        fast, slowed = shares["base" if paired else side]
-        return ((args.fast_ratio if rnd.random() < fast else 1.0)
-                * (rnd.uniform(1.2, 1.6) if rnd.random() < slowed else 1.0))
-
-    def one(factor: float, index: int, machine: list[float], side: str = "base") -> ProcessSamples:
-        return process(rnd, factor * mode(side) * math.exp(rnd.gauss(0, args.between)), machine, args.within, index)
-
-    def machine() -> list[float]:
-        return [rnd.gauss(0, args.machine) for _ in range(10)]
-
-    stored = None if paired else CaseResult(spec=SPEC, status="ok", processes=[
-        one(1.0, i, machine()) for i in range(args.base_processes)])
-    rule = ComparisonRule(gate, gate.threshold, "threshold", paired=paired, base=stored)
-    sampler = make_sampler(gate, 3, rule)
-    head: list[ProcessSamples] = []
-    base: list[ProcessSamples] = []
-    target = sampler.first
-    while target is not None:
-        while len(head) < target:
-            m = machine()
-            head.append(one((1 + change) * shift, len(head), m, "head"))
-            base.append(one(1.0, len(base), m if paired else machine()))
-        target = sampler.next_target(len(head), 1.0, CaseResult(spec=SPEC, status="ok", processes=list(head)),
-                                     CaseResult(spec=SPEC, status="ok", processes=list(base)) if paired else None)
-    return sampler.looks[-1]["result"].split()[0], len(head)
+from perfgate.gatesim import Scenario, rates  # noqa: E402
 
 
 def main() -> int:
@@ -88,6 +42,8 @@ def main() -> int:
                     help="performance modes: each run's share of processes in a fast mode is drawn up to this")
     ap.add_argument("--fast-ratio", type=float, default=0.65, help="the fast mode's speed (the conv rollout: 0.65)")
     ap.add_argument("--slowed", type=float, default=0.0, help="each run's share of processes slowed 1.2-1.6x, drawn up to this")
+    ap.add_argument("--paying", type=float, default=1.0,
+                    help="share of head processes that pay the change (less than 1: a layout-dependent cost)")
     ap.add_argument("--changes", default="0,0.05,0.10")
     ap.add_argument("--modes", default="against,stored")
     ap.add_argument("--seed", type=int, default=1)
@@ -103,13 +59,15 @@ def main() -> int:
           f"{'processes (median)':>18} {'s':>5}")
     for mode in args.modes.split(","):
         for change in (float(c) for c in args.changes.split(",")):
-            rnd = random.Random(args.seed)
+            scenario = Scenario(change=change, paired=mode == "against", between=args.between, within=args.within,
+                                machine=args.machine, run_to_run=args.run_to_run, base_processes=args.base_processes,
+                                fast_share=args.fast_share, fast_ratio=args.fast_ratio, slowed=args.slowed,
+                                paying=args.paying)
             t0 = time.perf_counter()
-            runs = [trial(rnd, change, mode == "against", args, gate) for _ in range(args.trials)]
-            kinds = Counter(k for k, _ in runs)
-            procs = sorted(n for _, n in runs)
-            print(f"{mode:<8} {change:>6.0%} {kinds['regression']:>10} {kinds['win']:>5} {kinds['inconclusive']:>12} "
-                  f"{kinds['unchanged']:>9} {procs[len(procs) // 2]:>18} {time.perf_counter() - t0:>5.0f}", flush=True)
+            got = rates(scenario, gate, trials=args.trials, seed=args.seed)
+            print(f"{mode:<8} {change:>6.0%} {got.count('regression'):>10} {got.count('win'):>5} "
+                  f"{got.count('inconclusive'):>12} {got.count('unchanged'):>9} {got.median_processes:>18} "
+                  f"{time.perf_counter() - t0:>5.0f}", flush=True)
     return 0
 
 

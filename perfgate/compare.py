@@ -18,9 +18,9 @@ percentile by default), since interference from the rest of the machine only eve
   one-sample t interval (scipy.stats.ttest_1samp) where that is wider.
 
 A change is *significant* when its CI excludes 1 and, where there are enough processes for the rank test
-to reach the significance level at all, the rank test agrees. It is *large* when the ratio passes the
-case's threshold. Regression or win needs both; an interval that reaches past the threshold without
-settling the question is ``inconclusive``, with advice.
+to reach the significance level at all, the rank test agrees. What the verdict then is, perfgate.decision
+says: one rule for every mode (a minimum effect for ``regression`` and ``win``, an equivalence margin for
+``unchanged``, ``inconclusive`` otherwise, with advice).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any
 
-from perfgate import acknowledge
+from perfgate import acknowledge, decision
 from perfgate.config import ConfigError, Settings
 from perfgate.environment_keys import environment_diff
 from perfgate.formatting import format_environment, plural
@@ -107,6 +107,11 @@ class GateSettings:
     # the run: with fewer, performance modes cannot be seen (perfgate.compare.performance_modes needs 4), and
     # two runs whose few processes landed in different modes looked settled (docs/gate.md)
     unpaired_min_processes: int = 8
+    # an unpaired comparison sets aside each side's slowest minority of processes (``set_aside_slowed``) and
+    # compares sides that fall into performance modes mode by mode (``mode_matches``); false turns each off
+    # (benchmarks/gate_ablation.py measures what each buys; docs/gate.md)
+    set_aside_slowed: bool = True
+    compare_modes: bool = True
     max_case_s: float = 60.0  # wall seconds of sampling per case (per side pair with --against), roughly
     precision: float = 0.0  # a plain run's target CI half-width (relative); 0: half the threshold
     bootstrap_resamples: int = 4000
@@ -173,7 +178,7 @@ class GateSettings:
 _FLOAT_KEYS = ("threshold", "confidence", "run_to_run", "run_to_run_paired", "run_to_run_cuda", "process_quantile", "deterministic_tolerance", "memory_tolerance",
                "memory_floor_bytes", "compile_time_tolerance", "compile_time_floor_s", "max_case_s", "precision")
 _TABLE_KEYS = ("workloads", "toggles", "metrics")
-_VALID_KEYS = (*_FLOAT_KEYS, "remeasure", "settle_in_lockstep", "adaptive", "bootstrap_resamples", "seed", "max_processes", "unpaired_min_processes",
+_VALID_KEYS = (*_FLOAT_KEYS, "remeasure", "settle_in_lockstep", "adaptive", "set_aside_slowed", "compare_modes", "bootstrap_resamples", "seed", "max_processes", "unpaired_min_processes",
                *_TABLE_KEYS)
 
 
@@ -213,7 +218,7 @@ def parse_gate(raw: Any) -> GateSettings:
         if not (isinstance(raw["remeasure"], bool) or raw["remeasure"] == "stored"):
             raise ConfigError(f"[tool.perfgate.gate] remeasure must be true, false or \"stored\", got {raw['remeasure']!r}")
         kw["remeasure"] = raw["remeasure"]
-    for k in ("adaptive", "settle_in_lockstep"):
+    for k in ("adaptive", "settle_in_lockstep", "set_aside_slowed", "compare_modes"):
         if k in raw:
             if not isinstance(raw[k], bool):
                 raise ConfigError(f"[tool.perfgate.gate] {k} must be true or false, got {raw[k]!r}")
@@ -538,7 +543,8 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
                 head_bursts: Sequence[Sequence[int] | None] | None = None,
                 run_to_run: float = 0.0, quantile: float = 0.5,
                 base_layouts: Sequence[Sequence[int] | None] | None = None,
-                head_layouts: Sequence[Sequence[int] | None] | None = None) -> TimeChange | None:
+                head_layouts: Sequence[Sequence[int] | None] | None = None,
+                drop_slowed: bool = True, by_modes: bool = True) -> TimeChange | None:
     """Compare step-time samples grouped by worker process (seconds per step) of base and head.
 
     ``paired``: group i of base ran with group i of head (``--against``); ``base_bursts`` /
@@ -546,6 +552,8 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
     ``run_to_run``: relative sd of the ratio between repeated runs, added to the CI in quadrature.
     ``quantile``: each process's step time is this quantile of its samples (``process_time``);
     ``base_layouts`` / ``head_layouts``: per process, its samples per memory layout (None: one layout).
+    Unpaired, ``drop_slowed``: each side's slowed minority is set aside (``set_aside_slowed``); ``by_modes``:
+    sides with performance modes are compared mode by mode (``mode_matches``).
     Returns None when either side has no samples.
     """
     import numpy as np
@@ -574,11 +582,14 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
     if process_level:
         base = np.log([process_time(g, quantile, lay) for g, lay in zip(base_groups, base_layouts, strict=True)])
         head = np.log([process_time(g, quantile, lay) for g, lay in zip(head_groups, head_layouts, strict=True)])
+        n_base, n_head = len(base), len(head)
         if not paired:
-            kept_base, kept_head = set_aside_slowed(base), set_aside_slowed(head)
-            set_aside = (len(base) - len(kept_base), len(head) - len(kept_head))
-            modes = (len(performance_modes(kept_base)), len(performance_modes(kept_head)))
-            base, head = np.array(kept_base), np.array(kept_head)
+            if drop_slowed:
+                kept_base, kept_head = set_aside_slowed(base), set_aside_slowed(head)
+                base, head = np.array(kept_base), np.array(kept_head)
+            if by_modes:
+                modes = (len(performance_modes(base)), len(performance_modes(head)))
+            set_aside = (n_base - len(base), n_head - len(head))
     else:
         # one process on a side: only the raw samples are left, and they hide between-process noise
         base = np.log([x for g in base_groups for x in g])
@@ -755,7 +766,8 @@ def _case_time_change(base: CaseResult, head: CaseResult, gate: GateSettings, pa
                          resamples=gate.bootstrap_resamples, seed=gate.seed,
                          base_bursts=[p.bursts for p in base_p], head_bursts=[p.bursts for p in head_p],
                          base_layouts=[p.layout_groups for p in base_p], head_layouts=[p.layout_groups for p in head_p],
-                         run_to_run=run_to_run, quantile=gate.process_quantile)
+                         run_to_run=run_to_run, quantile=gate.process_quantile, drop_slowed=gate.set_aside_slowed,
+                         by_modes=gate.compare_modes)
     if change is None or not notes:
         return change
     return replace(change, test=f"{change.test} ({'; '.join(notes)})")
@@ -791,40 +803,14 @@ def judge_time(change: TimeChange, threshold: float, threshold_source: str) -> t
 
 
 def _judge_size(change: TimeChange, threshold: float, threshold_source: str) -> tuple[str, str, str | None]:
-    """``judge_time``'s table: significance and size against the threshold and its half-threshold line."""
-    up, down = 1.0 + threshold, 1.0 / (1.0 + threshold)
+    """``judge_time``'s rule (perfgate.decision: a minimum effect and an equivalence margin) with the
+    evidence it was applied to."""
     pct = f"{threshold * 100:g}%"
-    ci = f"[{change.low:.3f}, {change.high:.3f}]"
     mode = "paired base/head processes" if change.paired else "per-process step times"
     basis = f"{change.test}, {change.n_base} vs {change.n_head} processes ({mode}); {threshold_source} {pct}"
-    if not change.significant:
-        if change.high > up or change.low < down:
-            return ("inconclusive", f"no significant change, but the CI {ci} reaches past +/-{pct}; {basis}",
-                    ADVICE_NOISY)
-        return "unchanged", f"no significant change and the CI {ci} lies within +/-{pct}; {basis}", None
-    # Past the threshold, or past half of it with the threshold inside the CI: a change of the threshold's
-    # size must fail reliably, not half the time, so the line is drawn below it (docs/gate.md).
-    if change.low > 1.0:
-        mid = 1.0 + threshold / 2
-        if change.ratio >= up or (change.ratio >= mid and change.high >= up):
-            kind, rule, advice = ("regression", f"significantly slower (CI {ci} excludes 1), by {pct} or more "
-                                  f"(estimate past {pct}, or past half of it with {pct} inside the CI); {basis}", None)
-        elif change.high >= up:
-            kind, rule, advice = ("inconclusive", f"significantly slower (CI {ci}), probably by less than {pct} "
-                                  f"but {pct} is inside the CI; {basis}", ADVICE_NOISY)
-        else:
-            kind, rule, advice = "unchanged", f"significantly slower but by less than {pct} (CI {ci}); {basis}", None
-    else:
-        mid = 1.0 / (1.0 + threshold / 2)
-        if change.ratio <= down or (change.ratio <= mid and change.low <= down):
-            kind, rule, advice = ("win", f"significantly faster (CI {ci} excludes 1), by {pct} or more "
-                                  f"(estimate past {pct}, or past half of it with {pct} inside the CI); {basis}", None)
-        elif change.low <= down:
-            kind, rule, advice = ("inconclusive", f"significantly faster (CI {ci}), probably by less than {pct} "
-                                  f"but {pct} is inside the CI; {basis}", ADVICE_NOISY)
-        else:
-            kind, rule, advice = "unchanged", f"significantly faster but by less than {pct} (CI {ci}); {basis}", None
-    return kind, rule, advice
+    decided = decision.decide(change.ratio, change.low, change.high, change.significant, threshold)
+    return (decided.kind, f"{decided.why}; {basis}",
+            ADVICE_NOISY if decided.kind == "inconclusive" else None)
 
 
 def budget_advice(change: TimeChange, threshold: float, sampling: dict[str, Any], gate: GateSettings,

@@ -31,7 +31,9 @@ modes": processes of one build at 32, 54 or 63 ms a unit, 0, 12,000 or 18,000 pa
 
 ``PERFGATE_LAYOUT`` picks the policy: ``drawn`` (default), ``fixed`` (the pre-2026-11-26 scheme: a heap
 offset set by the process index, the same in every run) or ``random`` (the kernel's address-space
-randomisation, nothing drawn). ``PERFGATE_LAYOUT_SEED`` fixes the run's seed (default: a fresh one per
+randomisation, nothing drawn) or ``none`` (address-space randomisation off and nothing drawn: no heap offset,
+no reserved pages, no layout groups; what benchmarks/gate_ablation.py measures the draws against).
+``PERFGATE_LAYOUT_SEED`` fixes the run's seed (default: a fresh one per
 run, recorded in results.json as ``environment.layout_seed``). No torch here: the orchestrator (runner,
 the fork server's client) pads and draws, the worker applies; both import this module.
 """
@@ -49,7 +51,7 @@ from typing import Any
 
 LAYOUT_ENV = "PERFGATE_LAYOUT"
 LAYOUT_SEED_ENV = "PERFGATE_LAYOUT_SEED"
-POLICIES = ("drawn", "fixed", "random")
+POLICIES = ("drawn", "fixed", "random", "none")
 
 HEAP_STEP, HEAP_SPAN = 16, 65536  # the C heap's alignment; a draw spans 64 KiB of it
 MMAP_PAGES = 512  # a draw reserves 0..511 pages ...
@@ -175,8 +177,8 @@ def draw(process_index: int, seed: int | None = None, which: str | None = None, 
     which = which or policy()
     if which == "fixed":
         return Layout("fixed", None, index_heap_offset(process_index), 0)
-    if which == "random":
-        return Layout("random", None, 0, 0)
+    if which in ("random", "none"):
+        return Layout(which, None, 0, 0)
     seed = run_seed() if seed is None else seed
     rng = random.Random(f"perfgate-layout:{seed}:{process_index}" + (f":{group}" if group else ""))
     return Layout("drawn", seed, HEAP_STEP * (1 + rng.randrange(HEAP_SPAN // HEAP_STEP)), rng.randrange(MMAP_PAGES))

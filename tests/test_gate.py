@@ -337,7 +337,8 @@ def test_a_case_kept_by_baseline_update_case_is_settled_against_its_own_commit(t
     base = json.loads((run_dir / "lockstep" / "base" / "results.json").read_text())
     # the other case ran at x; CASE, when its stored comparison on a loaded machine needed settling too
     # (its processes slowed: 1.66x once), against its own commit y, never x
-    at = {c["key"]: c["metadata"].get("git_commit") for c in base["cases"]}
+    # (a case measured at the base run's own commit names none of its own: baselines.with_commit)
+    at = {c["key"]: c["metadata"].get("git_commit") or base["environment"]["git_commit"] for c in base["cases"]}
     assert at[other_case] == x and at.get(CASE, y) == y, at
     repro = run_cli("repro", other_case, "--results", str(run_dir), cwd=repo)
     assert f"perfgate run --against {x}" in repro.stdout, repro.stdout + repro.stderr

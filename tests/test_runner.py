@@ -480,6 +480,17 @@ def test_layout_draws_are_seeded_per_process_and_spread():
     assert {d.mmap_pages for d in fixed} == {0} and {d.seed for d in fixed} == {None}
 
 
+def test_the_none_layout_policy_draws_nothing_and_keeps_aslr_off(monkeypatch):
+    """PERFGATE_LAYOUT=none switches the drawn layouts off (benchmarks/gate_ablation.py): no heap offset, no
+    reserved pages, and still no address-space randomisation, so only the draws differ from the default."""
+    from perfgate import layout
+
+    monkeypatch.setenv(layout.LAYOUT_ENV, "none")
+    assert layout.policy() == "none"
+    assert layout.draw(3, seed=7) == layout.Layout("none", None, 0, 0)
+    assert layout.fixed_layout_wanted() == sys.platform.startswith("linux")
+
+
 def test_each_worker_lands_where_its_drawn_layout_puts_it(tmp_path):
     """A worker forked after the k-th request must not inherit a heap that handling k requests shaped, and
     each process draws its own layout from the run's seed (perfgate.layout): with one seed, index i's

@@ -1,0 +1,210 @@
+"""What each of the gate's mechanisms against per-process performance states buys: each switched off on
+its own, then all together, against the defaults; A/A, +5% and +10%, stored baseline and ``--against``.
+
+The mechanisms and their switches:
+
+| mechanism | off with |
+|---|---|
+| set-aside of slowed processes (``compare.set_aside_slowed``) | ``[tool.perfgate.gate] set_aside_slowed = false`` |
+| mode-by-mode comparison (``compare.performance_modes`` / ``mode_matches``) | ``[tool.perfgate.gate] compare_modes = false`` |
+| the unpaired floor (``unpaired_min_processes``) | ``[tool.perfgate.gate] unpaired_min_processes = 1`` |
+| layout groups within a process | ``[tool.perfgate.timing] layouts = 1`` |
+| drawn layouts (heap offsets, reserved pages; groups too) | ``PERFGATE_LAYOUT=none`` |
+
+Two parts:
+
+- ``--simulated`` (seconds): perfgate.gatesim's hierarchical model through the real looks and verdict, for
+  the three mechanisms that live in the comparison (a layout is not simulated), with and without
+  performance modes, and a regression that only some processes pay;
+- real workers (hours): benchmarks/gate_accuracy.py's projects and trials (``--stored-knob env``: the stored
+  comparison alone, not settled in lockstep), one project per configuration.
+
+    .venv/bin/python benchmarks/gate_ablation.py --simulated --trials 100
+    .venv/bin/python benchmarks/gate_ablation.py --trials 20 --families conv16,transformer,rollout
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import gate_accuracy  # noqa: E402
+
+from perfgate.compare import GateSettings  # noqa: E402
+from perfgate.gatesim import Scenario, rates  # noqa: E402
+
+# name -> ([tool.perfgate.gate] lines, [tool.perfgate.timing] lines, environment)
+CONFIGS: dict[str, tuple[dict[str, str], dict[str, str], dict[str, str]]] = {
+    "defaults": ({}, {}, {}),
+    "no set-aside": ({"set_aside_slowed": "false"}, {}, {}),
+    "no modes": ({"compare_modes": "false"}, {}, {}),
+    "no unpaired floor": ({"unpaired_min_processes": "1"}, {}, {}),
+    "no layout groups": ({}, {"layouts": "1"}, {}),
+    "no drawn layouts": ({}, {}, {"PERFGATE_LAYOUT": "none"}),
+    "all off": ({"set_aside_slowed": "false", "compare_modes": "false", "unpaired_min_processes": "1"},
+                {"layouts": "1"}, {"PERFGATE_LAYOUT": "none"}),
+}
+SIMULATED = ("defaults", "no set-aside", "no modes", "no unpaired floor", "all off")
+
+# the simulated scenarios: (name, Scenario keywords); the modes are the conv rollout's under glibc's
+# default allocator (docs/gate.md, "Performance modes"), the partial regression a cost only some layouts pay
+SCENARIOS = (
+    ("steady", {}),
+    ("modes", {"fast_share": 0.45, "slowed": 0.1}),
+    ("30% pay +15%", {"paying": 0.3}),
+)
+
+
+def simulated(args: argparse.Namespace) -> None:
+    print(f"simulated: {args.trials} trials per row, seed {args.seed}; perfgate.gatesim defaults otherwise")
+    print(f"{'config':<18} {'scenario':<13} {'mode':<8} {'A/A alarms':>10} {'+5% caught':>10} {'+10% caught':>11} "
+          f"{'wrong dir':>9} {'A/A unch':>8} {'procs A/A':>9}")
+    for scenario_name, extra in SCENARIOS:
+        for mode in ("stored", "against"):
+            for name in SIMULATED:
+                gate_lines = CONFIGS[name][0]
+                gate = dataclasses.replace(GateSettings(), bootstrap_resamples=args.resamples, **{
+                    k: (v == "true") if v in ("true", "false") else int(v) for k, v in gate_lines.items()})
+                row = {}
+                for change in (0.0, 0.05, 0.10):
+                    kw = dict(extra)
+                    if "paying" in kw:  # the partial regression: a change only some processes pay, sized apart
+                        change = 0.15 if change else 0.0
+                    row[change] = rates(Scenario(change=change, paired=mode == "against", **kw), gate,
+                                        trials=args.trials, seed=args.seed)
+                aa = row[0.0]
+                changed = [r for c, r in row.items() if c]
+                wrong = sum(r.count("win") for r in changed)
+                five, ten = (row.get(0.05), row.get(0.10)) if 0.05 in row else (None, row[0.15])
+                print(f"{name:<18} {scenario_name:<13} {mode:<8} "
+                      f"{aa.count('regression') + aa.count('win'):>10} "
+                      f"{(five.count('regression') if five else '-'):>10} {ten.count('regression'):>11} {wrong:>9} "
+                      f"{aa.count('unchanged'):>8} {aa.median_processes:>9}", flush=True)
+
+
+def project(root: Path, name: str, family: str) -> Path:
+    """gate_accuracy's stored-mode project (knob in the environment) with ``name``'s switches set."""
+    gate_lines, timing_lines, _ = CONFIGS[name]
+    proj = gate_accuracy.make_project(root, 0.0, None, None, family)
+    text = (proj / "pyproject.toml").read_text()
+    for table, lines in (("gate", gate_lines), ("timing", timing_lines)):
+        if lines:
+            text += f"\n[tool.perfgate.{table}]\n" + "".join(f"{k} = {v}\n" for k, v in lines.items())
+    (proj / "pyproject.toml").write_text(text)
+    return proj
+
+
+def repo_of(root: Path, name: str, family: str, extra: float) -> Path:
+    """gate_accuracy.make_repo with ``name``'s switches in the project: HEAD~1 the base, HEAD adds ``extra``."""
+    repo = project(root, name, family)
+    gate_accuracy.git(repo, "init", "-q")
+    gate_accuracy.git(repo, "add", ".")
+    gate_accuracy.git(repo, "commit", "-qm", "base")
+    text = gate_accuracy.workload_text(family, extra)
+    (repo / "workloads" / "gate_knob.py").write_text(text if extra else text + "# an A/A head commit\n")
+    gate_accuracy.git(repo, "commit", "-qam", f"head: +{extra:.0%} work")
+    return repo
+
+
+def real(args: argparse.Namespace) -> int:
+    extras = [float(x) for x in args.extras.split(",")]
+    results: list[dict] = []
+    print(f"load before: {os.getloadavg()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="gate-ablation-") as tmp:
+        for family in args.families.split(","):
+            for name in args.configs.split(","):
+                env = {**CONFIGS[name][2]}
+                root = Path(tmp) / family / name.replace(" ", "-")
+                start = len(results)
+                if "stored" in args.modes:
+                    proj = project(root / "stored", name, family)
+                    for trial in range(args.trials):
+                        base_dir = proj / "runs" / f"t{trial:02d}-base"
+                        base = gate_accuracy.perfgate(["run", "--out", str(base_dir)], proj,
+                                                      {**env, "GATE_KNOB_EXTRA": "0.00"})
+                        if base.returncode != 0:
+                            print(base.stdout[-2000:], base.stderr[-2000:])
+                            return 3
+                        gate_accuracy.perfgate(["baseline", "update", str(base_dir)], proj, env)
+                        (baseline_file,) = (proj / "baselines").glob("*/smoke.json")
+                        for extra in extras:
+                            out = proj / "runs" / f"t{trial:02d}-{extra:.2f}"
+                            t0 = time.perf_counter()
+                            proc = gate_accuracy.perfgate(["run", "--gate", "--baseline", str(baseline_file), "--out",
+                                                           str(out)], proj, {**env, "GATE_KNOB_EXTRA": f"{extra:.2f}"})
+                            gate_accuracy.record(results, "stored", extra, proc, out, time.perf_counter() - t0, family)
+                if "against" in args.modes:
+                    for extra in extras:
+                        repo_of(root / f"repo-{extra}", name, family, extra)
+                    for trial in range(args.trials):
+                        for extra in extras:
+                            repo = root / f"repo-{extra}"
+                            out = root / "ab" / f"t{trial}-{extra}"
+                            t0 = time.perf_counter()
+                            proc = gate_accuracy.perfgate(["run", "--against", "HEAD~1", "--gate", "--out", str(out)],
+                                                          repo, env)
+                            gate_accuracy.record(results, "against", extra, proc, out, time.perf_counter() - t0,
+                                                 family)
+                for r in results[start:]:
+                    r["config"] = name
+                if args.out:
+                    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"\nload after: {os.getloadavg()}")
+    table(results)
+    return 0
+
+
+def table(results: list[dict]) -> None:
+    print(f"{'family':<12} {'config':<18} {'mode':<8} {'A/A alarms':>10} {'A/A unch':>8} {'+5% caught':>10} "
+          f"{'+10% caught':>11} {'wrong dir':>9} {'wall s (median)':>15}")
+    for family in sorted({r["family"] for r in results}):
+        for name in CONFIGS:
+            for mode in ("stored", "against"):
+                rows = [r for r in results if (r["family"], r.get("config"), r["mode"]) == (family, name, mode)]
+                if not rows:
+                    continue
+
+                def tally(extra: float, kinds: tuple[str, ...], rows: list[dict] = rows) -> str:
+                    some = [r for r in rows if r["extra"] == extra]
+                    return f"{sum(r['kind'] in kinds for r in some)}/{len(some)}" if some else "-"
+
+                wrong = sum(r["extra"] > 0 and r["kind"] == "win" for r in rows)
+                walls = sorted(r["wall_s"] for r in rows)
+                print(f"{family:<12} {name:<18} {mode:<8} {tally(0.0, ('regression', 'win')):>10} "
+                      f"{tally(0.0, ('unchanged',)):>8} {tally(0.05, ('regression',)):>10} "
+                      f"{tally(0.10, ('regression',)):>11} {wrong:>9} {walls[len(walls) // 2]:>15.0f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--simulated", action="store_true", help="the simulated part only (seconds)")
+    ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--resamples", type=int, default=1000, help="simulated: the gate's bootstrap resamples")
+    ap.add_argument("--extras", default="0,0.05,0.10")
+    ap.add_argument("--modes", default="stored,against")
+    ap.add_argument("--families", default="conv16,transformer,rollout")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of: {', '.join(CONFIGS)}")
+    ap.add_argument("--out", type=Path, default=None, help="write every real trial as JSON here")
+    args = ap.parse_args()
+    unknown = [c for c in args.configs.split(",") if c not in CONFIGS]
+    if unknown:
+        print(f"unknown --configs {', '.join(unknown)}; valid: {', '.join(CONFIGS)}", file=sys.stderr)
+        return 2
+    if args.simulated:
+        simulated(args)
+        return 0
+    return real(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
