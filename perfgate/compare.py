@@ -808,7 +808,8 @@ def _judge_size(change: TimeChange, threshold: float, threshold_source: str) -> 
     pct = f"{threshold * 100:g}%"
     mode = "paired base/head processes" if change.paired else "per-process step times"
     basis = f"{change.test}, {change.n_base} vs {change.n_head} processes ({mode}); {threshold_source} {pct}"
-    decided = decision.decide(change.ratio, change.low, change.high, change.significant, threshold)
+    decided = decision.decide(change.ratio, change.low, change.high, change.significant, threshold,
+                              decision.min_effect_share_for(change.paired))
     return (decided.kind, f"{decided.why}; {basis}",
             ADVICE_NOISY if decided.kind == "inconclusive" else None)
 

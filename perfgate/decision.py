@@ -6,8 +6,9 @@ No torch; docs/gate.md ("Deciding a step-time change") states the rule.
 With the case's threshold *t* (the change the gate is built to catch), on the log scale:
 
 - ``regression`` / ``win``: the change is significant (its interval excludes no change, the rank test
-  agreeing where it can) and its estimate is at least the **minimum effect**, ``MIN_EFFECT_SHARE`` of *t*,
-  in that direction;
+  agreeing where it can) and its estimate is at least the **minimum effect** in that direction:
+  ``MIN_EFFECT_SHARE`` of *t* for paired base/head processes (lockstep), ``UNPAIRED_MIN_EFFECT_SHARE``
+  of *t* (the whole threshold) for an unpaired comparison (a stored baseline, two runs);
 - ``unchanged``: the estimate is within the minimum effect and the whole interval lies inside the
   **equivalence margin**, +/- ``MARGIN_SHARE`` of *t*: no change as large as the threshold is left open;
 - ``inconclusive``: anything else.
@@ -29,15 +30,25 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# the minimum effect, as a share of the threshold: a change below half the threshold never fails the gate;
-# a change of the threshold's size has its estimate past this line nearly always, so it is caught as soon
-# as it is significant
+# the minimum effect of a paired comparison, as a share of the threshold: a change below half the threshold
+# never fails the gate; a change of the threshold's size has its estimate past this line nearly always, so
+# it is caught as soon as it is significant. Pairs cancel the drift between runs, so this is safe there.
 MIN_EFFECT_SHARE = 0.5
+# the minimum effect of an unpaired comparison: two runs measured at different times differ as wholes, and
+# whenever that difference is larger than the run-to-run term says, half the threshold alarms on unchanged
+# code (an A/A pair of a conv rollout in two folders, 10% threshold: a `win` in 2 of 4 tries at half). The
+# whole threshold keeps the estimate's zones monotone and an A/A estimate must move by t to alarm.
+UNPAIRED_MIN_EFFECT_SHARE = 1.0
 # the equivalence margin, as a share of the threshold: `unchanged` says no change as large as the
 # threshold is left open
 MARGIN_SHARE = 1.0
 
 DECIDED = ("regression", "win", "unchanged")
+
+
+def min_effect_share_for(paired: bool) -> float:
+    """The minimum effect's share of the threshold for a paired or an unpaired comparison."""
+    return MIN_EFFECT_SHARE if paired else UNPAIRED_MIN_EFFECT_SHARE
 
 
 @dataclass(frozen=True)
@@ -48,10 +59,13 @@ class Decision:
     why: str
 
 
-def decide(ratio: float, low: float, high: float, significant: bool, threshold: float) -> Decision:
+def decide(ratio: float, low: float, high: float, significant: bool, threshold: float,
+           min_effect_share: float = MIN_EFFECT_SHARE) -> Decision:
     """The verdict on a step-time change head / base of ``ratio`` with interval [``low``, ``high``]
-    (ratios), ``significant`` as the statistic found it, against ``threshold`` (relative)."""
-    effect = MIN_EFFECT_SHARE * threshold
+    (ratios), ``significant`` as the statistic found it, against ``threshold`` (relative); the minimum
+    effect is ``min_effect_share`` of it (``MIN_EFFECT_SHARE`` paired, ``UNPAIRED_MIN_EFFECT_SHARE``
+    unpaired: ``min_effect_share_for``)."""
+    effect = min_effect_share * threshold
     up, down = 1.0 + effect, 1.0 / (1.0 + effect)
     margin_up, margin_down = 1.0 + MARGIN_SHARE * threshold, 1.0 / (1.0 + MARGIN_SHARE * threshold)
     ci = f"CI [{low:.3f}, {high:.3f}]"

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from perfgate.compare import TimeChange, judge_time
-from perfgate.decision import DECIDED, MARGIN_SHARE, MIN_EFFECT_SHARE, decide
+from perfgate.decision import DECIDED, MARGIN_SHARE, MIN_EFFECT_SHARE, UNPAIRED_MIN_EFFECT_SHARE, decide
 
 THRESHOLD = 0.05
 
@@ -66,7 +66,25 @@ def test_the_old_rules_counterexample_is_a_regression_at_every_precision():
 def test_the_rule_per_zone(ratio, low, high, kind):
     got = decide(ratio, low, high, low > 1 or high < 1, THRESHOLD)
     assert got.kind == kind, got.why
-    assert judge_time(_change(ratio, low, high, False), THRESHOLD, "threshold")[0] == kind
+    assert judge_time(_change(ratio, low, high, True), THRESHOLD, "threshold")[0] == kind
+
+
+@pytest.mark.parametrize("ratio, low, high, kind", [
+    (1.045, 1.042, 1.048, "unchanged"),  # a precise change short of the threshold: inside the margin
+    (1.03, 1.01, 1.06, "inconclusive"),  # significant, but unpaired it must reach the threshold itself
+    (1.06, 1.01, 1.11, "regression"),
+    (1 / 1.06, 1 / 1.11, 1 / 1.01, "win"),
+    (1 / 1.04, 1 / 1.07, 1 / 1.01, "inconclusive"),  # the A/A pair in folders of other lengths, scaled
+    (1.01, 0.995, 1.03, "unchanged"),
+])
+def test_unpaired_the_minimum_effect_is_the_whole_threshold(ratio, low, high, kind):
+    """Two runs measured at different times differ as wholes by more than the run-to-run term says; an
+    unpaired estimate must reach the threshold itself before it is a regression or a win."""
+    assert UNPAIRED_MIN_EFFECT_SHARE == 1.0
+    kind_got, rule, _ = judge_time(_change(ratio, low, high, False), THRESHOLD, "threshold")
+    assert kind_got == kind, rule
+    if kind in ("regression", "win"):
+        assert "minimum effect 5%" in rule
 
 
 def test_the_rule_text_says_which_part_decided():

@@ -180,10 +180,11 @@ def test_sequential_looks_keep_false_alarms_rare_and_catch_a_clear_regression(pa
 
 def test_spending_alpha_is_what_keeps_repeated_looks_honest():
     """The same A/A data judged at the nominal 95% at every look raises more false alarms than with the
-    error rate spent over the looks: the test fails if spending is switched off. (Every look may settle
-    here: the unpaired floor of processes would hide the early looks that spending is about.)"""
-    spent = simulate(0.0, 0.03, False, trials=80, seed=21, unpaired_min_processes=1)
-    naive = simulate(0.0, 0.03, False, trials=80, seed=21, rule_alpha=False, unpaired_min_processes=1)
+    error rate spent over the looks: the test fails if spending is switched off. Lockstep pairs, whose
+    minimum effect is half the threshold (perfgate.decision), so that alarms are possible at all; every
+    look may settle there, as spending is about the early looks."""
+    spent = simulate(0.0, 0.03, True, trials=80, seed=21, unpaired_min_processes=1)
+    naive = simulate(0.0, 0.03, True, trials=80, seed=21, rule_alpha=False, unpaired_min_processes=1)
     alarms = lambda c: c.get("regression", 0) + c.get("win", 0)  # noqa: E731
     assert alarms(spent) < alarms(naive), (spent, naive)
 
