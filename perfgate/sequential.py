@@ -139,8 +139,9 @@ class PrecisionRule:
 
     kind = "precision"
 
-    def __init__(self, precision: float, quantile: float = 0.1, confidence: float = 0.95) -> None:
+    def __init__(self, precision: float, quantile: float = 0.1, confidence: float = 0.95, min_processes: int = 2) -> None:
         self.precision, self.quantile, self.confidence = precision, quantile, confidence
+        self.min_processes = min_processes  # a baseline's floor (`run --baseline-precision`): see performance modes
 
     def half_width(self, head: CaseResult) -> float | None:
         """The relative half-width of the case's step-time CI, or None with fewer than 2 processes."""
@@ -158,6 +159,9 @@ class PrecisionRule:
         h = self.half_width(head)
         if h is None:
             return Decision(False, "one process gives no spread")
+        if len(head.processes) < self.min_processes:
+            return Decision(False, f"step time within +/-{h * 100:.1f}%; a baseline settles from "
+                                   f"{plural(self.min_processes, 'process', 'processes')}")
         if h <= self.precision:
             return Decision(True, f"step time within +/-{h * 100:.1f}% (target +/-{self.precision * 100:g}%)")
         return Decision(False, f"step time within +/-{h * 100:.1f}%, target +/-{self.precision * 100:g}%")
