@@ -522,7 +522,11 @@ def describe(baseline: Baseline) -> list[str]:
     for c in baseline.run.cases:
         med = _median_step(c)
         cal = baseline.calibration.get(c.key, {})
-        extra = f"  calibrated threshold {cal['threshold'] * 100:.1f}%" if "threshold" in cal else ""
+        floor = runspread.calibrated_floor(cal)
+        extra = f"  calibrated noise floor {floor * 100:.1f}%" if floor is not None else ""
+        runs, _ = runspread.pooled_spread(c, RUN_TO_RUN_MAX)
+        if runs > 1:
+            extra += f"  pooled from {runs} runs"
         what = format_seconds(med) + f" per step, {len(c.processes)} process(es)" if c.status == STATUS_OK else c.status
         if "git_commit" in c.metadata:  # kept by `baseline update --case` from another commit
             commit, dirty = commit_of(baseline.run, c.key)

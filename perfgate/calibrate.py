@@ -6,7 +6,7 @@ From every process's samples it reports the noise *within* a process (robust CV 
 gate gives between consecutive rounds (a false alarm shows here), and the smallest step-time change the
 gate can detect with the configured sample budget. ``calibrate`` runs the whole command: the machine's
 ceilings (perfgate.ceilings, in a worker), the rounds (perfgate.runner), the figures printed, and with
-``--write`` the ceilings and the calibrated thresholds stored. No torch.
+``--write`` the ceilings and each case's noise figures stored. No torch.
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ class CalibrateOptions:
 
 def calibrate(settings: Settings, options: CalibrateOptions) -> None:
     """`perfgate calibrate`: the machine's ceilings, then ``options.rounds`` A/A rounds of each case with
-    their noise figures printed; with ``write``, the ceilings and each case's calibrated threshold stored.
+    their noise figures printed; with ``write``, the ceilings and each case's noise figures stored.
     Its rounds' fork servers end with it (perfgate used from Python lives on: runner.close_zygotes)."""
     try:
         _calibrate(settings, options)
