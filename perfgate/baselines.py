@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import math
 import os
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -350,30 +349,22 @@ def _pooled_case(cases: list[Any], quantile: float) -> CaseResult:
 BASELINE_PRECISION_SHARE = 0.5  # a baseline's target: half a plain run's (GateSettings.plain_precision)
 
 
-def precision_of(case: CaseResult, quantile: float = PROCESS_QUANTILE, confidence: float = 0.95) -> float | None:
-    """The relative half-width of a case's step-time CI (a t interval of its mean log per-process step time,
-    as a plain run's settling judges it: perfgate.sequential.PrecisionRule), or None below 2 processes."""
-    from scipy import stats as sps
-
-    logs = [math.log(p.step_time(quantile)) for p in case.processes if p.samples_ns and p.step_time(quantile) > 0]
-    if case.status != STATUS_OK or len(logs) < 2:
-        return None
-    t = float(sps.t.ppf(1 - (1 - confidence) / 2, len(logs) - 1))
-    return math.expm1(t * statistics.stdev(logs) / math.sqrt(len(logs)))
+HalfWidth = Callable[[CaseResult], "float | None"]  # a case's relative step-time CI half-width (None: < 2 processes)
 
 
-def thin_cases(run: RunResult, target: float, quantile: float = PROCESS_QUANTILE) -> list[tuple[str, float | None]]:
-    """The ok cases of ``run`` whose step time is not known to within +/- ``target`` (key, half-width)."""
+def thin_cases(run: RunResult, target: float, half_width: HalfWidth) -> list[tuple[str, float | None]]:
+    """The ok cases of ``run`` whose step time is not known to within +/- ``target`` (key, half-width), each
+    judged by ``half_width`` (a plain run's settling rule: perfgate.sequential.PrecisionRule.half_width)."""
     out = []
     for case in run.cases:
         if case.status == STATUS_OK:
-            h = precision_of(case, quantile)
+            h = half_width(case)
             if h is None or h > target:
                 out.append((case.key, h))
     return out
 
 
-def recording_lines(run: RunResult, runs: int, plain_precision: float, quantile: float = PROCESS_QUANTILE,
+def recording_lines(run: RunResult, runs: int, plain_precision: float, half_width: HalfWidth,
                     only: Sequence[str] | None = None) -> list[str]:
     """For `perfgate baseline update`: what recording the baseline cost (processes, seconds of measuring),
     whether each case reached a baseline's precision (``BASELINE_PRECISION_SHARE`` of a plain run's) and,
@@ -391,7 +382,7 @@ def recording_lines(run: RunResult, runs: int, plain_precision: float, quantile:
         lines.append(f"  spread between the runs (per run): median {statistics.median(s['estimate'] for s in spreads) * 100:.1f}%, "
                      f"upper bound {statistics.median(s['upper'] for s in spreads) * 100:.1f}% ({spreads[0]['dof']} dof); "
                      "the gate's unpaired comparisons use it where it is below the configured term or its estimate above")
-    thin = thin_cases(replace(run, cases=cases), target, quantile)
+    thin = thin_cases(replace(run, cases=cases), target, half_width)
     if thin:
         named = ", ".join(f"{k} ({'one process' if h is None else f'+/-{h * 100:.1f}%'})" for k, h in thin[:3])
         lines.append(f"perfgate: warning: {len(thin)} case(s) short of a baseline's precision (step time within "

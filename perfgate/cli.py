@@ -273,9 +273,7 @@ def baseline_update_cmd(config: str | None, results: tuple[str, ...], allow_fail
         baselines.write_baseline(new, path)
     chosen = [c.key for c in baselines.select_cases(run, cases, source)] if cases else None
     echo(f"baseline {path} <- {source}" + (f" ({', '.join(cases)} only)" if cases else ""))
-    for line in baselines.changes(previous, new, only=chosen):
-        echo(line)
-    for line in baselines.recording_lines(run, len(results), gs.plain_precision(), gs.process_quantile, only=chosen):
+    for line in baselines.changes(previous, new, only=chosen) + _recording_lines(run, len(results), gs, chosen):
         echo(line)
     single = [c.key for c in new.run.cases if c.status == "ok" and len(c.processes) < 2]
     if single:  # compare.judge_time: a one-process side never settles a step-time change
@@ -286,6 +284,16 @@ def baseline_update_cmd(config: str | None, results: tuple[str, ...], allow_fail
     if kept:  # baselines.with_cases_from: each is settled against the commit its numbers come from
         echo(f"{len(kept)} case(s) kept from another commit than {source}'s keep theirs, and a gate settles each "
              f"against it ({', '.join(kept[:3])}{', ...' if len(kept) > 3 else ''}; `perfgate baseline show`)")
+
+
+def _recording_lines(run: Any, runs: int, gs: Any, chosen: list[str] | None) -> list[str]:
+    """`baseline update`'s cost and precision lines (perfgate.baselines.recording_lines), a baseline's target
+    judged as a run's settling judges its own (perfgate.sequential.PrecisionRule)."""
+    from perfgate import baselines
+    from perfgate.sequential import PrecisionRule
+
+    rule = PrecisionRule(gs.plain_precision() * baselines.BASELINE_PRECISION_SHARE, gs.process_quantile, gs.confidence)
+    return baselines.recording_lines(run, runs, gs.plain_precision(), rule.half_width, only=chosen)
 
 
 @baseline_group.command("show")
