@@ -188,8 +188,8 @@ def unpaired_term(default: float, default_name: str, entry: Any, base: Any, pair
         return default, f"{default_name} default, not calibrated"
     else:
         tau, source = assumed, f"{default_name} default, not calibrated"
-        return ratio_term(tau, runs), source + f"; against {runs} pooled runs"
+        return round(ratio_term(tau, runs), 5), source + f"; against {runs} pooled runs"
     if runs > 1:
         source += f"; against {runs} pooled runs"
     # a measured term never below the paired one: a few quiet runs must not make a comparison look paired
-    return min(high, max(paired_floor, ratio_term(tau, runs))), source
+    return min(high, max(paired_floor, round(ratio_term(tau, runs), 5))), source
