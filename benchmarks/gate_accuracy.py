@@ -19,6 +19,8 @@ counted separately; a false alarm is an A/A trial whose step time is judged ``re
 
     /work/main/.venv/bin/python benchmarks/gate_accuracy.py --trials 20          # the full measurement
     /work/main/.venv/bin/python benchmarks/gate_accuracy.py --trials 5 --modes against
+    # stored mode against baselines recorded as the baselines job does: 3 pooled --baseline-precision runs
+    /work/main/.venv/bin/python benchmarks/gate_accuracy.py --modes stored --baseline-runs 3 --baseline-precision
 """
 
 from __future__ import annotations
@@ -276,6 +278,12 @@ def summarize(results: list[dict]) -> None:
                       f"{count['inconclusive']:>7} {count['unchanged']:>5} {f'{covered}/{len(rows)}':>16} "
                       f"{f'{ratios[0]:.3f}-{med:.3f}-{ratios[-1]:.3f}':>20} "
                       f"{f'{walls[len(walls) // 2]:.0f} ({walls[-1]:.0f})':>17} {f'{procs[0]}-{procs[-1]}':>10}")
+    recorded = sorted({(r["family"], r["baseline_s"], r["baseline_runs"]) for r in results if "baseline_s" in r})
+    for family in sorted({f for f, _, _ in recorded}):
+        costs = sorted(sec for f, sec, _ in recorded if f == family)
+        runs = max(k for f, _, k in recorded if f == family)
+        print(f"  {family:<8} baseline recording ({runs} run(s) pooled): median {costs[len(costs) // 2]:.0f} s, "
+              f"max {costs[-1]:.0f} s, over {len(costs)} trial(s)")
     print("\ntargets (20 trials, defaults): A/A false alarms <= 1/20; +10% caught >= 19/20; +5% caught "
           ">= 18/20; no wrong-direction verdict; A/A CIs cover the cross-trial median >= 18/20; median wall <= 60 s")
     for family in sorted({r["family"] for r in results}):
@@ -308,6 +316,11 @@ def main() -> int:
                     help="stored mode: baseline and gated runs from two checkouts whose paths differ in length, "
                          "into run folders whose names differ in length trial by trial (what a user's --out and "
                          "CI checkouts do); the gated runs name the baseline with --baseline")
+    ap.add_argument("--baseline-runs", type=int, default=1,
+                    help="stored mode: record each trial's baseline from this many runs of the base, pooled by "
+                         "`perfgate baseline update RUN1 RUN2 ...` (default 1: one run, as a plain update)")
+    ap.add_argument("--baseline-precision", action="store_true",
+                    help="stored mode: record the baseline's runs with `perfgate run --baseline-precision`")
     ap.add_argument("--out", type=Path, default=None, help="write every trial as JSON here (rewritten per trial)")
     ap.add_argument("--keep-runs", type=Path, default=None,
                     help="copy each stored-mode run's results.json and comparison.json here, as FAMILY/tNN-EXTRA "
@@ -317,7 +330,8 @@ def main() -> int:
     modes = args.modes.split(",")
     results: list[dict] = []
     print(f"load before: {os.getloadavg()}  trials {args.trials}, processes {args.processes or 'default'}, "
-          f"threshold {args.threshold or 'default'}", flush=True)
+          f"threshold {args.threshold or 'default'}, baseline runs {args.baseline_runs}"
+          + (" (--baseline-precision)" if args.baseline_precision else ""), flush=True)
 
     def save() -> None:
         if args.out:
@@ -339,14 +353,29 @@ def main() -> int:
                     # knob's value differs); with --vary-paths from checkouts and into folders whose names
                     # differ in length, which move a worker's memory layout (docs/gate.md)
                     base_proj, gate_proj = (proj, other) if trial % 2 == 0 else (other, proj)
-                    base_dir = base_proj / "runs" / f"t{trial:02d}-base"
                     if args.stored_knob == "commit":
                         git(base_proj, "checkout", "-q", "base")
-                    base = perfgate(["run", "--out", str(base_dir)], base_proj, {"GATE_KNOB_EXTRA": f"{0:.2f}"})
-                    if base.returncode != 0:
-                        print(base.stdout[-2000:], base.stderr[-2000:])
+                    # the baseline as the baselines job records it: --baseline-runs runs (each with
+                    # --baseline-precision when asked), pooled; its cost is kept with every gated trial
+                    t0 = time.perf_counter()
+                    base_dirs = []
+                    for index in range(max(1, args.baseline_runs)):
+                        base_dir = base_proj / "runs" / (f"t{trial:02d}-base" + (f"-{index}" if index else ""))
+                        base = perfgate(["run", "--out", str(base_dir)]
+                                        + (["--baseline-precision"] if args.baseline_precision else []),
+                                        base_proj, {"GATE_KNOB_EXTRA": f"{0:.2f}"})
+                        if base.returncode != 0:
+                            print(base.stdout[-2000:], base.stderr[-2000:])
+                            return 3
+                        base_dirs.append(str(base_dir))
+                    update = perfgate(["baseline", "update", *base_dirs], base_proj)
+                    if update.returncode != 0:
+                        print(update.stdout[-2000:], update.stderr[-2000:])
                         return 3
-                    perfgate(["baseline", "update", str(base_dir)], base_proj)
+                    baseline_s = time.perf_counter() - t0
+                    print(f"  {family:<7} baseline of {len(base_dirs)} run(s) recorded in {baseline_s:.0f} s: "
+                          + " | ".join(line.strip() for line in update.stdout.splitlines()
+                                       if "recorded from" in line or "precision" in line)[:300], flush=True)
                     (baseline_file,) = (base_proj / "baselines").glob("*/smoke.json")
                     for extra in extras:
                         name = f"t{trial:02d}-{extra:.2f}"
@@ -361,6 +390,8 @@ def main() -> int:
                         proc = perfgate(["run", "--gate", "--baseline", str(baseline_file), "--out", str(out)],
                                         gate_proj, {"GATE_KNOB_EXTRA": f"{knob:.2f}"})
                         record(results, "stored", extra, proc, out, time.perf_counter() - t0, family)
+                        results[-1].update(baseline_s=baseline_s, baseline_runs=len(base_dirs),
+                                           baseline_precision=args.baseline_precision)
                         save()
                     if args.keep_runs:  # after every trial: a run cut short keeps what it measured
                         for run_dir in [*(proj / "runs").iterdir(), *((other / "runs").iterdir() if other != proj else [])]:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -24,10 +25,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from perfgate import expect
+from perfgate import expect, runspread
 from perfgate.config import ConfigError
 from perfgate.environment_keys import environment_diff
-from perfgate.formatting import format_environment, format_value
+from perfgate.formatting import format_environment, format_value, plural
 from perfgate.model import (
     STATUS_FAILED,
     STATUS_OK,
@@ -39,7 +40,7 @@ from perfgate.model import (
     readable,
 )
 from perfgate.paths import CEILINGS_FILE, component, contained
-from perfgate.stats import RUN_TO_RUN_MAX, format_seconds
+from perfgate.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, format_seconds
 from perfgate.storage import atomic_write_text, unwritable
 from perfgate.validation import Document, Measured, Name, Text, check, expected, satisfying
 from perfgate.vocabulary import METRIC_KINDS
@@ -64,11 +65,14 @@ RunToRun = Annotated[Measured, satisfying(lambda v: 0 <= v <= RUN_TO_RUN_MAX),
 
 
 class CalibrationDocument(Document):
-    """One case's entry as `perfgate calibrate --write` stores it: a threshold, and the noise behind it."""
+    """One case's entry as `perfgate calibrate --write` stores it: the case's noise figures. ``threshold``
+    is read from entries written before the noise floor had its key, and never used: the gate judges
+    with max(configured threshold, noise floor), compare.GateSettings.threshold_for."""
 
     model_config = ConfigDict(extra="allow")
+    noise_floor: Threshold | None = None  # the smallest change detectable here, rounded up to 0.5%
     threshold: Threshold | None = None
-    run_to_run: RunToRun | None = None  # the spread of whole runs calibrate measured for the case
+    run_to_run: RunToRun | None = None  # the spread of whole runs calibrate measured: its upper bound
     __pydantic_extra__: dict[str, CalibrationValue]
 
 
@@ -288,6 +292,107 @@ def updated(run: RunResult, previous: Baseline | None, source: str, patterns: Se
     return with_cases_from(previous, run, patterns, source, allow_failed=allow_failed)
 
 
+def pooled(runs: Sequence[RunResult], sources: Sequence[str], quantile: float = PROCESS_QUANTILE) -> RunResult:
+    """One run of ``runs`` (several runs of one commit: `perfgate baseline update RUN1 RUN2 ...`): each case's
+    worker processes pooled, and its metadata (``runspread.BASELINE_RUNS``) holding how many runs it pools
+    and the per-run spread they show (their levels' sd, with its upper bound: perfgate.runspread), which the
+    gate's unpaired comparisons then use (GateSettings.run_to_run_term). ConfigError, one line, for runs that
+    are not of one suite, commit, machine and environment, that hold other cases, or that have uncommitted
+    changes (nothing says they measured the same code)."""
+    first, where = runs[0], sources[0]
+    if len(runs) == 1:
+        return first
+    for run, source in zip(runs, sources, strict=True):
+        if run.environment.get("git_dirty"):
+            raise ConfigError(f"cannot pool {source}: it was measured with uncommitted changes, so nothing says the runs "
+                              "measured the same code; pool runs of one clean commit")
+        if run is first:
+            continue
+        # what runs pooled into one baseline must share: the same code, measured on the same machine the
+        # same way (environment_keys: the one list the gate and `--case` read too)
+        differ = [f"{k} {a} vs {b}" for k, (a, b) in
+                  environment_diff(first.environment, run.environment, one_sided=True).items()]
+        if first.environment.get("git_commit") != run.environment.get("git_commit"):
+            differ.insert(0, f"git_commit {first.environment.get('git_commit')} vs {run.environment.get('git_commit')}")
+        if run.suite != first.suite:
+            differ.insert(0, f"suite {first.suite} vs {run.suite}")
+        if differ:
+            raise ConfigError(f"cannot pool {source} with {where}: they differ ({'; '.join(differ[:3])}); a baseline "
+                              "pools runs of one commit, machine and environment")
+        keys, others = [c.key for c in first.cases], [c.key for c in run.cases]
+        if sorted(keys) != sorted(others):
+            odd = sorted(set(keys) ^ set(others))
+            raise ConfigError(f"cannot pool {source} with {where}: they hold other cases ({', '.join(odd[:3])}"
+                              f"{', ...' if len(odd) > 3 else ''}); pool runs of the same selection")
+    cases = [_pooled_case([run.case(c.key) for run in runs], quantile) for c in first.cases]
+    return replace(first, cases=cases)
+
+
+def _pooled_case(cases: list[Any], quantile: float) -> CaseResult:
+    """One case of several runs as one: its processes pooled (renumbered), their count and spread noted."""
+    bad = next((c for c in cases if c.status != STATUS_OK), None)
+    if bad is not None:  # a failed run of it: the case stays failed (refuse_failed says so)
+        return bad
+    levels, sampling_var = runspread.case_levels(cases, quantile)
+    spread = runspread.level_spread(levels, sampling_var) if len(levels) == len(cases) else None
+    processes = [replace(p, process_index=i) for i, p in enumerate(p for c in cases for p in c.processes)]
+    metadata = dict(cases[0].metadata)
+    metadata[runspread.BASELINE_RUNS] = {"runs": len(cases), "processes": [len(c.processes) for c in cases],
+                                         "run_spread": None if spread is None else spread.to_json()}
+    if isinstance(metadata.get("sampling"), dict):
+        metadata["sampling"] = {**metadata["sampling"], "processes": len(processes),
+                                "stopped": f"pooled from {len(cases)} runs"}
+    return replace(cases[0], processes=processes, duration_s=sum(c.duration_s for c in cases), metadata=metadata)
+
+
+BASELINE_PRECISION_SHARE = 0.5  # a baseline's target: half a plain run's (GateSettings.plain_precision)
+
+
+HalfWidth = Callable[[CaseResult], "float | None"]  # a case's relative step-time CI half-width (None: < 2 processes)
+
+
+def thin_cases(run: RunResult, target: float, half_width: HalfWidth) -> list[tuple[str, float | None]]:
+    """The ok cases of ``run`` whose step time is not known to within +/- ``target`` (key, half-width), each
+    judged by ``half_width`` (a plain run's settling rule: perfgate.sequential.PrecisionRule.half_width)."""
+    out = []
+    for case in run.cases:
+        if case.status == STATUS_OK:
+            h = half_width(case)
+            if h is None or h > target:
+                out.append((case.key, h))
+    return out
+
+
+def recording_lines(run: RunResult, runs: int, plain_precision: float, half_width: HalfWidth,
+                    only: Sequence[str] | None = None) -> list[str]:
+    """For `perfgate baseline update`: what recording the baseline cost (processes, seconds of measuring),
+    whether each case reached a baseline's precision (``BASELINE_PRECISION_SHARE`` of a plain run's) and,
+    where it did not, what to do; for pooled runs, the run-to-run spread they showed."""
+    cases = [c for c in run.cases if c.status == STATUS_OK and (only is None or c.key in only)]
+    if not cases:
+        return []
+    target = plain_precision * BASELINE_PRECISION_SHARE
+    per_case = statistics.median(len(c.processes) for c in cases)
+    lines = [f"recorded from {plural(runs, 'run')}: {per_case:g} processes per case (median), "
+             f"{format_seconds(sum(c.duration_s for c in cases))} of measuring for {plural(len(cases), 'case')}"]
+    spreads = [c.metadata.get(runspread.BASELINE_RUNS, {}).get("run_spread") for c in cases]
+    spreads = [s for s in spreads if isinstance(s, dict)]
+    if spreads:
+        lines.append(f"  spread between the runs (per run): median {statistics.median(s['estimate'] for s in spreads) * 100:.1f}%, "
+                     f"upper bound {statistics.median(s['upper'] for s in spreads) * 100:.1f}% ({spreads[0]['dof']} dof); "
+                     "the gate's unpaired comparisons use it where it is below the configured term or its estimate above")
+    thin = thin_cases(replace(run, cases=cases), target, half_width)
+    if thin:
+        named = ", ".join(f"{k} ({'one process' if h is None else f'+/-{h * 100:.1f}%'})" for k, h in thin[:3])
+        lines.append(f"perfgate: warning: {len(thin)} case(s) short of a baseline's precision (step time within "
+                     f"+/-{target * 100:g}%, half a plain run's): {named}{', ...' if len(thin) > 3 else ''}; gates "
+                     "against them stay wide: record with `perfgate run --baseline-precision`, or run this commit "
+                     "again and pool the runs (`perfgate baseline update RUN1 RUN2 ...`)")
+    else:
+        lines.append(f"  every case's step time within +/-{target * 100:g}% (a baseline's precision)")
+    return lines
+
+
 def refuse_dropping(run: RunResult, previous: Baseline | None, source: str) -> None:
     """ConfigError when ``run`` is part of its suite (``RunResult.part_of_suite``) and making it the whole baseline would
     drop cases ``previous`` holds: they would be `new` to every later gate, never judged again."""
@@ -407,7 +512,11 @@ def describe(baseline: Baseline) -> list[str]:
     for c in baseline.run.cases:
         med = _median_step(c)
         cal = baseline.calibration.get(c.key, {})
-        extra = f"  calibrated threshold {cal['threshold'] * 100:.1f}%" if "threshold" in cal else ""
+        floor = runspread.calibrated_floor(cal)
+        extra = f"  calibrated noise floor {floor * 100:.1f}%" if floor is not None else ""
+        runs, _ = runspread.pooled_spread(c, RUN_TO_RUN_MAX)
+        if runs > 1:
+            extra += f"  pooled from {runs} runs"
         what = format_seconds(med) + f" per step, {len(c.processes)} process(es)" if c.status == STATUS_OK else c.status
         if "git_commit" in c.metadata:  # kept by `baseline update --case` from another commit
             commit, dirty = commit_of(baseline.run, c.key)

@@ -6,7 +6,7 @@ From every process's samples it reports the noise *within* a process (robust CV 
 gate gives between consecutive rounds (a false alarm shows here), and the smallest step-time change the
 gate can detect with the configured sample budget. ``calibrate`` runs the whole command: the machine's
 ceilings (perfgate.ceilings, in a worker), the rounds (perfgate.runner), the figures printed, and with
-``--write`` the ceilings and the calibrated thresholds stored. No torch.
+``--write`` the ceilings and each case's noise figures stored. No torch.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from perfgate import baselines, environment, layout, roofline, runner
+from perfgate import baselines, environment, layout, roofline, runner, runspread
 from perfgate import gate as gate_mod
 from perfgate.compare import GateSettings, case_time_change, gate_settings, judge_time
 from perfgate.config import ConfigError, Settings
@@ -35,6 +35,20 @@ from perfgate.stats import quantile
 from perfgate.validation import SchemaError, check
 
 Z_POWER = 0.8416  # one-sided z of 80% power
+ROUNDS = 3  # A/A rounds a case gets without --write: the noise figures, printed
+# ... and with --write, whose run-to-run term every later unpaired gate of the case uses: from 2 ratios its
+# estimate of a true 1.41% landed at the 0.5% floor in one calibration in five; 9 ratios give the upper
+# bound 9 degrees of freedom (tests/test_calibrate.py simulates it)
+WRITE_ROUNDS = 10
+MIN_WRITE_ROUNDS = 8
+
+
+def run_to_run_bound(rounds: list[CaseResult], quantile: float) -> runspread.Spread | None:
+    """The per-run spread of a case from its A/A rounds: the sd of the rounds' levels (each round's mean log
+    per-process step time, ``runspread.case_levels``) less what each round's own sampling explains, with its
+    upper confidence bound (``runspread.level_spread``); None below 2 rounds."""
+    levels, sampling_var = runspread.case_levels(rounds, quantile)
+    return runspread.level_spread(levels, sampling_var)
 
 
 def run_rounds(rounds: int, work: Path, run_round: Callable[[Path], CaseResult]) -> list[CaseResult]:
@@ -118,6 +132,7 @@ class CaseNoise:
     seconds_per_process: float = 0.0  # wall seconds one worker process of this case takes here
     aa_ratios: list[float] = field(default_factory=list)  # step-time ratio of each round to the one before
     run_to_run: float = 0.0  # the gate's run-to-run term, to compare the rounds' spread with
+    spread: runspread.Spread | None = None  # the per-run spread the rounds show (run_to_run_bound)
 
     @property
     def round_to_round(self) -> float | None:
@@ -130,16 +145,23 @@ class CaseNoise:
         return math.expm1(math.sqrt(statistics.fmean(math.log(r) ** 2 for r in self.aa_ratios)))
 
     @property
+    def run_to_run_spread(self) -> runspread.Spread | None:
+        """The per-run spread the rounds measure (``run_to_run_bound``), or None below 2 rounds."""
+        return self.spread if self.aa_ratios else None
+
+    @property
     def run_to_run_estimate(self) -> float | None:
-        """The run-to-run term measured for this case: the A/A log ratios' mean square less what the
-        rounds' own sampling explains (2 x between-process variance / processes a round), as a relative
-        figure, never below the paired term (``GateSettings.run_to_run_paired``): two or three ratios are
-        a rough measurement, and a lucky pair must not make unpaired comparisons look paired."""
-        if not self.aa_ratios:
-            return None
-        per_round = statistics.median(len(r.processes) for r in self.rounds)
-        excess = statistics.fmean(math.log(r) ** 2 for r in self.aa_ratios) - 2 * self.between_sd ** 2 / per_round
-        return math.expm1(math.sqrt(max(excess, math.log1p(GateSettings.run_to_run_paired) ** 2)))
+        """The run-to-run term measured for this case (a ratio of two single runs), as a point estimate:
+        printed, never used by the gate (``run_to_run_upper``)."""
+        spread = self.run_to_run_spread
+        return None if spread is None else max(runspread.ratio_term(spread.estimate), GateSettings.run_to_run_paired)
+
+    @property
+    def run_to_run_upper(self) -> float | None:
+        """What ``--write`` stores and the gate adds to this case's unpaired comparisons: the one-sided
+        upper confidence bound of the term, never below the paired term (``GateSettings.run_to_run_paired``)."""
+        spread = self.run_to_run_spread
+        return None if spread is None else max(runspread.ratio_term(spread.upper), GateSettings.run_to_run_paired)
 
     @property
     def needed_seconds(self) -> float | None:
@@ -150,14 +172,17 @@ class CaseNoise:
     def too_noisy(self) -> bool:
         return self.smallest_change > self.threshold
 
-    def calibrated_threshold(self) -> float:
-        """What --write stores: the configured threshold, widened to what this machine can resolve."""
-        return round(max(self.threshold, math.ceil(self.smallest_change * 200) / 200), 4)
+    def noise_floor(self) -> float:
+        """What --write stores as the case's noise figure: the smallest detectable change, rounded up to
+        0.5%. The gate judges with the wider of it and the threshold configured when it judges
+        (``GateSettings.threshold_for``); no threshold is frozen in the baseline."""
+        return round(math.ceil(self.smallest_change * 200) / 200, 4)
 
     def to_json(self) -> dict[str, Any]:
+        spread = self.run_to_run_spread
+        upper = self.run_to_run_upper
         return {
-            "threshold": self.calibrated_threshold(),
-            "configured_threshold": self.threshold,
+            "noise_floor": self.noise_floor(),
             "within_process_cv": round(self.within_cv, 5),
             "between_process_sd": round(self.between_sd, 5),
             "smallest_detectable_change": round(self.smallest_change, 5),
@@ -167,8 +192,11 @@ class CaseNoise:
             "rounds": len(self.rounds),
             "aa_verdicts": self.aa_verdicts,
             "aa_ratios": [round(r, 5) for r in self.aa_ratios],
-            # what the gate adds to unpaired comparisons of this case (GateSettings.run_to_run_term)
-            "run_to_run": None if self.run_to_run_estimate is None else round(self.run_to_run_estimate, 5),
+            # what the gate adds to unpaired comparisons of this case (GateSettings.run_to_run_term): the
+            # upper confidence bound, with the per-run spread it comes from
+            "run_to_run": None if upper is None else round(upper, 5),
+            "run_to_run_estimate": None if self.run_to_run_estimate is None else round(self.run_to_run_estimate, 5),
+            "run_spread": None if spread is None else spread.to_json(),
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
 
@@ -197,9 +225,10 @@ def analyse(key: str, rounds: list[CaseResult], gate: GateSettings, threshold: f
     seconds = sum(r.duration_s for r in ok) / max(1, sum(len(r.processes) for r in ok))
     noise = CaseNoise(key=key, rounds=ok, within_cv=within, between_sd=sd, smallest_change=0.0, processes=processes,
                       threshold=threshold, aa_verdicts=verdicts, needed_processes=None, seconds_per_process=seconds,
-                      aa_ratios=ratios, run_to_run=gate.run_to_run)
+                      aa_ratios=ratios, run_to_run=gate.run_to_run,
+                      spread=run_to_run_bound(ok, gate.process_quantile))
     # the term the gate will add for this case once --write stores it: the one measured here, else the default
-    term = gate.run_to_run if noise.run_to_run_estimate is None else noise.run_to_run_estimate
+    term = gate.run_to_run if noise.run_to_run_upper is None else noise.run_to_run_upper
     needed = processes_needed(sd, threshold, gate.confidence, term)
     if needed is not None:  # an unpaired gate settles no case before this many processes, however quiet
         needed = max(needed, gate.unpaired_min_processes)
@@ -219,9 +248,11 @@ def report_lines(noise: CaseNoise) -> list[str]:
     ]
     if noise.round_to_round is not None:
         lines.append(f"    A/A ratios between rounds: {', '.join(f'{r:.3f}x' for r in noise.aa_ratios)} (RMS "
-                     f"{noise.round_to_round * 100:.1f}%, sampling noise included; less that noise, "
-                     f"{noise.run_to_run * 100:.1f}% is the run-to-run term of this case's unpaired comparisons "
-                     "once --write stores it, and what the figures above assume)")
+                     f"{noise.round_to_round * 100:.1f}%, sampling noise included); run-to-run term "
+                     f"{(noise.run_to_run_estimate or 0) * 100:.1f}%, at most {noise.run_to_run * 100:.1f}% "
+                     f"({noise.run_to_run_spread.confidence * 100:g}% upper bound from "  # type: ignore[union-attr]
+                     f"{plural(noise.run_to_run_spread.dof + 1, 'round')}): the bound is what the figures here assume and what "
+                     "this case's unpaired comparisons add once --write stores it")
     if noise.needed_processes is not None:
         lines.append(f"    a {noise.threshold * 100:g}% threshold needs about {plural(noise.needed_processes, 'process', 'processes')} a side "
                      f"here (~{noise.needed_seconds:.0f} s of measuring per side, twice that with --against)")
@@ -231,9 +262,9 @@ def report_lines(noise: CaseNoise) -> list[str]:
             "process(es) a side: raise [tool.perfgate.gate] max_processes"
             + (f" to {noise.needed_processes} (or more) and max_case_s to match, " if noise.needed_processes else
                " (no number of processes is enough: the gate's run-to-run spread alone is too large), ")
-            + f"use `perfgate run --against REF`, or accept a threshold of "
-            f"{noise.calibrated_threshold() * 100:.1f}% "
-            + ("(--write stores it)" if unstorable(noise) is None else "(too wide for a baseline: --write leaves this case out)"))
+            + f"or use `perfgate run --against REF`; a stored comparison judges it at {noise.noise_floor() * 100:.1f}% "
+            + ("at least (--write stores this noise floor)" if unstorable(noise) is None
+               else "at least (too wide for a baseline: --write leaves this case out)"))
     return lines
 
 
@@ -244,7 +275,7 @@ class CalibrateOptions:
     suite: str | None = None
     workloads: tuple[str, ...] = ()
     toggles: tuple[str, ...] = ()
-    rounds: int = 3
+    rounds: int | None = None  # ROUNDS, or WRITE_ROUNDS with write
     processes: int | None = None
     samples: int | None = None
     write: bool = False
@@ -255,7 +286,7 @@ class CalibrateOptions:
 
 def calibrate(settings: Settings, options: CalibrateOptions) -> None:
     """`perfgate calibrate`: the machine's ceilings, then ``options.rounds`` A/A rounds of each case with
-    their noise figures printed; with ``write``, the ceilings and each case's calibrated threshold stored.
+    their noise figures printed; with ``write``, the ceilings and each case's noise figures stored.
     Its rounds' fork servers end with it (perfgate used from Python lives on: runner.close_zygotes)."""
     try:
         _calibrate(settings, options)
@@ -263,7 +294,19 @@ def calibrate(settings: Settings, options: CalibrateOptions) -> None:
         runner.close_zygotes(under=calibrate_folder(settings))
 
 
+def rounds_of(options: CalibrateOptions) -> int:
+    """The A/A rounds per case: as asked, else ROUNDS (WRITE_ROUNDS with --write); ConfigError when --write
+    is asked with fewer than MIN_WRITE_ROUNDS (its run-to-run term would rest on too few ratios)."""
+    write = options.write and not options.ceilings_only
+    rounds = options.rounds or (WRITE_ROUNDS if write else ROUNDS)
+    if write and rounds < MIN_WRITE_ROUNDS:
+        raise ConfigError(f"calibrate --write needs --rounds {MIN_WRITE_ROUNDS} or more (got {rounds}): the run-to-run "
+                          f"term it stores rests on the ratios between rounds; leave --rounds out ({WRITE_ROUNDS})")
+    return rounds
+
+
 def _calibrate(settings: Settings, options: CalibrateOptions) -> None:
+    rounds = rounds_of(options)  # a bad --rounds fails before any measuring
     settings = with_sampling(settings, processes=options.processes, samples=options.samples)
     gs = gate_settings(settings)
     suite = settings.suite(options.suite or settings.default_suite)
@@ -285,7 +328,7 @@ def _calibrate(settings: Settings, options: CalibrateOptions) -> None:
         calibrate_ceilings(settings, env, machine_key, options.write)
         if options.ceilings_only:
             return
-    results = measure_noise(settings, gs, cases, catalog, options.rounds)
+    results = measure_noise(settings, gs, cases, catalog, rounds)
     if base is not None:
         # read again: the rounds take minutes, and a `baseline update` meanwhile must not be reverted to what
         # the baseline held when they began
@@ -303,7 +346,7 @@ def _calibrate(settings: Settings, options: CalibrateOptions) -> None:
                 echo(f"{key}: not stored: {why}; {kept}. Gate it with `perfgate run --against REF` (paired), "
                      "or calibrate again on a quieter runner")
             baselines.write_baseline(base, path)
-        echo(f"stored {stored} calibrated threshold(s) in {path}")
+        echo(f"stored the noise figures of {plural(stored, 'case')} in {path}")
 
 
 def check_target(base: baselines.Baseline, machine_key: str, suite: str) -> baselines.Baseline:

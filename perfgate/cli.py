@@ -203,6 +203,9 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
                    "(refused): both sides run in this job's environment.")
 @click.option("--history", "history", is_flag=True,
               help="Add this run to the history store ([tool.perfgate] history, $PERFGATE_HISTORY_URL).")
+@click.option("--baseline-precision", "baseline_precision", is_flag=True,
+              help="Measure each case to a baseline's precision (half a plain run's CI, from "
+                   "unpaired_min_processes processes): a run to become a baseline. Not with --gate or --against.")
 @handle_errors
 def run_cmd(config: str | None, **options: Any) -> None:
     """Run a suite (or a selection) and write results.json with a table of step times per toggle."""
@@ -236,7 +239,7 @@ def baseline_group() -> None:
 
 @baseline_group.command("update")
 @config_option
-@click.argument("results", required=False, type=click.Path())
+@click.argument("results", nargs=-1, type=click.Path())
 @click.option("--allow-failed", is_flag=True, help="Accept a results file with failed cases.")
 @click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None,
               help="Write here instead of <baselines_dir>/<machine-key>/<suite>.json.")
@@ -244,29 +247,33 @@ def baseline_group() -> None:
               help="Replace only these cases (a key workload/size/toggles/device or a glob; repeatable) in the "
                    "stored baseline; every other case stays.")
 @handle_errors
-def baseline_update_cmd(config: str | None, results: str | None, allow_failed: bool, baseline_file: str | None,
+def baseline_update_cmd(config: str | None, results: tuple[str, ...], allow_failed: bool, baseline_file: str | None,
                         cases: tuple[str, ...]) -> None:
     """Make RESULTS (default: the latest run) the baseline of its suite on its machine (with --case: only
-    those cases of it)."""
+    those cases of it). Several RESULTS, runs of one clean commit on this machine, are pooled: each case's
+    processes together, and the spread between the runs measured for the gate's unpaired comparisons."""
     from perfgate import baselines, runner
+    from perfgate.compare import gate_settings
     from perfgate.model import load_results
 
     settings = load_settings(config)
-    if results is None:
+    if not results:
         latest = runner.latest_run_dir(settings.reports_dir)
         if latest is None:
             raise ConfigError(f"no run under {settings.reports_dir}; run `perfgate run` first or name RESULTS")
-        results = str(latest)
-    run = load_results(results)
+        results = (str(latest),)
+    gs = gate_settings(settings)
+    run = baselines.pooled([load_results(r) for r in results], results, gs.process_quantile)
+    source = " + ".join(results)
     path = Path(baseline_file) if baseline_file else baselines.baseline_path(
         settings.baselines_dir, run.environment.get("machine_key", "unknown-machine"), run.suite or settings.default_suite)
     with baselines.updating(path):  # another update of this folder's baselines waits (no lost update)
         previous = baselines.load_baseline(path) if path.exists() else None
-        new = baselines.updated(run, previous, str(results), cases, allow_failed=allow_failed)
+        new = baselines.updated(run, previous, source, cases, allow_failed=allow_failed)
         baselines.write_baseline(new, path)
-    echo(f"baseline {path} <- {results}" + (f" ({', '.join(cases)} only)" if cases else ""))
-    for line in baselines.changes(previous, new, only=[c.key for c in baselines.select_cases(run, cases, results)]
-                                  if cases else None):
+    chosen = [c.key for c in baselines.select_cases(run, cases, source)] if cases else None
+    echo(f"baseline {path} <- {source}" + (f" ({', '.join(cases)} only)" if cases else ""))
+    for line in baselines.changes(previous, new, only=chosen) + _recording_lines(run, len(results), gs, chosen):
         echo(line)
     single = [c.key for c in new.run.cases if c.status == "ok" and len(c.processes) < 2]
     if single:  # compare.judge_time: a one-process side never settles a step-time change
@@ -275,8 +282,18 @@ def baseline_update_cmd(config: str | None, results: str | None, allow_failed: b
              "always inconclusive, never a regression; update from a run with 2 or more processes per case")
     kept = [c.key for c in new.run.cases if "git_commit" in c.metadata] if cases else []
     if kept:  # baselines.with_cases_from: each is settled against the commit its numbers come from
-        echo(f"{len(kept)} case(s) kept from another commit than {results}'s keep theirs, and a gate settles each "
+        echo(f"{len(kept)} case(s) kept from another commit than {source}'s keep theirs, and a gate settles each "
              f"against it ({', '.join(kept[:3])}{', ...' if len(kept) > 3 else ''}; `perfgate baseline show`)")
+
+
+def _recording_lines(run: Any, runs: int, gs: Any, chosen: list[str] | None) -> list[str]:
+    """`baseline update`'s cost and precision lines (perfgate.baselines.recording_lines), a baseline's target
+    judged as a run's settling judges its own (perfgate.sequential.PrecisionRule)."""
+    from perfgate import baselines
+    from perfgate.sequential import PrecisionRule
+
+    rule = PrecisionRule(gs.plain_precision() * baselines.BASELINE_PRECISION_SHARE, gs.process_quantile, gs.confidence)
+    return baselines.recording_lines(run, runs, gs.plain_precision(), rule.half_width, only=chosen)
 
 
 @baseline_group.command("show")
@@ -326,11 +343,13 @@ def repro_cmd(config: str | None, case: str, results: str | None, traces_only: b
 @click.option("--suite", "-s", default=None, help="Suite (default: default_suite).")
 @click.option("-w", "--workload", "workloads", multiple=True, help="Only these workloads.")
 @click.option("-t", "--toggles", "toggles", multiple=True, help="Only these toggle sets.")
-@click.option("--rounds", type=click.IntRange(min=2), default=3, show_default=True, help="A/A runs per case.")
+@click.option("--rounds", type=click.IntRange(min=2), default=None,
+              help="A/A runs per case (default 3; 10 with --write, which needs 8 or more).")
 @click.option("--processes", type=click.IntRange(min=1), default=None,
               help="Exactly this many worker processes per round (default: adaptive, as `perfgate run`).")
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="Timed samples per process.")
-@click.option("--write", is_flag=True, help="Store per-case thresholds in the baseline's metadata.")
+@click.option("--write", is_flag=True,
+              help="Store each case's noise floor and run-to-run term (its upper bound) in the baseline.")
 @click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None,
               help="Baseline to write to (default: <baselines_dir>/<machine-key>/<suite>.json).")
 @click.option("--ceilings/--no-ceilings", default=True, show_default=True,

@@ -50,6 +50,7 @@ from perfgate.model import (
     Verdict,
     higher_is_better,
 )
+from perfgate.runspread import calibrated_floor, unpaired_term
 from perfgate.stats import (
     PROCESS_QUANTILE,
     RUN_TO_RUN_CPU,
@@ -124,12 +125,19 @@ class GateSettings:
                       calibration: dict[str, Any] | None = None) -> tuple[float, str]:
         """The step-time threshold of a case and where it came from.
 
-        Most specific first: a calibrated per-case threshold (``perfgate calibrate --write``), then the
-        widest per-toggle threshold among the case's toggles, then the per-workload one, then the global.
-        """
-        cal = (calibration or {}).get(key)
-        if cal and isinstance(cal.get("threshold"), (int, float)):
-            return float(cal["threshold"]), "calibrated for this case"
+        The configured one, most specific first: the widest per-toggle threshold among the case's toggles,
+        then the per-workload one, then the global. A case calibrated on this machine (``perfgate calibrate
+        --write``) is judged with the wider of that and its calibrated noise floor (``calibrated_floor``),
+        and the source says which won: a calibration never narrows what the configuration asks, and
+        widens it only as far as the machine's noise needs."""
+        threshold, source = self.configured_threshold(case)
+        floor = calibrated_floor((calibration or {}).get(key))
+        if floor is not None and floor > threshold:
+            return floor, f"calibrated noise floor (the {source}, {threshold * 100:g}%, is below it)"
+        return threshold, source
+
+    def configured_threshold(self, case: CaseResult | None) -> tuple[float, str]:
+        """The configured step-time threshold of a case and which setting gave it."""
         if case is not None:
             per_toggle = [self.toggles[t] for t in case.spec.toggles if t in self.toggles]
             if per_toggle:
@@ -146,21 +154,17 @@ class GateSettings:
         return self.run_to_run_cuda if device.startswith("cuda") else self.run_to_run
 
     def run_to_run_term(self, case: CaseResult | None, key: str, calibration: dict[str, Any] | None = None,
-                        paired: bool = False) -> tuple[float, str]:
-        """The run-to-run spread an unpaired comparison of this case carries, and where it came from:
-        measured on this machine and device by ``perfgate calibrate --write`` (the A/A ratios between its
-        rounds, each round with its own layouts and run folder), else the configured default for the device.
-        Lockstep pairs share the machine's moments: ``run_to_run_paired``."""
-        device = case.spec.device if case is not None else "cpu"
+                        paired: bool = False, base: CaseResult | None = None) -> tuple[float, str]:
+        """The run-to-run spread an unpaired comparison of this case carries, and where it came from
+        (perfgate.runspread.unpaired_term: calibrate's upper bound, else the baseline's own pooled runs, else the
+        configured default; scaled to the baseline's number of pooled runs). Lockstep pairs share the
+        machine's moments: ``run_to_run_paired``."""
         if paired:
             return self.run_to_run_paired, "paired"
-        cal = (calibration or {}).get(key)
-        measured = cal.get("run_to_run") if isinstance(cal, dict) else None
-        if isinstance(measured, (int, float)) and not isinstance(measured, bool) and 0 <= measured <= RUN_TO_RUN_MAX:
-            when = str(cal.get("measured_at", ""))[:10]
-            return float(measured), f"measured by calibrate{' on ' + when if when else ''}"
+        device = case.spec.device if case is not None else (base.spec.device if base is not None else "cpu")
         name = "run_to_run_cuda" if device.startswith("cuda") else "run_to_run"
-        return self.run_to_run_for(False, device), f"{name} default, not calibrated"
+        return unpaired_term(self.run_to_run_for(False, device), name, (calibration or {}).get(key), base,
+                             self.run_to_run_paired, RUN_TO_RUN_MAX)
 
     def remeasures(self, mode: str) -> bool:
         """Whether a step-time regression in ``mode`` ("stored" or "against") is measured again before it
@@ -1031,8 +1035,9 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
     # of the error rate, perfgate.sequential), recomputed here from the judge's settings: the level the
     # case's metadata records was written by the measuring side, which may be the pull request's code
     confidence = look_confidence(cur) if look_confidence is not None else gate.confidence
-    run_to_run, run_to_run_source = gate.run_to_run_term(cur, key, calibration, paired)
-    unpaired, unpaired_source = gate.run_to_run_term(cur, key, calibration) if paired else (run_to_run, run_to_run_source)
+    run_to_run, run_to_run_source = gate.run_to_run_term(cur, key, calibration, paired, base=base)
+    unpaired, unpaired_source = (gate.run_to_run_term(cur, key, calibration, base=base) if paired
+                                 else (run_to_run, run_to_run_source))
     # a process whose step time is 0 (a sample of 0 ns is valid JSON): its log is -inf, and the statistics
     # would come out NaN, "not significant", so `unchanged` at a ratio of inf; no ratio can be judged
     zero = [side for side, c in (("baseline", base), ("now", cur))

@@ -260,7 +260,7 @@ def check_calibration(name: str, baseline: Any, gs: Any) -> Finding | None:
     for key in keys:
         case = baseline.run.case(key)
         threshold, _ = gs.threshold_for(case, key, baseline.calibration)
-        run_to_run, _ = gs.run_to_run_term(case, key, baseline.calibration)
+        run_to_run, _ = gs.run_to_run_term(case, key, baseline.calibration, base=case)
         figures[key] = (threshold, run_to_run)
     widest = (f"thresholds up to {max(t for t, _ in figures.values()) * 100:g}%, run-to-run terms up to "
               f"{max(r for _, r in figures.values()) * 100:g}%")

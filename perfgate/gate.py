@@ -190,6 +190,7 @@ def lockstep_commits(settings: Settings, baseline: baselines.Baseline) -> tuple[
 def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline | None = None,
                     screen: bool = False) -> Callable[[CaseSpec], sequential.Sampler]:
     """How many processes each case gets (perfgate.sequential): ``mode`` "plain" measures to a precision,
+    "baseline" to a baseline's (half a plain run's, from ``unpaired_min_processes``: `run --baseline-precision`),
     "stored" until the comparison with ``baseline`` settles (with ``screen``: one look, lockstep pairs
     settle the rest), "against" until the paired comparison does."""
     gs = gate_settings(settings)
@@ -198,13 +199,17 @@ def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline 
     def make(spec: CaseSpec) -> sequential.Sampler:
         base_case = baseline.run.case(spec.key) if baseline else None
         rule: sequential.Rule
-        if mode == "plain" or (mode == "stored" and (base_case is None or base_case.status != STATUS_OK)):
+        if mode == "baseline":
+            rule = sequential.PrecisionRule(gs.plain_precision() * baselines.BASELINE_PRECISION_SHARE,
+                                            gs.process_quantile, gs.confidence, gs.run_to_run_for(False, spec.device),
+                                            min_processes=gs.unpaired_min_processes)
+        elif mode == "plain" or (mode == "stored" and (base_case is None or base_case.status != STATUS_OK)):
             rule = sequential.PrecisionRule(gs.plain_precision(), gs.process_quantile, gs.confidence,
                                             gs.run_to_run_for(False, spec.device))
         else:
             case = CaseResult(spec=spec, status=STATUS_OK)
             threshold, source = gs.threshold_for(case, spec.key, calibration)
-            run_to_run, _ = gs.run_to_run_term(case, spec.key, calibration, paired=(mode == "against"))
+            run_to_run, _ = gs.run_to_run_term(case, spec.key, calibration, paired=(mode == "against"), base=base_case)
             rule = sequential.ComparisonRule(gs, threshold, source, paired=(mode == "against"), base=base_case,
                                              run_to_run=run_to_run)
             return sequential.make_sampler(gs, settings.processes, rule, screen=screen and mode == "stored")

@@ -143,9 +143,10 @@ class PrecisionRule:
     kind = "precision"
 
     def __init__(self, precision: float, quantile: float = 0.1, confidence: float = 0.95,
-                 run_to_run: float = 0.0) -> None:
+                 run_to_run: float = 0.0, min_processes: int = 2) -> None:
         self.precision, self.quantile, self.confidence = precision, quantile, confidence
         self.run_to_run = run_to_run
+        self.min_processes = min_processes  # a baseline's floor (`run --baseline-precision`): see performance modes
 
     def _times(self, head: CaseResult) -> list[float]:
         return [p.step_time(self.quantile) for p in head.processes if p.samples_ns]
@@ -161,6 +162,9 @@ class PrecisionRule:
         printed = process_half_width(self._times(head), self.confidence, self.run_to_run)
         again = (f"; +/-{printed * 100:.1f}% for another run (+{self.run_to_run * 100:g}% run-to-run)"
                  if printed is not None and self.run_to_run > 0 else "")
+        if len(head.processes) < self.min_processes:
+            return Decision(False, f"step time within +/-{h * 100:.1f}%{again}; a baseline settles from "
+                                   f"{plural(self.min_processes, 'process', 'processes')}")
         if h <= self.precision:
             return Decision(True, f"step time within +/-{h * 100:.1f}% (target +/-{self.precision * 100:g}%){again}")
         return Decision(False, f"step time within +/-{h * 100:.1f}%, target +/-{self.precision * 100:g}%{again}")

@@ -21,7 +21,7 @@ from typing import Any
 
 from perfgate import against, console, environment, expect, layout, roofline, runner
 from perfgate import gate as gate_mod
-from perfgate.baselines import Baseline
+from perfgate.baselines import BASELINE_PRECISION_SHARE, Baseline
 from perfgate.config import ConfigError, Settings, Suite
 from perfgate.console import echo
 from perfgate.github import publish_summary
@@ -62,9 +62,13 @@ class RunOptions:
     against_ref: str | None = None
     strict_env: bool = False
     history: bool = False
+    baseline_precision: bool = False
 
     def __post_init__(self) -> None:
         self.shard_part()  # a bad --shard fails before the slow probe
+        if self.baseline_precision and (self.gate or self.against_ref):
+            raise ConfigError("--baseline-precision records a run to become a baseline; it judges nothing: drop "
+                              f"{'--gate' if self.gate else '--against'} (gate later runs against the baseline it makes)")
         # an empty REF (a CI variable unset: `--against "$BASE_REF"`) ran as no --against at all, gated on the
         # stored baseline; a REF like an option is no branch, tag or hash either (git refuses such names)
         if self.against_ref is not None and (not self.against_ref.strip() or self.against_ref.startswith("-")):
@@ -303,6 +307,11 @@ def _run_in(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path
             return EXIT_OK
     echo(f"perfgate: {len(cases)} case(s) of {record.what_ran} on {cases[0].device}, "
          f"{sampling_plan(settings)}, {settings.threads} thread(s) -> {run_dir}")
+    if options.baseline_precision:
+        gs = gate_mod.gate_settings(settings)
+        echo(f"perfgate: measuring to a baseline's precision: each case until its step time is within "
+             f"+/-{gs.plain_precision() * BASELINE_PRECISION_SHARE * 100:g}%, from "
+             f"{gs.unpaired_min_processes} processes (a plain run: +/-{gs.plain_precision() * 100:g}%)")
     if settings.reports_dir in run_dir.parents:
         runner.mark_latest(settings.reports_dir, run_dir)
     write_reports = reports_writer(run_dir)
@@ -344,8 +353,8 @@ def run_measured(options: RunOptions, cases: list[CaseSpec], files: dict[str, st
         echo(f"perfgate: step-time changes the stored comparison does not settle at its first look are "
              f"settled in lockstep against {lockstep.describe()}" if lockstep else
              f"perfgate: step times are judged against the stored baseline alone ({why_not})")
-    sampler_for = gate_mod.sampler_factory(settings, "stored" if stored else "plain", stored[1] if stored else None,
-                                           screen=bool(lockstep))
+    mode = "stored" if stored else "baseline" if options.baseline_precision else "plain"
+    sampler_for = gate_mod.sampler_factory(settings, mode, stored[1] if stored else None, screen=bool(lockstep))
     done = runner.execute(cases, files, settings, record, run_dir, partial(progress, run=record), after_case=write_reports,
                           sampler_for=sampler_for)
     done = replace(done, finished_at=now())

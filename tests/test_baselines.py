@@ -355,3 +355,95 @@ def test_baseline_updates_of_one_folder_take_turns(tmp_path):
     t.join(30)
     assert entered == ["second"]
     assert sorted(p.name for p in path.parent.iterdir()) == []  # no lock file among the committed baselines
+
+
+def _run_of(level: float, commit: str = "c" * 40, processes: int = 8, spread: float = 0.01, seed: int = 0,
+            **environment) -> RunResult:
+    """One run of the fixture's case at ``level`` (relative), ``processes`` worker processes ``spread`` apart."""
+    import random
+
+    rnd = random.Random(seed)
+    data = json.loads((FIXTURES / "baseline-v1.json").read_text())["run"]
+    data["environment"].update({"git_commit": commit, "git_dirty": False, **environment})
+    template = data["cases"][0]["processes"][0]
+    data["cases"][0]["processes"] = [
+        {**template, "process_index": i,
+         "samples_ns": [round(1e6 * (1 + level) * (1 + rnd.gauss(0, spread))) for _ in range(3)]}
+        for i in range(processes)]
+    return RunResult.from_json(data)
+
+
+def test_runs_of_one_commit_pool_into_one_baseline_that_knows_their_spread():
+    """A plain run's few processes made a thin baseline; several runs of one commit pooled hold all their
+    processes and, from the runs' levels, the spread between whole runs with its upper bound, which the gate's
+    unpaired comparison uses (and scales to a head run against k pooled runs)."""
+    from perfgate import runspread
+    from perfgate.compare import GateSettings
+
+    runs = [_run_of(level, seed=i) for i, level in enumerate((0.0, 0.004, -0.003))]
+    pooled = baselines.pooled(runs, ["r1", "r2", "r3"])
+    (case,) = pooled.cases
+    assert len(case.processes) == 24 and [p.process_index for p in case.processes] == list(range(24))
+    info = case.metadata[runspread.BASELINE_RUNS]
+    assert info["runs"] == 3 and info["processes"] == [8, 8, 8]
+    assert info["run_spread"]["dof"] == 2 and info["run_spread"]["upper"] >= info["run_spread"]["estimate"]
+    gate = GateSettings()
+    term, source = gate.run_to_run_term(case, case.key, base=case)
+    spread = info["run_spread"]
+    if spread["upper"] < runspread.per_run(gate.run_to_run) or spread["estimate"] > runspread.per_run(gate.run_to_run):
+        assert "measured by the baseline's 3 pooled runs" in source
+    else:  # the runs cannot show the default too wide: it stands, for a head run against 3 pooled runs
+        assert term == pytest.approx(runspread.ratio_term(runspread.per_run(0.02), 3), abs=1e-5) and term < 0.02
+    assert "against 3 pooled runs" in source
+    # a pooled case whose runs agree closely: their own bound, below the default's
+    tight = baselines.pooled([_run_of(0.0, seed=i, processes=16, spread=0.001) for i in range(8)], list("abcdefgh"))
+    term, source = gate.run_to_run_term(tight.cases[0], tight.cases[0].key, base=tight.cases[0])
+    assert term < 0.02 and source.startswith("measured by the baseline's 8 pooled runs (95% upper bound)")
+    # one run: the configured default, as before
+    assert gate.run_to_run_term(runs[0].cases[0], case.key, base=runs[0].cases[0]) == (
+        0.02, "run_to_run default, not calibrated")
+
+
+@pytest.mark.parametrize("other, message", [
+    ({"commit": "d" * 40}, "cannot pool r2 with r1: they differ (git_commit"),
+    ({"malloc": "steady"}, "cannot pool r2 with r1: they differ (malloc"),  # no malloc recorded: system
+    ({"git_dirty": True}, "cannot pool r2: it was measured with uncommitted changes"),
+])
+def test_runs_of_other_commits_or_environments_are_not_pooled(other, message):
+    second = _run_of(0.0, **other)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        baselines.pooled([_run_of(0.0), second], ["r1", "r2"])
+
+
+def test_pooling_through_the_cli_says_what_the_baseline_cost_and_whether_it_is_precise(tmp_path):
+    """`perfgate baseline update RUN1 RUN2 RUN3`: one baseline of the three; the cost of recording it and its
+    precision said; a mix of commits is one line, exit 2, and nothing written. One thin run: a warning that says
+    what to do."""
+    from conftest import run_cli
+
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nbaselines_dir = "baselines"\n')
+    dirs = []
+    for i, level in enumerate((0.0, 0.003, -0.002, 0.0)):
+        d = tmp_path / f"run{i}"
+        d.mkdir()
+        run = _run_of(level, seed=i, commit="c" * 40 if i < 3 else "d" * 40)
+        (d / "results.json").write_text(run.dumps())
+        dirs.append(str(d))
+    mixed = run_cli("baseline", "update", *dirs, cwd=tmp_path)
+    assert mixed.returncode == 2 and "cannot pool" in mixed.stderr and len(mixed.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "baselines").exists()
+    proc = run_cli("baseline", "update", *dirs[:3], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "recorded from 3 runs: 24 processes per case (median)" in proc.stdout and "of measuring" in proc.stdout
+    assert "spread between the runs (per run)" in proc.stdout
+    assert "every case's step time within +/-1.25% (a baseline's precision)" in proc.stdout
+    (path,) = (tmp_path / "baselines").glob("*/smoke.json")
+    stored = baselines.load_baseline(path)
+    assert len(stored.run.cases[0].processes) == 24 and " + " in stored.source
+    thin = tmp_path / "thin"
+    thin.mkdir()
+    (thin / "results.json").write_text(_run_of(0.0, processes=3, spread=0.05).dumps())
+    proc = run_cli("baseline", "update", str(thin), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 case(s) short of a baseline's precision (step time within +/-1.25%, half a plain run's)" in proc.stdout
+    assert "perfgate run --baseline-precision" in proc.stdout and "perfgate baseline update RUN1 RUN2" in proc.stdout

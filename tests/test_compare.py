@@ -477,7 +477,44 @@ def test_thresholds_per_workload_toggle_and_calibration():
     assert g.threshold_for(case("eager"), "k") == (0.08, "per-workload threshold")
     assert g.threshold_for(case("compile"), "k")[0] == 0.2
     assert g.threshold_for(case("eager", workload="other"), "k")[0] == 0.05
-    assert g.threshold_for(case("eager"), "k", {"k": {"threshold": 0.12}})[0] == 0.12
+
+
+
+def test_a_calibrated_noise_floor_widens_the_configured_threshold_never_narrows_it():
+    """calibrate --write froze the threshold configured on its day, which then overrode the configuration in
+    both directions. Only the noise floor is stored now; the gate judges with the wider of it and the threshold
+    configured now, and the rule's source says which won."""
+    g = parse_gate({"threshold": 0.05, "toggles": {"compile": 0.2}})
+    floor = {"k": {"noise_floor": 0.08}}
+    assert g.threshold_for(case("eager"), "k", floor) == (
+        0.08, "calibrated noise floor (the global threshold, 5%, is below it)")
+    assert g.threshold_for(case("compile"), "k", floor) == (0.2, "per-toggle threshold")  # a wider setting stands
+    # an entry of the old form: its frozen threshold is never read, only its noise figure
+    assert g.threshold_for(case("eager"), "k", {"k": {"threshold": 0.12}}) == (0.05, "global threshold")
+    old = {"k": {"threshold": 0.12, "configured_threshold": 0.12, "smallest_detectable_change": 0.0712}}
+    assert g.threshold_for(case("eager"), "k", old)[0] == 0.075
+    assert g.threshold_for(case("compile"), "k", old)[0] == 0.2
+
+
+def test_an_old_calibrated_baseline_is_read_for_its_noise_figures_only(tmp_path):
+    """A golden baseline as calibrate --write stored it before (perfgate.baseline/2: a threshold of 10% frozen
+    from its day's configuration; a run-to-run point estimate of 0.5% from 2 ratios): the gate reads its noise
+    floor (7.5%) against today's threshold, and its run-to-run term as the upper bound recomputed from its
+    A/A ratios, never the 0.5%."""
+    from pathlib import Path
+
+    from perfgate import baselines
+
+    b = baselines.load_baseline(Path(__file__).parent / "fixtures" / "baseline-v2-calibrated.json")
+    (base,) = b.run.cases
+    narrow, wide = parse_gate({"threshold": 0.05}), parse_gate({"threshold": 0.2})
+    assert narrow.threshold_for(base, base.key, b.calibration)[0] == 0.075
+    assert wide.threshold_for(base, base.key, b.calibration) == (0.2, "global threshold")
+    term, source = narrow.run_to_run_term(base, base.key, b.calibration, base=base)
+    assert term > 1.5 * 0.005 and "measured by calibrate on 2026-11-26 (95% upper bound, 2 dof)" in source
+    # written back, the entry stays as it was read (only a new calibrate replaces it)
+    again = baselines.load_baseline(baselines.write_baseline(b, tmp_path / "m" / "smoke.json"))
+    assert again.calibration == b.calibration
 
 
 @pytest.mark.parametrize("raw, message", [
@@ -766,10 +803,13 @@ def test_the_run_to_run_term_is_measured_per_case_or_the_devices_default():
     assert g.run_to_run_term(cpu, "k") == (0.02, "run_to_run default, not calibrated")
     assert g.run_to_run_term(gpu, "k") == (0.03, "run_to_run_cuda default, not calibrated")
     assert g.run_to_run_term(gpu, "k", paired=True) == (0.005, "paired")
-    cal = {"k": {"threshold": 0.05, "run_to_run": 0.021, "measured_at": "2026-11-26T07:00:00+0000"}}
-    assert g.run_to_run_term(gpu, "k", cal) == (0.021, "measured by calibrate on 2026-11-26")
+    cal = {"k": {"run_to_run": 0.021, "run_spread": {"dof": 9}, "measured_at": "2026-11-26T07:00:00+0000"}}
+    assert g.run_to_run_term(gpu, "k", cal) == (
+        pytest.approx(0.021), "measured by calibrate on 2026-11-26 (95% upper bound, 9 dof)")
     for bad in (-0.1, 7.0, True, "0.02", None):  # an untrusted file's value: the default instead
-        assert g.run_to_run_term(cpu, "k", {"k": {"run_to_run": bad}})[0] == 0.02
+        assert g.run_to_run_term(cpu, "k", {"k": {"run_to_run": bad, "run_spread": {"dof": 9}}})[0] == 0.02
+    # a bare figure (a point estimate of old, no bound beside it and no ratios to compute one): the default
+    assert g.run_to_run_term(cpu, "k", {"k": {"run_to_run": 0.005}})[0] == 0.02
 
 
 def test_pairs_that_cannot_be_formed_carry_the_unpaired_run_to_run_term():
@@ -790,8 +830,9 @@ def test_pairs_that_cannot_be_formed_carry_the_unpaired_run_to_run_term():
     assert "run-to-run 0.5% (paired)" in pairs.rule
     assert "run-to-run 2% (run_to_run default, not calibrated: the processes could not be paired)" in unequal.rule
     assert unequal.ratio_high - unequal.ratio_low > 3 * (pairs.ratio_high - pairs.ratio_low)
-    measured = step_time(head[:7], {"k": {"run_to_run": 0.011}})
-    assert "run-to-run 1.1% (measured by calibrate: the processes could not be paired)" in measured.rule
+    measured = step_time(head[:7], {"k": {"run_to_run": 0.011, "run_spread": {"dof": 9}}})
+    assert "run-to-run 1.1% (measured by calibrate (95% upper bound, 9 dof): the processes could not be paired)" \
+        in measured.rule
     for term in (None, 0.005):  # the term of a sequential look's rule, or none given: never the paired one
         change = case_time_change(case("eager", base), case("eager", head[:7]), g, paired=True, run_to_run=term)
         assert change is not None and not change.paired and change.run_to_run == g.run_to_run
@@ -820,7 +861,8 @@ def test_a_stored_gpu_comparison_does_not_call_a_win_that_a_whole_run_moving_exp
     assert verdict("cpu").kind == "win"
     gpu = verdict("cuda")
     assert gpu.kind == "inconclusive" and "run-to-run 3% (run_to_run_cuda default, not calibrated)" in gpu.rule
-    assert verdict("cuda", {"k": {"run_to_run": 0.005}}).kind == "win"  # measured quiet: the evidence stands
+    # measured quiet (its upper bound): the evidence stands
+    assert verdict("cuda", {"k": {"run_to_run": 0.005, "run_spread": {"dof": 9}}}).kind == "win"
 
 
 def test_a_process_that_sampled_several_layouts_is_the_median_of_them():

@@ -163,11 +163,11 @@ def test_doctor_says_what_a_baselines_calibration_does_to_the_gate(tmp_path):
     baseline = from_run(run)
     write_baseline(baseline, path)
     assert [f.check for f in doctor.check_baselines(settings)] == ["baselines"]  # no calibration: no line
-    baseline.calibration["w/smoke/eager/cpu"] = {"threshold": 0.06, "run_to_run": 0.012}
+    baseline.calibration["w/smoke/eager/cpu"] = {"noise_floor": 0.06, "run_to_run": 0.012, "run_spread": {"dof": 9}}
     write_baseline(baseline, path)
     (line,) = [f for f in doctor.check_baselines(settings) if f.check == "calibration"]
     assert line.status == "ok" and "1 of 2 case(s) calibrated (thresholds up to 6%, run-to-run terms up to 1.2%)" in line.found
-    for tampered in ({"run_to_run": 0.5}, {"threshold": 1.5}):
+    for tampered in ({"run_to_run": 0.5, "run_spread": {"dof": 9}}, {"noise_floor": 1.5}):
         baseline.calibration["w/smoke/compile/cpu"] = tampered
         write_baseline(baseline, path)
         (line,) = [f for f in doctor.check_baselines(settings) if f.check == "calibration"]

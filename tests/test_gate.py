@@ -86,21 +86,40 @@ def test_compare_with_a_corrupt_baseline_is_one_line_exit_2(project, tmp_path):
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_calibrate_writes_thresholds_the_gate_uses(project):
+def test_calibrate_writes_noise_figures_the_gate_uses(project, monkeypatch):
+    """--write stores the case's noise floor and the upper bound of its run-to-run term (its A/A rounds here
+    synthetic: 10 real rounds take minutes), and the real `perfgate compare` judges with both."""
+    import random
+
+    from test_calibrate import rounds
+
+    from perfgate import calibrate, config
+    from perfgate.compare import GateSettings
+    from perfgate.model import CaseResult, CaseSpec
+
     root, baseline = project
-    proc = run_cli("calibrate", "--rounds", "2", "--processes", "1", "--write", "--no-ceilings", cwd=root)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "between processes" in proc.stdout and "smallest detectable change" in proc.stdout
+    few = run_cli("calibrate", "--rounds", "2", "--processes", "1", "--write", "--no-ceilings", cwd=root)
+    assert few.returncode == 2 and "calibrate --write needs --rounds 8 or more (got 2)" in few.stderr
+    assert len(few.stderr.strip().splitlines()) == 1
+    spec = CaseSpec.from_json(json.loads(baseline.read_text())["results"]["cases"][0]["spec"])
+    done = [CaseResult(spec, "ok", r.processes) for r in rounds(random.Random(5), 10, 40, 0.03)]
+    noise = calibrate.analyse(CASE, done, GateSettings(bootstrap_resamples=500), 0.05, 2)  # 2 a side: a 10% floor
+    monkeypatch.setattr(calibrate, "measure_noise", lambda *a, **k: {CASE: noise})
+    monkeypatch.chdir(root)
+    calibrate.calibrate(config.load(cwd=root), calibrate.CalibrateOptions(write=True, ceilings=False))
     cal = json.loads(baseline.read_text())["calibration"][CASE]
-    assert cal["threshold"] >= 0.5 and cal["rounds"] == 2
+    # the noise figure only (no threshold frozen from today's configuration), the run-to-run term's bound
+    assert "threshold" not in cal and cal["noise_floor"] > 0.05 and cal["rounds"] == 10
+    assert cal["run_spread"]["dof"] == 9 and cal["run_to_run"] >= cal["run_to_run_estimate"]
     first_run = root / "reports" / (root / "reports" / "LATEST").read_text().strip()
     cmp = run_cli("compare", str(first_run), str(baseline), cwd=root)
     assert cmp.returncode == 0, cmp.stdout + cmp.stderr
     data = json.loads((first_run / "comparison.json").read_text())
     (v,) = [v for v in data["verdicts"] if v["metric"] == "step_time"]
-    assert "calibrated for this case" in v["rule"]
-    # the A/A ratio between its two rounds is the run-to-run spread the unpaired comparison carried
-    assert isinstance(cal["run_to_run"], float) and cal["aa_ratios"]
+    # the project's configured 50% is wider than the floor: it stands (a threshold frozen at calibration
+    # time, 5% then, once narrowed it)
+    assert v["threshold"] == 0.5 and "global threshold" in v["rule"] and "noise floor" not in v["rule"]
+    # the upper bound of the run-to-run spread between its rounds is what the unpaired comparison carried
     assert f"run-to-run {cal['run_to_run'] * 100:g}% (measured by calibrate on " in v["rule"]
 
 

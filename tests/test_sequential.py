@@ -310,3 +310,28 @@ def test_the_command_lines_sampling_goes_into_the_gate_table(tmp_path):
     assert settings.extra.get("gate") in (None, {})  # the settings given are left as they were
     assert sampling_plan(fixed) == "5 process(es) each"
     assert sampling_plan(budget) == "3 to 9 process(es) each as needed (at most 30 s)"
+
+
+def test_a_run_to_become_a_baseline_measures_to_half_a_plain_runs_precision_from_the_unpaired_floor(tmp_path):
+    """`run --baseline-precision`: a plain run stopped a case at 2-5 processes once its CI was within half the
+    threshold, and that thin run became the baseline. A baseline's run settles a quiet case only from
+    ``unpaired_min_processes`` and at half a plain run's half-width; with --gate or --against it is refused."""
+    from perfgate import config
+    from perfgate.config import ConfigError
+    from perfgate.gate import sampler_factory
+    from perfgate.session import RunOptions
+
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\n")
+    settings = config.load(cwd=tmp_path)
+    plain, baseline = (sampler_factory(settings, mode)(SPEC) for mode in ("plain", "baseline"))
+    assert baseline.rule.precision == plain.rule.precision / 2 == GATE.threshold / 4
+    rnd = random.Random(3)
+    procs = [process(rnd, 1e-3 * math.exp(rnd.gauss(0, 0.001)), index=i) for i in range(8)]
+    assert plain.next_target(3, 3.0, case(procs[:3])) is None and plain.stopped.startswith("settled")
+    assert baseline.next_target(3, 3.0, case(procs[:3])) == 5
+    assert "a baseline settles from 8 processes" in baseline.looks[-1]["result"]
+    assert baseline.next_target(5, 5.0, case(procs[:5])) == 8
+    assert baseline.next_target(8, 8.0, case(procs)) is None and baseline.stopped.startswith("settled")
+    for given in ({"gate": True}, {"against_ref": "main"}):
+        with pytest.raises(ConfigError, match="--baseline-precision records a run to become a baseline"):
+            RunOptions(baseline_precision=True, **given)
