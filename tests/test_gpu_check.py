@@ -81,7 +81,9 @@ def test_the_summary_rows_of_the_second_gpu_run_cuda_graphs_and_compile_on_the_r
     graphs, compiled = rows["cuda-graphs"], rows["compile-reduce-overhead"]
     assert graphs["status"] == "ok" and graphs["drift"]["verdict"] == "ok" and graphs["drift"]["rel_l2"] == 0.0
     assert graphs["speedup_vs_eager"]["value"] == pytest.approx(1.33, abs=0.01)
-    assert graphs["speedup_vs_eager"]["low"] > 1.3
+    # two processes a case: the interval over processes (Welch t, 1 dof a side) with the GPU's 3% run-to-run
+    # term is wide, but it still says cuda-graphs pays
+    assert 1.0 < graphs["speedup_vs_eager"]["low"] < 1.3 < graphs["speedup_vs_eager"]["high"]
     assert compiled["status"] == "ok" and compiled["drift"]["verdict"] == "ok" and compiled["drift"]["amplified"]
     assert compiled["wall_s"] == pytest.approx(23.8, abs=0.1)
     from perfgate.model import load_results

@@ -310,7 +310,9 @@ def test_generated_gpu_gate_keeps_the_approval_pinning_and_base_judging_of_perfg
     install = [s["run"] for s in merge["steps"] if "install the pinned perfgate" in s.get("name", "")][0]
     sha = init.ACTION.split("@")[1]
     assert f"git+https://github.com/{init.ACTION.split('@')[0]}@{sha}" in install and "-e ." not in install
-    assert merge["steps"][-4:] == own["jobs"]["merge"]["steps"][-4:]  # merge --gate --rejudge, upload, junit, fail
+    # merge --gate --rejudge --expect-suite (the gpu suite here, perfgate's own pr), upload, junit, fail
+    own_steps = json.loads(json.dumps(own["jobs"]["merge"]["steps"][-4:]).replace("--expect-suite pr", "--expect-suite gpu"))
+    assert merge["steps"][-4:] == own_steps and "--expect-suite gpu" in merge["steps"][-4]["run"]
     label = load((repo / ".github" / "workflows" / "perfgate-label.yml").read_text())
     assert label["jobs"] == load((REPO_WORKFLOWS / "perfgate-label.yml").read_text())["jobs"]
     data = tomllib.loads((repo / "pyproject.toml").read_text())
