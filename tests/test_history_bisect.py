@@ -41,7 +41,9 @@ def test_bisect_names_the_commit_that_adds_work(repo: tuple[Path, list[str]]) ->
     path, hashes = repo
     (path / "NOTES.md").write_text("an uncommitted edit bisect must keep\n")
     before = git_state(path)
-    out = cli(["bisect", hashes[0], hashes[-1], "-w", "bisect_work"], path)
+    # 4 pairs a measurement: with the default 2, one pair the machine slowed gave a +25% commit an interval
+    # of [0.2, 6.0] on this 2-core machine, and the search went the wrong way
+    out = cli(["bisect", hashes[0], hashes[-1], "-w", "bisect_work", "--processes", "4"], path)
     assert out.returncode == 0, out.stderr + out.stdout
     assert f"first commit of the step: {hashes[STEP_AT]}" in out.stdout, out.stdout
     assert "adds work" in out.stdout
