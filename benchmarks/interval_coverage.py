@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = [Path(p) / "results.json" if Path(p).is_dir() else Path(p) for p in args.analyze]
         selection: list[str] = []
     else:
-        selection = [f"--suite={args.suite}"] if args.suite or not (args.workload or args.toggle) else []
+        selection = [f"--suite={args.suite or 'smoke'}"] if args.suite or not (args.workload or args.toggle) else []
         if not selection:
             selection += [f"--workload={w}" for w in args.workload] + [f"--toggles={t}" for t in args.toggle]
             selection += [f"--size={args.size}"] if args.size else []
