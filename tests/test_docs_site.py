@@ -43,6 +43,7 @@ class DocCommand:
     where: str  # file:line
     args: tuple[str, ...]  # after `perfgate`
     needs: tuple[str, ...]  # from the block's marker
+    problem: str = ""  # a line the shell could not read
 
 
 def doc_pages() -> list[Path]:
@@ -155,9 +156,14 @@ def doc_commands() -> list[DocCommand]:
             if lang not in SHELL_FENCES:
                 continue
             for number, line in command_lines(lang, body):
+                if "perfgate" not in line:
+                    continue
                 for variant in variants(line):
-                    for args in perfgate_calls(variant):
-                        found.append(DocCommand(f"{name}:{number}", args, needs))
+                    try:
+                        calls = perfgate_calls(variant)
+                    except AssertionError as exc:
+                        calls, found = [], [*found, DocCommand(f"{name}:{number}", (), needs, str(exc))]
+                    found += [DocCommand(f"{name}:{number}", args, needs) for args in calls]
     return list(dict.fromkeys(found))
 
 
@@ -259,6 +265,8 @@ def test_a_needs_marker_applies_to_the_block_after_it():
     blocks = shell_blocks(text)
     assert [(b[1], b[3]) for b in blocks] == [("bash", ("gpu",)), ("bash", ())]
     assert [line for _, line in command_lines("bash", blocks[0][2])] == ["perfgate run --device cuda"]
+    assert cheap(DocCommand("x", ("doctor",), ())) and not cheap(DocCommand("x", ("doctor",), ("github",)))
+    assert not cheap(DocCommand("x", ("baseline", "show", "PATH"), ()))  # a placeholder to fill in
 
 
 # ---------------------------------------------------------------- the docs' commands
@@ -269,12 +277,25 @@ def test_the_docs_show_perfgate_commands():
 
 @pytest.mark.parametrize("call", COMMANDS, ids=[f"{c.where} {' '.join(c.args)}" for c in COMMANDS])
 def test_each_documented_command_is_one_perfgate_takes(call):
+    assert not call.problem, f"{call.where}: {call.problem}"
     unknown = set(call.needs) - set(NEEDS)
     assert not unknown, f"{call.where}: unknown needs marker {sorted(unknown)}; valid: {', '.join(NEEDS)}"
     try:
         parse(call.args)
     except click.ClickException as exc:
         pytest.fail(f"{call.where}: `perfgate {' '.join(call.args)}`: {exc.format_message()}")
+
+
+def asks_for_cuda(args: tuple[str, ...]) -> bool:
+    return any(a == "--device=cuda" or (a == "--device" and args[i + 1:i + 2] == ("cuda",))
+               for i, a in enumerate(args))
+
+
+def test_a_command_that_needs_a_gpu_is_marked():
+    unmarked = [f"{c.where}: perfgate {' '.join(c.args)}" for c in COMMANDS
+                if asks_for_cuda(c.args) and "gpu" not in c.needs]
+    assert not unmarked, ("put <!-- needs: gpu --> on the line before the fence of these blocks (or move the "
+                          "command into a marked block):\n" + "\n".join(unmarked))
 
 
 RUNNABLE = sorted({c.args for c in COMMANDS if cheap(c)})
