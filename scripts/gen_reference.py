@@ -307,6 +307,20 @@ def gate_words(key: str) -> str:
     return words
 
 
+def expect_words() -> str:
+    """``[tool.perfgate.expect]`` as perfgate.rules words it: the table, then each pattern's rules."""
+    from perfgate.rules import ExpectError, parse_rules
+
+    words = []
+    for value in (object(), {"*/*/*/*": object()}):
+        try:
+            parse_rules(value, source="pyproject.toml")
+        except ExpectError as exc:
+            match = re.search(r" must be (.*?)(?:, got .*)?$", str(exc))
+            words.append(match.group(1) if match else str(exc))
+    return "; the rules of each pattern: ".join(words) if words else "any"
+
+
 def defaults_of_empty_table() -> Any:
     """The Settings an empty ``[tool.perfgate]`` table gives: every default, as perfgate.config.load makes it."""
     from perfgate import config
@@ -356,7 +370,8 @@ def config_page() -> str:
             default = toml_value(relative[key])
         else:
             default = toml_value(getattr(settings, key))
-        rows.append((f"`{key}`", cell(table_words(config.PerfgateTable, key)), default, cell(meanings[key])))
+        words = expect_words() if key == "expect" else table_words(config.PerfgateTable, key)
+        rows.append((f"`{key}`", cell(words), default, cell(meanings[key])))
     out += ["## `[tool.perfgate]`", "", table(("key", "type", "default", "meaning"), rows), ""]
 
     suite_keys = list(config.SuiteTable.model_fields)

@@ -348,3 +348,28 @@ def test_mkdocs_build_strict_passes(tmp_path):
     problems = [line for line in proc.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
     assert proc.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(problems or [proc.stderr[-3000:]])
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
+
+
+def load_generator():
+    spec = importlib.util.spec_from_file_location("gen_reference", REPO / "scripts" / "gen_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("section,key", [("tool.perfgate.gate", "threshold"), ("tool.perfgate", "threads"),
+                                         ("tool.perfgate.timing", "layouts")])
+def test_a_key_the_code_has_without_a_meaning_stops_generation(monkeypatch, section, key):
+    generator = load_generator()
+    monkeypatch.delitem(generator.MEANINGS[section], key)
+    with pytest.raises(SystemExit, match=key):
+        generator.config_page()
+
+
+def test_the_configuration_reference_takes_defaults_and_words_from_the_code():
+    from perfgate.compare import GateSettings
+
+    page = load_generator().config_page()
+    assert f"| `threshold` | a number, at least 0 | `{GateSettings().threshold!r}` |" in page
+    assert "| `confidence` | a number, between 0.5 and 0.999 |" in page  # parse_gate's second check
+    assert '| `workloads_dirs` | an array, each a string (one string means an array of one) | `["workloads"]` |' in page
