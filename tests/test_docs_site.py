@@ -301,6 +301,7 @@ def test_a_command_that_needs_a_gpu_is_marked():
 RUNNABLE = sorted({c.args for c in COMMANDS if cheap(c)})
 
 
+@pytest.mark.slow  # doctor and list start a worker process (the probe)
 @pytest.mark.parametrize("args", RUNNABLE, ids=lambda a: " ".join(a))
 def test_each_cheap_documented_command_runs(args):
     where = ", ".join(c.where for c in COMMANDS if c.args == args)
