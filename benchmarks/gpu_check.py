@@ -16,7 +16,7 @@ eager, drift (verdict, rel_l2, reason), bound class and wall time; the cases a w
 reach (not_reached) and those left out (not_run);
 per lockstep condition its step-time verdict and
 ratio; per step its wall time and whether it ran out. Without CUDA it exits 3 with one line saying so,
-and writes nothing. --steps and --workloads run a part of it. docs/gpu-validation.md records each run.
+and writes nothing. --steps and --workloads run a part of it. docs/gpu.md says how to run it; docs/lab-record.md records each run.
 
 --rehearse runs the same steps on the CPU at smoke size (the CUDA-only toggles skipped with their reason,
 the compiled toggle only with --compile-all) so the script itself is proven before a lent GPU's minutes

@@ -1,7 +1,7 @@
 #!/bin/bash
 # One bounded session on a lent GPU machine: the CUDA tests, the GPU check and the spread benchmark, every
 # step under its own timeout, everything that comes back in at most 8 files under $OUT (a tarball of the
-# run folders without traces). docs/gpu-validation.md, "Running it on a lent machine".
+# run folders without traces). docs/gpu.md, "In one bounded call".
 #
 #   OUT=/path/to/out [WHEELS=.whl] [STEPS="tests check spread"] [CHECK_ARGS=...] bash benchmarks/gpu_session.sh
 #

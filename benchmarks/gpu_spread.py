@@ -6,7 +6,7 @@ turns of each variant, in alternating order, so every variant samples the same m
   free     the process runs where the scheduler puts it (how perfgate's plain-run workers run)
   pinned   the process first pins itself to one CPU (a different one per process, round robin)
 
-On the first GPU check (2026-11-26, one H200, docs/gpu-validation.md) eager cases, whose steps are bound by
+On the first GPU check (2026-11-26, one H200, docs/lab-record.md) eager cases, whose steps are bound by
 the host's launches, spread 7-84% between processes while captured graphs spread 0.2-0.3% and the SM clock
 sat at its maximum throughout: the spread is the host's. This tells whether pinning the host thread removes
 it (then perfgate's GPU workers should pin), or not (then it is a per-process state like the CPU's modes,

@@ -83,7 +83,7 @@ class GateSettings:
     # reaches both sides and cancels; what is left between repeated paired runs is smaller (docs/gate.md)
     run_to_run_paired: float = 0.005
     # the unpaired default on a GPU until `perfgate calibrate --write` measures it: whole runs minutes apart
-    # moved by about 6% on the first H200 run (docs/gpu-validation.md), so a stored comparison there must
+    # moved by about 6% on the first H200 run (docs/lab-record.md), so a stored comparison there must
     # not call a win or a regression that such a move can explain
     run_to_run_cuda: float = RUN_TO_RUN_CUDA
     # each worker process's step time is this quantile of its samples (0.5: the median; stats.PROCESS_QUANTILE)

@@ -66,7 +66,7 @@ class TimingSettings:
     samples: int = 10
     # A sample repeats the unit until it lasts at least this long. Kept short on purpose: on a shared
     # CPU a long sample nearly always straddles a scheduler preemption, and the median cannot drop those;
-    # 5 ms samples read the smoke rollout 2x slow at load 4 on 2 cores (docs/benchmarks.md).
+    # 5 ms samples read the smoke rollout 2x slow at load 4 on 2 cores (docs/lab-record.md).
     min_sample_s: float = 0.0005
     max_warmup: int = 30  # warm-up units at most
     warmup_tolerance: float = 0.05  # warm-up ends when 3 consecutive units agree within this

@@ -178,7 +178,7 @@ class Prepared:
     ``unit`` enters the toggles' grad-mode and autocast contexts on every call. The timer instead calls
     ``bare_unit`` inside one ``context()`` held for the whole measurement (``timed()``): the same work in
     the same modes, without a context entry and exit inside every timed unit (about 2.5% of the smoke
-    rollout's 0.65 ms unit on CPU; docs/benchmarks.md).
+    rollout's 0.65 ms unit on CPU; docs/lab-record.md).
     """
 
     unit: Callable[[], Any]

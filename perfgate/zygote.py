@@ -1,7 +1,7 @@
 """A fork server for worker processes: ``import torch`` once, fork a fresh process per worker.
 
 Every worker process used to pay Python's start-up and ``import torch`` (about 2.4 s of the 3.7 s a
-worker cost on the 2-core runner, docs/benchmarks.md) before measuring anything. A zygote is one
+worker cost on the 2-core runner, docs/lab-record.md) before measuring anything. A zygote is one
 ``python -m perfgate.worker --zygote FD`` process that imports torch and perfgate's worker, then forks a
 child per worker request. The child is a new OS process like a spawned worker: its own process group,
 PR_SET_PDEATHSIG (it dies with the zygote, which dies with the orchestrator), its own output file,

@@ -1,4 +1,4 @@
-"""Fuzz every reader of untrusted files with a seeded corpus of mutations (docs/ci.md, "Untrusted files").
+"""Fuzz every reader of untrusted files with a seeded corpus of mutations (docs/security.md, "Untrusted files").
 
 Each valid document (results.json, a baseline, comparison.json, ceilings.json, a probe answer, shard
 costs) is mutated one field at a time: deleted, or replaced by a value of another type, a lone surrogate,
