@@ -182,6 +182,9 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="Timed samples per process.")
 @click.option("--max-memory-mb", "max_memory_mb", type=click.IntRange(min=1), default=None,
               help="Address-space limit per worker (MB); an allocation past it fails the case as oom.")
+@click.option("--device-memory-gb", "device_memory_gb", type=FiniteFloat(min=0.001), default=None,
+              help="Cap each CUDA worker's device memory at this many GiB (a smaller card on a bigger one): "
+                   "a case that would not fit fails as oom. CUDA only.")
 @click.option("--workloads-dir", "workloads_dirs", multiple=True, type=click.Path(file_okay=False),
               help="Also discover workloads in this folder, for this run.")
 @click.option("--compile-cache", "compile_cache", type=click.Path(file_okay=False), default=None,

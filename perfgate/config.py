@@ -54,6 +54,8 @@ class Suite:
     toggles: tuple[str, ...] = ("eager",)
     device: str = "auto"
     description: str = ""
+    # each CUDA worker's memory capped at this many GB (a team's smaller card on a bigger one); None: no cap
+    device_memory_gb: float | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,9 @@ class Settings:
     # address-space limit per worker process (MB); None = no limit. Past it an allocation fails in the
     # worker (MemoryError / allocator error -> failure class `oom`) instead of the machine thrashing.
     max_memory_mb: int | None = None
+    # each CUDA worker's device memory capped at this many GB (torch.cuda.set_per_process_memory_fraction):
+    # a case that would not fit the team's card fails `oom` on a bigger one. None: the suite's, else no cap
+    device_memory_gb: float | None = None
     # a compiler-cache folder kept between runs (inductor and triton caches per case); None: every case
     # compiles into an empty cache of its own, so process 0's compile time is a cold one
     compile_cache: Path | None = None
@@ -137,6 +142,7 @@ class Settings:
             "timeout_s": self.timeout_s,
             "seed": self.seed,
             "max_memory_mb": self.max_memory_mb,
+            **({"device_memory_gb": self.device_memory_gb} if self.device_memory_gb else {}),
             "compile_cache": str(self.compile_cache) if self.compile_cache else None,
             "timing": self.timing.__dict__.copy(),
         }
@@ -200,6 +206,7 @@ def listed(item: Any) -> Any:
 
 Strings = listed(Text)
 Seconds = Annotated[Positive, AfterValidator(float)]
+GigaBytes = Annotated[Positive, AfterValidator(float)]
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?")
 EnvName = Annotated[str, satisfying(lambda v: bool(_ENV_NAME.fullmatch(v))),
                     expected("a variable name (letters, digits, _) or a prefix ending in *")]
@@ -214,6 +221,7 @@ class SuiteTable(Table):
     toggles: Strings | None = None
     device: one_of(DEVICES) | None = None
     description: Text | None = None
+    device_memory_gb: GigaBytes | None = None
 
 
 class TimingTable(Table):
@@ -235,6 +243,7 @@ class PerfgateTable(Table):
     timeout_s: Seconds | None = None
     seed: Integer | None = None
     max_memory_mb: Count | None = None
+    device_memory_gb: GigaBytes | None = None
     compile_cache: Text | None = None
     default_suite: Text | None = None
     suites: dict[str, SuiteTable] | None = None
@@ -289,7 +298,7 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
     default_suite = given.get("default_suite", "smoke" if "smoke" in suites else next(iter(suites)))
     if default_suite not in suites:
         raise ConfigError(f"{where}: default_suite {default_suite!r} is not a suite; valid: {', '.join(sorted(suites))}")
-    plain = {k: given[k] for k in ("threads", "processes", "timeout_s", "seed", "max_memory_mb", "worker_env") if k in given}
+    plain = {k: given[k] for k in ("threads", "processes", "timeout_s", "seed", "max_memory_mb", "device_memory_gb", "worker_env") if k in given}
     return Settings(
         root=root,
         source=source,

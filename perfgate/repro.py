@@ -307,7 +307,8 @@ def run_command(case: CaseResult, run: RunResult, base: Base, *, gate: bool = Tr
     timing = settings.get("timing") if isinstance(settings.get("timing"), dict) else {}
     for option, value in (("--samples", _count(timing.get("samples"))), ("--threads", _count(settings.get("threads"))),
                           ("--timeout", _number(settings.get("timeout_s"))),
-                          ("--max-memory-mb", _count(settings.get("max_memory_mb")))):
+                          ("--max-memory-mb", _count(settings.get("max_memory_mb"))),
+                          ("--device-memory-gb", _number(settings.get("device_memory_gb")))):
         if value:
             argv += [option, value]
     checkout = Checkout.here()

@@ -614,6 +614,7 @@ def case_config(spec: CaseSpec, workload_file: str, settings: Settings, process_
         "threads": settings.threads,
         "seed": settings.seed,
         "max_memory_mb": settings.max_memory_mb,
+        **({"device_memory_gb": settings.device_memory_gb} if settings.device_memory_gb else {}),
         # "layouts" only when it asks for more than one: a worker of an older perfgate (an --against base)
         # does not know the key, and lockstep pairs, the only runs that reach one, never regroup
         "timing": {k: v for k, v in settings.timing.__dict__.items() if k != "layouts" or v != 1},

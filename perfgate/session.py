@@ -53,6 +53,7 @@ class RunOptions:
     timeout_s: float | None = None
     samples: int | None = None
     max_memory_mb: int | None = None
+    device_memory_gb: float | None = None
     workloads_dirs: tuple[str, ...] = ()
     compile_cache: str | None = None
     shard: str | None = None
@@ -111,6 +112,7 @@ def run_settings(settings: Settings, options: RunOptions) -> Settings:
             raise ConfigError(f"--workloads-dir {d} is not a directory")
     settings = settings.with_overrides(
         threads=options.threads, timeout_s=options.timeout_s, max_memory_mb=options.max_memory_mb,
+        device_memory_gb=options.device_memory_gb,
         workloads_dirs=(*settings.workloads_dirs, *(Path(d).resolve() for d in options.workloads_dirs))
         if options.workloads_dirs else None,
         compile_cache=Path(options.compile_cache).resolve() if options.compile_cache else None,
@@ -180,6 +182,11 @@ def plan(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path | 
     cases = plan_cases(suite, catalog, options.workloads, options.toggles, options.size, options.device)
     if not cases:
         raise ConfigError(f"suite {suite.name!r} selects no cases")
+    off_cuda = sorted({c.device for c in cases if not c.device.startswith("cuda")})
+    if settings.device_memory_gb and off_cuda:
+        raise ConfigError(f"a device memory cap of {settings.device_memory_gb:g} GB (--device-memory-gb, or "
+                          f"device_memory_gb in [tool.perfgate]) applies to CUDA workers only; this run measures "
+                          f"on {', '.join(off_cuda)}: run with --device cuda, or drop the cap")
     return probe, catalog, cases
 
 
@@ -274,6 +281,8 @@ def run(settings: Settings, options: RunOptions) -> int:
     """`perfgate run`: plan, measure, report, judge. Returns the exit code: 0, or 1 when the gate fails."""
     settings = run_settings(settings, options)
     suite = settings.suite(options.suite or settings.default_suite)
+    if options.device_memory_gb is None and suite.device_memory_gb:  # the suite's cap over [tool.perfgate]'s
+        settings = replace(settings, device_memory_gb=suite.device_memory_gb)
     run_dir, created = run_folder(settings, options, suite)
     try:
         # SIGTERM (a CI cancellation, a supervisor) ends the run as Ctrl-C does, whatever it is doing: its

@@ -257,6 +257,9 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         from perfgate import profiling
 
         profiling.reset_compile_counters()
+    capped = cap_device_memory(cfg.get("device_memory_gb"), spec.device)  # before anything is built on it
+    if capped:
+        result["metadata"]["device_memory_cap"] = capped
     prepared = toggles_mod.prepare(workload, params, spec.device, registry_toggles, variants)
     _threads_kept(threads, "build", threads_changed, repin=True)
     timer = timer_for(spec.device)
@@ -382,6 +385,34 @@ def _sync_for(device: str):
     return lambda: None
 
 
+def memory_fraction(cap_gb: float, total_bytes: int) -> float:
+    """The share of a device of ``total_bytes`` that ``cap_gb`` GiB is, at most all of it."""
+    return min(1.0, cap_gb * 2**30 / total_bytes)
+
+
+def cap_device_memory(cap_gb: float | None, device: str) -> dict[str, Any] | None:
+    """Cap this process's CUDA caching allocator at ``cap_gb`` GiB of ``device`` (the team's smaller card on
+    a bigger one): an allocation past it raises torch's OutOfMemoryError, a case failing ``oom``. None on
+    CPU or without a cap (the orchestrator refuses a cap on a CPU run before any worker starts)."""
+    if not cap_gb or not device.startswith("cuda"):
+        return None
+    import torch
+
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    total = torch.cuda.get_device_properties(index).total_memory
+    fraction = memory_fraction(float(cap_gb), total)
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
+    return {"gb": float(cap_gb), "fraction": round(fraction, 6), "device_total_bytes": int(total)}
+
+
+def capped_oom_message(cap_gb: float | None, failure_class: str, message: str) -> str:
+    """An ``oom`` under a device memory cap says so first: the case would not fit the capped card."""
+    if cap_gb and failure_class == "oom":
+        return f"over the {float(cap_gb):g} GB device memory cap (--device-memory-gb): {message}"
+    return message
+
+
 def limit_memory(max_memory_mb: int | None) -> None:
     """Cap this process's address space, so an allocation past the cap fails here (MemoryError or an
     allocator error, classified ``oom``) instead of the host swapping or its OOM killer picking a victim."""
@@ -434,10 +465,11 @@ def _run_case_file(spec_file: str, out_file: str) -> int:
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a classified result
         # a KeyboardInterrupt too: the worker runs in a session of its own, out of reach of the terminal's
         # Ctrl-C, so one here was raised (or signalled) by the workload: its case fails `error`, with its tail
+        failure_class = classify(exc)
         result = {
             "status": "failed",
-            "failure_class": classify(exc),
-            "message": error_tail(exc),
+            "failure_class": failure_class,
+            "message": capped_oom_message(cfg.get("device_memory_gb"), failure_class, error_tail(exc)),
         }
     atomic_write_json(out_file, result)
     return 0

@@ -180,6 +180,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "seed": "Seed of Python's, torch's and numpy's generators in each worker, set before the workload is built.",
         "max_memory_mb": "Address-space limit per worker process (MB); an allocation past it fails the case as "
                          "`oom`. Does not limit CUDA memory. `--max-memory-mb`.",
+        "device_memory_gb": "Cap each CUDA worker's device memory at this many GiB (a team's smaller card on a "
+                            "bigger one): a case that would not fit fails as `oom`, said as over the cap. A "
+                            "suite's own key wins over this one, `--device-memory-gb` over both; refused on CPU.",
         "compile_cache": "A folder of compiler caches kept between runs, one part per case; without it every "
                          "case compiles cold into an empty cache. `--compile-cache`.",
         "default_suite": "The suite `perfgate run` runs without `--suite`.",
@@ -201,6 +204,7 @@ MEANINGS: dict[str, dict[str, str]] = {
                    "workloads that define it.",
         "device": "`cpu`, `cuda`, or `auto` (CUDA when the worker sees a GPU).",
         "description": "One line, shown by `perfgate list`.",
+        "device_memory_gb": "This suite's CUDA memory cap per worker in GiB (see the top-level key).",
     },
     "tool.perfgate.timing": {
         "samples": "Timed samples per worker process, at least (`--samples`).",
