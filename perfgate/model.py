@@ -625,7 +625,7 @@ class RunResult:
         return speedup_of(self.step_time(eager), self.step_time(case), eager is case, self.run_to_run(case))
 
     def counts(self) -> dict[str, int]:
-        out = {s: 0 for s in STATUSES}
+        out = dict.fromkeys(STATUSES, 0)
         for c in self.cases:
             out[c.status] += 1
         return out
@@ -774,7 +774,7 @@ class Comparison:
         return any(v.fails_gate for v in self.verdicts)
 
     def counts(self) -> dict[str, int]:
-        out = {k: 0 for k in VERDICT_KINDS}
+        out = dict.fromkeys(VERDICT_KINDS, 0)
         for v in self.verdicts:
             out[v.kind] += 1
         return out
