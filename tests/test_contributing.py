@@ -1,12 +1,15 @@
-"""The contributors' habits as checks: the slow-mark guard and the ruff rules."""
+"""The contributors' habits as checks: the slow-mark guard, .ci/run's lint and type steps, pre-commit's
+local hooks and the ruff rules (CONTRIBUTING.md)."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 
 import conftest
 import pytest
+import yaml
 from conftest import REPO, dev_tool, heavy_process
 
 if sys.version_info >= (3, 11):
@@ -61,6 +64,34 @@ def test_the_slow_mark_is_registered_and_marks_are_strict():
     pytest_ini = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert any(m.startswith("slow:") for m in pytest_ini["markers"])
     assert "--strict-markers" in pytest_ini["addopts"].split()
+
+
+def _commands(script: str) -> list[str]:
+    return [line.strip() for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_ci_runs_ruff_and_mypy_after_installing_and_ends_with_the_readmes_test_command():
+    commands = _commands((REPO / ".ci" / "run").read_text())
+    assert commands[-1] == "python -m pytest -q"
+    assert "python -m pytest -q" in (REPO / "README.md").read_text()
+    install = max(i for i, c in enumerate(commands) if "pip install" in c and "[dev]" in c)
+    ruff, mypy = commands.index("ruff check ."), commands.index("mypy")
+    assert install < ruff < len(commands) - 1 and install < mypy < len(commands) - 1
+
+
+def test_pre_commit_hooks_are_local_and_run_ruff_and_mypy():
+    config = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())
+    assert [r["repo"] for r in config["repos"]] == ["local"], "hooks are fetched from nowhere: CI has no network"
+    hooks = {h["id"]: h for r in config["repos"] for h in r["hooks"]}
+    assert hooks["ruff"]["language"] == hooks["mypy"]["language"] == "system"
+    assert shlex.split(hooks["ruff"]["entry"])[:2] == ["ruff", "check"]
+    assert shlex.split(hooks["mypy"]["entry"]) == ["mypy"] and hooks["mypy"]["pass_filenames"] is False
+
+
+def test_the_dev_extra_pins_the_checkers_ci_runs():
+    dev = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    for tool in ("ruff", "mypy", "pre-commit"):
+        assert any(d.startswith(f"{tool}==") for d in dev), f"{tool} is not pinned in the dev extra"
 
 
 def test_ruff_check_is_clean():
