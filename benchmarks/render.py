@@ -36,7 +36,7 @@ def main() -> None:
     slow = {f"{w}/smoke/channels-last/cpu": 1.3 for w in workloads[::7]}  # some regressions with sample charts
     base = synthetic_run(workloads, toggles=toggles, seed=1)
     cur = synthetic_run(workloads, toggles=toggles, seed=2, slow=slow,
-                        extra_ops={k: 2 for k in slow})
+                        extra_ops=dict.fromkeys(slow, 2))
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp) / "results.json"
         results.write_text(cur.dumps())

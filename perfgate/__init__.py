@@ -15,7 +15,7 @@ from typing import Any
 from perfgate.version import __version__
 
 _NOTEBOOK = ("load", "load_samples", "load_verdicts", "load_history")
-__all__ = ["__version__", *_NOTEBOOK]
+__all__ = ["__version__", *_NOTEBOOK]  # noqa: PLE0604 (ruff cannot see that _NOTEBOOK holds strings)
 
 
 def __getattr__(name: str) -> Any:

@@ -119,7 +119,7 @@ class AcknowledgeTable(Table):
     """One ``[[tool.perfgate.acknowledge]]`` entry as declared."""
 
     case: CasePattern
-    metric: one_of((*METRICS, ANY_METRIC)) = "step_time"
+    metric: one_of((*METRICS, ANY_METRIC)) = "step_time"  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
     reason: Reason
     expires: ExpiryDate | None = None
     bound: BoundText | None = None

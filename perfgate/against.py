@@ -143,7 +143,7 @@ def checked_out(settings: Settings, ref: str) -> Iterator[BaseCheckout]:
             base = checkout(settings, ref)
         finally:
             if blockable:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)  # type: ignore[arg-type]  # blockable: old is a mask
         yield base
     finally:
         if base is not None:
@@ -220,11 +220,11 @@ def checkout(settings: Settings, ref: str) -> BaseCheckout:
         python_path = base_python_path(str(pkg_parent))
         notes.append(f"{ref} carries no perfgate package; its cases run with this perfgate")
     dirs = []
-    for d in settings.workloads_dirs:
-        mapped = _map_into(d, repo_top, path)
+    for wd in settings.workloads_dirs:
+        mapped = _map_into(wd, repo_top, path)
         if mapped is None:
-            dirs.append(Path(d))
-            notes.append(f"workloads dir {d} is outside the repository; base and head share it")
+            dirs.append(Path(wd))
+            notes.append(f"workloads dir {wd} is outside the repository; base and head share it")
         elif mapped.is_dir():
             dirs.append(mapped)
     return BaseCheckout(ref=ref, commit=commit, path=path, repo_top=repo_top, python_path=python_path,

@@ -79,7 +79,7 @@ class CalibrationDocument(Document):
 class BaselineDocument(Document):
     """baselines/<machine-key>/<suite>.json: a results document and what the gate needs besides."""
 
-    schema_version: Literal[SCHEMA] = Field(alias="schema")  # older versions are upgraded before
+    schema_version: Literal[SCHEMA] = Field(alias="schema")  # type: ignore[valid-type]  # older versions are upgraded before
     suite: Name | None = None
     machine_key: Name | None = None
     updated_at: Text = ""
@@ -101,7 +101,7 @@ class Baseline:
         self.updated_at = updated_at
         self.source = source
         self.path = path
-        self.file_schema = SCHEMA  # the version the file was written in (older ones are upgraded on read)
+        self.file_schema: str | None = SCHEMA  # the version the file was written in (older ones are upgraded on read)
 
     @property
     def environment(self) -> dict[str, Any]:

@@ -251,7 +251,7 @@ def report_lines(noise: CaseNoise) -> list[str]:
                      f"{noise.round_to_round * 100:.1f}%, sampling noise included); run-to-run term "
                      f"{(noise.run_to_run_estimate or 0) * 100:.1f}%, at most {noise.run_to_run * 100:.1f}% "
                      f"({noise.run_to_run_spread.confidence * 100:g}% upper bound from "  # type: ignore[union-attr]
-                     f"{plural(noise.run_to_run_spread.dof + 1, 'round')}): the bound is what the figures here assume and what "
+                     f"{plural(noise.run_to_run_spread.dof + 1, 'round')}): the bound is what the figures here assume and what "  # type: ignore[union-attr]
                      "this case's unpaired comparisons add once --write stores it")
     if noise.needed_processes is not None:
         lines.append(f"    a {noise.threshold * 100:g}% threshold needs about {plural(noise.needed_processes, 'process', 'processes')} a side "

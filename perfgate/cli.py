@@ -92,9 +92,9 @@ class OneLineErrors(click.Group):
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]  # click's overloads cannot match *args
         try:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]  # as above
         except _NO_ARGS_IS_HELP as exc:  # a bare `perfgate` or `perfgate baseline`: the help, as click shows it
             exc.show()
             sys.exit(exc.exit_code)

@@ -589,10 +589,10 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
         n_base, n_head = len(base), len(head)
         if not paired:
             if drop_slowed:
-                kept_base, kept_head = set_aside_slowed(base), set_aside_slowed(head)
+                kept_base, kept_head = set_aside_slowed(base), set_aside_slowed(head)  # type: ignore[arg-type]  # any float sequence
                 base, head = np.array(kept_base), np.array(kept_head)
             if by_modes:
-                modes = (len(performance_modes(base)), len(performance_modes(head)))
+                modes = (len(performance_modes(base)), len(performance_modes(head)))  # type: ignore[arg-type]  # as above
             set_aside = (n_base - len(base), n_head - len(head))
     else:
         # one process on a side: only the raw samples are left, and they hide between-process noise
@@ -601,7 +601,7 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
         paired = False
     if paired:
         diffs = np.array([pair_log_ratio(b, h, bb, hb, quantile) for b, h, bb, hb
-                          in zip(base_groups, head_groups, base_bursts, head_bursts, strict=True)])
+                          in zip(base_groups, head_groups, base_bursts, head_bursts, strict=True)])  # type: ignore[arg-type]  # paired: bursts given
         estimate = float(walsh_median(diffs))
         if np.all(diffs == diffs[0]):
             low = high = estimate
@@ -910,7 +910,7 @@ def judge_accuracy(key: str, base: dict[str, Any], cur: dict[str, Any], errors: 
         if not base.get("verdict"):
             return None
         failed = next((str(e) for e in errors if str(e).startswith("accuracy:")), None)
-        common = dict(case_key=key, metric=ACCURACY, baseline=base.get("rel_l2"))
+        common: dict[str, Any] = dict(case_key=key, metric=ACCURACY, baseline=base.get("rel_l2"))
         if failed is None:
             return Verdict(kind="missing", rule="accuracy checked in the baseline, not reported now", **common)
         if base.get("verdict") == "drift":
@@ -1294,7 +1294,7 @@ def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSet
         if got is None or got[1] is None:
             continue
         head, base = got
-        pairs.append((head, base))
+        pairs.append((head, base))  # type: ignore[arg-type]  # got[1] is not None, checked above
         new = [n for n in judge_case(v.case_key, base, head, gate, paired=True, calibration=calibration,
                                      look_confidence=look_confidence) if n.metric == STEP_TIME]
         if new and not gives_no_time(new[0]):  # else a side failed, skipped, had no samples or 0 ns: the stored verdict stands

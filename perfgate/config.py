@@ -216,10 +216,10 @@ EnvName = Annotated[str, satisfying(lambda v: bool(_ENV_NAME.fullmatch(v))),
 
 
 class SuiteTable(Table):
-    workloads: Strings | None = None
-    sizes: Strings | None = None
-    toggles: Strings | None = None
-    device: one_of(DEVICES) | None = None
+    workloads: Strings | None = None  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
+    sizes: Strings | None = None  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
+    toggles: Strings | None = None  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
+    device: one_of(DEVICES) | None = None  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
     description: Text | None = None
     device_memory_gb: GigaBytes | None = None
 
@@ -235,7 +235,7 @@ class TimingTable(Table):
 
 
 class PerfgateTable(Table):
-    workloads_dirs: Strings | None = None
+    workloads_dirs: Strings | None = None  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
     baselines_dir: Text | None = None
     reports_dir: Text | None = None
     threads: Count | None = None
@@ -252,7 +252,7 @@ class PerfgateTable(Table):
     gate: dict[str, Any] | None = None
     history: Annotated[str, expected("a database URL (a string)")] | None = None  # perfgate.history.store reads it
     expect: Any = None
-    worker_env: listed(EnvName) | None = None
+    worker_env: listed(EnvName) | None = None  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
     acknowledge: AcknowledgeTables | None = None  # perfgate.acknowledge.AcknowledgeTable, one per entry
 
 
@@ -260,9 +260,10 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
     """Settings from ``config`` (a pyproject.toml) or the nearest one upward from ``cwd``."""
     cwd = Path(cwd or Path.cwd()).resolve()
     if config is not None:
-        source: Path | None = Path(config).resolve()
-        if not source.is_file():
+        named = Path(config).resolve()
+        if not named.is_file():
             raise ConfigError(f"config file {config} does not exist")
+        source: Path | None = named
     else:
         source = find_pyproject(cwd)
     if source is None:

@@ -95,7 +95,7 @@ def trial(rnd: random.Random, scenario: Scenario, gate: GateSettings) -> tuple[s
             pays = rnd.random() < s.paying
             head.append(one((1 + (s.change if pays else 0.0)) * shift, len(head), m, "head"))
             base.append(one(1.0, len(base), m if s.paired else machine(), "base"))
-        target = sampler.next_target(len(head), 1.0, CaseResult(spec=SPEC, status="ok", processes=list(head)),
+        target = sampler.next_target(len(head), 1.0, CaseResult(spec=SPEC, status="ok", processes=list(head)),  # type: ignore[assignment]  # None ends the loop
                                      CaseResult(spec=SPEC, status="ok", processes=list(base)) if s.paired else None)
     return sampler.looks[-1]["result"].split()[0], len(head)
 

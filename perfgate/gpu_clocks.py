@@ -152,7 +152,7 @@ def _pci_bus_id(device_index: int) -> str | None:
         import torch
 
         props = torch.cuda.get_device_properties(device_index)
-        domain, bus, device = props.pci_domain_id, props.pci_bus_id, props.pci_device_id
+        domain, bus, device = props.pci_domain_id, props.pci_bus_id, props.pci_device_id  # type: ignore[attr-defined]  # newer torch; AttributeError handled
         return f"{int(domain):08X}:{int(bus):02X}:{int(device):02X}.0"
     except Exception:  # noqa: BLE001 - an older torch, a CPU build: other ways of naming the device
         return None

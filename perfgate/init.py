@@ -29,7 +29,7 @@ from perfgate.validation import TooLarge, read_capped
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[no-redef]  # the same module on Python 3.10
 
 # The reusable action the generated workflows call, pinned by full commit SHA (zizmor and GitHub's
 # hardening guide require it). A release updates this to its own commit; `--action` overrides it.
@@ -63,7 +63,7 @@ class Planned:
 
 
 def _template(name: str) -> str:
-    return resources.files("perfgate").joinpath("templates", "init", name).read_text(encoding="utf-8")
+    return resources.files("perfgate").joinpath("templates").joinpath("init").joinpath(name).read_text(encoding="utf-8")
 
 
 def repository_top(cwd: Path) -> Path:

@@ -170,7 +170,7 @@ def measure(
         return got
 
     def rewarm() -> None:
-        unit()
+        unit()  # type: ignore[misc]  # set before any sample; rewarm serves lockstep, which never relayouts
         sync()
 
     try:
@@ -184,8 +184,8 @@ def measure(
                 if group:
                     # the earlier build goes before the next is made: held on, every build would count in the
                     # process's peak memory (a case sampling three layouts read three models' worth)
-                    current[0] = unit = None  # type: ignore[assignment]
-                    current[0] = relayout(group)
+                    current[0] = unit = None  # type: ignore[call-overload]  # dropped until the next build
+                    current[0] = relayout(group)  # type: ignore[misc]  # groups > 1 only with a relayout
                     if check is not None:
                         current[0] = _every_return_checked(current[0], check)
                     timer.time_ns(current[0], 1)  # the new build's first unit: its allocations, untimed

@@ -198,12 +198,12 @@ def check_compatible(runs: Sequence[tuple[Path, RunResult, Any]]) -> None:
             raise ConfigError(f"{where}: settings differ from {first_path}: {diff}")
         shard = run.settings.get("shard")
         if (shard is None) != (shard0 is None) or (
-                shard and (shard.get("count"), shard.get("plan")) != (shard0.get("count"), shard0.get("plan"))):
+                shard and (shard.get("count"), shard.get("plan")) != (shard0.get("count"), shard0.get("plan"))):  # type: ignore[union-attr]  # both set: the line above
             raise ConfigError(f"{where}: not a shard of the same plan as {first_path} "
                               "(different --shard N, selection or unsharded run)")
         for index in shard_indices(shard):
             if index in shard_seen:
-                raise ConfigError(f"{where}: shard {index}/{shard.get('count')} was already given by {shard_seen[index]}")
+                raise ConfigError(f"{where}: shard {index}/{shard.get('count')} was already given by {shard_seen[index]}")  # type: ignore[union-attr]  # indices: a shard
             shard_seen[index] = path
         for case in run.cases:
             if case.key in seen:
@@ -523,7 +523,7 @@ def judge_merged(run: RunResult, results: Sequence[str], out_dir: Path, settings
             if expect_suite:
                 comparison = unmeasured(comparison, run, expected_cases(settings, expect_suite, run), expect_suite)
         else:
-            comparison = None if baseline_file else merged_comparison(results)
+            comparison = None if baseline_file else merged_comparison(results)  # type: ignore[assignment]  # None: judged below
         try:
             if comparison is not None:
                 gate_mod.write_comparison(comparison, out_dir)

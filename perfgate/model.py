@@ -106,7 +106,7 @@ class VerdictDocument(Document):
 
     case_key: Name
     metric: Name
-    kind: one_of(VERDICT_KINDS)
+    kind: one_of(VERDICT_KINDS)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
     baseline: Measured | None = None
     current: Measured | None = None
     ratio: Measured | None = None
@@ -123,7 +123,7 @@ class AckMatchDocument(Document):
 
     case_key: Name
     metric: Name
-    outcome: one_of(ACK_OUTCOMES)
+    outcome: one_of(ACK_OUTCOMES)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
     ratio: Measured | None = None
 
 
@@ -136,14 +136,14 @@ class AcknowledgementDocument(Document):
     reason: Text
     expires: Text | None = None  # ISO date, the last day it is in force
     bound: Text | None = None  # "ratio <= 1.12"
-    state: one_of(ACK_STATES)
+    state: one_of(ACK_STATES)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
     matches: list[AckMatchDocument] = []
 
 
 class ComparisonDocument(Document):
     """comparison.json: every verdict of one comparison, a run against a stored baseline or a base ref."""
 
-    mode: one_of(("baseline", "against")) = "baseline"
+    mode: one_of(("baseline", "against")) = "baseline"  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
     baseline_source: Text | None = None
     environment_diff: dict[str, list[Any]] = {}
     warnings: list[Text] = []
@@ -203,7 +203,7 @@ class AccuracyDocument(Document):
     max_abs: Measured | None = None  # NaN and inf allowed: the drift of a broken toggle
     mean_abs: Measured | None = None
     rel_l2: Measured | None = None
-    verdict: one_of(("ok", "drift")) | None = None
+    verdict: one_of(("ok", "drift")) | None = None  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
     message: Text | None = None
     tolerance: Tolerance | None = None
 
@@ -235,7 +235,7 @@ class CaseDocument(Document):
 
     spec: SpecDocument
     key: Text | None = None  # written for readers: the spec's key
-    status: one_of(STATUSES)
+    status: one_of(STATUSES)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
     failure_class: Name | None = None
     message: Text | None = None
     processes: list[ProcessDocument] = []
@@ -252,7 +252,7 @@ class ShardDocument(Document):
 
     model_config = ConfigDict(extra="allow")
     index: Count | None = None
-    count: int_range(1, MAX_SHARDS)  # merge walks 1..count: a huge count would hang it
+    count: int_range(1, MAX_SHARDS)  # type: ignore[valid-type]  # merge walks 1..count: a huge count would hang it
     merged: list[Count] | None = None
     plan: list[Name] | None = None
     missing_cases: list[Name] | None = None
@@ -285,7 +285,7 @@ class ExpectationsDocument(Document):
 class ResultsDocument(Document):
     """results.json: one run of perfgate, its environment fingerprint and every case with its raw samples."""
 
-    schema_version: Literal[SCHEMA] = Field(alias="schema")  # older versions are upgraded before
+    schema_version: Literal[SCHEMA] = Field(alias="schema")  # type: ignore[valid-type]  # older versions are upgraded before
     run_id: Name
     suite: Name | None = None
     started_at: Text = ""
@@ -625,7 +625,7 @@ class RunResult:
         return speedup_of(self.step_time(eager), self.step_time(case), eager is case, self.run_to_run(case))
 
     def counts(self) -> dict[str, int]:
-        out = {s: 0 for s in STATUSES}
+        out = dict.fromkeys(STATUSES, 0)
         for c in self.cases:
             out[c.status] += 1
         return out
@@ -774,7 +774,7 @@ class Comparison:
         return any(v.fails_gate for v in self.verdicts)
 
     def counts(self) -> dict[str, int]:
-        out = {k: 0 for k in VERDICT_KINDS}
+        out = dict.fromkeys(VERDICT_KINDS, 0)
         for v in self.verdicts:
             out[v.kind] += 1
         return out

@@ -279,7 +279,7 @@ def _history_url(url: str | os.PathLike[str] | None, config: str | os.PathLike[s
     if url is None:
         from perfgate.config import load as load_settings
 
-        settings = load_settings(config)
+        settings = load_settings(config)  # type: ignore[arg-type]  # any path-like
         return resolve_url(settings.extra, settings.root)
     if isinstance(url, os.PathLike) or (isinstance(url, str) and "://" not in url):
         return "sqlite:///" + str(Path(url).expanduser().resolve())

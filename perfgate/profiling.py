@@ -68,14 +68,15 @@ def compile_counters() -> tuple[dict[str, float], list[str], dict[str, Any]]:
     """
     from torch._dynamo.utils import counters
 
-    breaks = counters.get("graph_break", {})
+    breaks: Any = counters.get("graph_break", {})
     reasons = sorted(breaks, key=lambda r: (-breaks[r], r))
-    stats = counters.get("stats", {})
+    stats: Any = counters.get("stats", {})
     metrics: dict[str, float] = {
         "graph_breaks": float(sum(breaks.values())),
         "unique_graphs": float(stats.get("unique_graphs", 0)),
     }
-    detail: dict[str, Any] = {"frames_compiled": int(counters.get("frames", {}).get("ok", 0))}
+    frames: Any = counters.get("frames", {})
+    detail: dict[str, Any] = {"frames_compiled": int(frames.get("ok", 0))}
     records = _compilation_metrics()
     if records is not None:
         recompiles = _recompiles(records)
@@ -591,7 +592,7 @@ def op_timing(events: list[Any], device: str, steps: int) -> dict[str, float]:
         busy_us = sum(_self_device_us(e) for e in kernels)
         by_name: Counter[str] = Counter()
         for e in kernels:
-            by_name[e.name] += _self_device_us(e)
+            by_name[e.name] += _self_device_us(e)  # type: ignore[assignment]  # a Counter of float microseconds
         if step_us > 0:
             out["device_idle_fraction"] = max(0.0, 1.0 - busy_us / step_us)
         if kernels:
@@ -616,13 +617,13 @@ def op_timing(events: list[Any], device: str, steps: int) -> dict[str, float]:
         acc["names"][e.name] += float(getattr(e, "self_cpu_time_total", 0.0))
     idle = [max(0.0, 1.0 - a["busy"] / a["wall"]) for a in per_step.values() if a["wall"] > 0]
     mean_op = [a["busy"] / a["inner"] * 1e-6 for a in per_step.values() if a["inner"]]
-    conc = [c for c in (_concentration(dict(a["names"])) for a in per_step.values()) if c is not None]
+    concentrations = [c for c in (_concentration(dict(a["names"])) for a in per_step.values()) if c is not None]
     if idle:
         out["device_idle_fraction"] = statistics.median(idle)
     if mean_op:
         out["mean_op_s"] = statistics.median(mean_op)
-    if conc:
-        out["kernel_concentration_80"] = float(statistics.median(conc))
+    if concentrations:
+        out["kernel_concentration_80"] = float(statistics.median(concentrations))
     return out
 
 

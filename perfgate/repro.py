@@ -134,11 +134,11 @@ def sampling_options(case: CaseResult, settings: dict[str, Any]) -> list[str]:
     if not isinstance(info, dict) or info.get("rule") == "fixed":
         n = _count(settings.get("processes"))
         return ["--processes", n] if n else []
-    budget = info.get("budget") if isinstance(info.get("budget"), dict) else {}
+    budget = given if isinstance(given := info.get("budget"), dict) else {}
     out = []
     first, most = budget.get("first"), budget.get("max_processes")
     # a screened case's budget is its first look only; its lockstep settling had the whole budget
-    if _count(most) and not (isinstance(first, int) and most <= first):
+    if _count(most) and not (isinstance(first, int) and most <= first):  # type: ignore[operator]  # _count(most): an int
         out += ["--max-processes", str(most)]
     seconds = _number(budget.get("max_seconds"))
     if seconds:
@@ -304,7 +304,7 @@ def run_command(case: CaseResult, run: RunResult, base: Base, *, gate: bool = Tr
         argv += ["--suite", run.suite]
     argv += ["-w", _glob_literal(spec.workload), "--size", spec.size, "-t", spec.toggle_name, "--device", spec.device]
     argv += sampling_options(case, settings)
-    timing = settings.get("timing") if isinstance(settings.get("timing"), dict) else {}
+    timing = given if isinstance(given := settings.get("timing"), dict) else {}
     for option, value in (("--samples", _count(timing.get("samples"))), ("--threads", _count(settings.get("threads"))),
                           ("--timeout", _number(settings.get("timeout_s"))),
                           ("--max-memory-mb", _count(settings.get("max_memory_mb"))),

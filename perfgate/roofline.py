@@ -356,7 +356,7 @@ class CeilingsEntry(Document):
 class CeilingsDocument(Document):
     """ceilings.json: this machine's measured ceilings, written by `perfgate calibrate --write`."""
 
-    schema_version: Literal[CEILINGS_SCHEMA] = Field(alias="schema")
+    schema_version: Literal[CEILINGS_SCHEMA] = Field(alias="schema")  # type: ignore[valid-type]  # Literal of a constant
     cpu: CeilingsEntry | None = None
     cuda: CeilingsEntry | None = None
 

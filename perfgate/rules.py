@@ -164,7 +164,8 @@ def parse_rule_text(text: str, pattern: str, *, severity: str = "fail", source: 
                           f"(operators: {', '.join(NUMERIC_OPS)})")
     metric, arg, op, value = m["metric"], m["arg"], m["op"], m["value"].strip().strip("'\"")
     op = "==" if op == "=" else op
-    bound: float | str = value if metric in STRING_METRICS else (_number(value) if _number(value) is not None else value)
+    number = _number(value)
+    bound: float | str = value if metric in STRING_METRICS else (number if number is not None else value)
     return _check(Rule(pattern, metric, op, bound, arg or None, severity, source, workload), where)
 
 

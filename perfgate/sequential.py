@@ -100,7 +100,7 @@ def boundaries(counts: tuple[int, ...], increments: tuple[float, ...]) -> tuple[
         if density is None:
             new_density = stats.norm.pdf(new_grid / math.sqrt(n)) / math.sqrt(n)
         else:
-            kernel = stats.norm.pdf((new_grid[:, None] - grid[None, :]) / math.sqrt(d)) / math.sqrt(d)
+            kernel = stats.norm.pdf((new_grid[:, None] - grid[None, :]) / math.sqrt(d)) / math.sqrt(d)  # type: ignore[index]  # set with density
             new_density = kernel @ (weights * density)
         step = new_grid[1] - new_grid[0] if GRID > 1 else 0.0
         weights = np.full(GRID, step)

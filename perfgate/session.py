@@ -220,7 +220,7 @@ def select_shard(cases: list[CaseSpec], shard: Shard, options: RunOptions, setti
     """The shard's cases, its record stored in ``run.settings["shard"]``, said in one line."""
     from perfgate.merge import select_shard as select
 
-    cases, run.settings["shard"] = select(cases, shard, options.shard_costs, settings, run.suite,
+    cases, run.settings["shard"] = select(cases, shard, options.shard_costs, settings, run.suite,  # type: ignore[arg-type]  # a suite run: named
                                           run.environment["machine_key"])
     echo(f"perfgate: shard {shard.text}: {len(cases)} of {run.settings['shard']['cases_total']} "
          f"case(s), balanced by {run.settings['shard']['cost_source']}")

@@ -180,7 +180,7 @@ def _binom_cdf(k: int, n: int) -> float:
     if n > 300:  # normal approximation with continuity correction; exact sums get slow and underflow
         z = (k + 0.5 - n / 2) / math.sqrt(n / 4)
         return 0.5 * (1 + math.erf(z / math.sqrt(2)))
-    return sum(math.comb(n, i) for i in range(0, k + 1)) / 2**n
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
 
 
 def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int, float]:
@@ -196,7 +196,7 @@ def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int, float]:
     # 1-based interval [x_(k+1), x_(n-k)] covers the median with probability 1 - 2 P(X <= k);
     # take the largest k keeping that >= confidence. None qualifies for n <= 5: the full range.
     lo = 0
-    for k in range(0, n // 2):
+    for k in range(n // 2):
         if _binom_cdf(k, n) <= alpha / 2:
             lo = k
         else:

@@ -268,7 +268,7 @@ def prepare(
     model = built.model
     if "channels-last" in toggles:
         if isinstance(model, torch.nn.Module):
-            model = model.to(memory_format=torch.channels_last)
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs omit memory_format
         built.state = _to_channels_last(built.state)
     if "torchscript" in toggles:
         model = torch.jit.script(model)

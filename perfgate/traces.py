@@ -219,7 +219,7 @@ def _median_step_times(pieces: list[SliceDocument], windows: list[tuple[float, f
     outside: set[str] = set()
     for piece in pieces:
         k = bisect.bisect_right(starts, piece.ts) - 1 if piece.ts is not None else -1
-        if k < 0 or piece.ts > windows[k][1]:
+        if k < 0 or piece.ts > windows[k][1]:  # type: ignore[operator]  # k >= 0 only when piece.ts is not None
             outside.add(piece.name)
             continue
         per_window.setdefault(piece.name, [0.0] * len(windows))[k] += piece.dur
@@ -445,7 +445,7 @@ def trace_pair(case: CaseResult, bases: list[BaseRun], run_dir: Path) -> TracePa
     the case, and, when both read, their difference. Never raises for a missing or malformed file."""
     head = trace_of(case, run_dir, "head", "this run")
     holder = next((b for b in bases if b.run is not None and b.run.case(case.key) is not None), None)
-    if holder is not None:
+    if holder is not None and holder.run is not None:
         base = trace_of(holder.run.case(case.key), holder.folder, "base", holder.what)
     elif bases and bases[-1].folder is None:
         base = TraceSide("base", note=f"not kept: {bases[-1].what} keeps no traces (perfgate run --against REF "
@@ -455,7 +455,7 @@ def trace_pair(case: CaseResult, bases: list[BaseRun], run_dir: Path) -> TracePa
     else:
         base = TraceSide("base", note="nothing was compared: no base side")
     pair = TracePair(case.key, _category(case)[1], base, head)
-    base_case = holder.run.case(case.key) if holder is not None else None
+    base_case = holder.run.case(case.key) if holder is not None and holder.run is not None else None
     pair.base_totals = _totals(base, base_case or case, pair.notes)
     pair.head_totals = _totals(head, case, pair.notes)
     if pair.base_totals is not None and pair.head_totals is not None:

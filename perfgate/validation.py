@@ -360,7 +360,7 @@ Positive = Annotated[_NUMBER, satisfying(lambda v: math.isfinite(v) and v > 0), 
 
 def one_of(choices: tuple[str, ...]) -> Any:
     """The type of a field that is one of ``choices``."""
-    return Annotated[Literal[choices], expected("one of " + ", ".join(choices))]  # type: ignore[valid-type]
+    return Annotated[Literal[choices], expected("one of " + ", ".join(choices))]
 
 
 def int_range(low: int, high: int, words: str | None = None) -> Any:

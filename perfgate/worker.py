@@ -280,7 +280,8 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
                 os.sched_setaffinity(0, cfg["cpus"])
             return lockstep_mod.serve(channel, sample_ns, take, rewarm)
 
-    relayout, moved_to = None, []
+    relayout = None
+    moved_to: list[Any] = []
     if (layout.policy == "drawn" and not compiled and not prepared.captured and lockstep is None
             and not spec.device.startswith("cuda") and int(timing.get("layouts", 1)) > 1):
         def relayout(group: int) -> Any:

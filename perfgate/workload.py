@@ -141,7 +141,7 @@ class Workload:
         standard workload) starts with none: its parent's claims were measured on the parent's cases."""
         for klass in cls.__mro__:
             if "expectations" in vars(klass):
-                return dict(klass.expectations) if getattr(klass, "name", None) == cls.name else {}
+                return dict(klass.expectations) if getattr(klass, "name", None) == cls.name else {}  # type: ignore[attr-defined]  # checked: in vars(klass)
         return {}
 
     @classmethod

@@ -136,7 +136,7 @@ def _serve(fd: int, run_worker: RunWorker) -> int:
     while True:
         # wake on a request or a child's exit; poll every 20 ms only where pidfds are not available
         polling = any(pid not in pidfds for pid in children)
-        readable = select.select([sock, *pidfds.values()], [], [], 0.02 if polling else None)[0]
+        readable = select.select([sock, *pidfds.values()], [], [], 0.02 if polling else None)[0]  # type: ignore[type-var]  # a socket and ints
         if sock in readable:
             got, anc, _, _ = sock.recvmsg_into([view[size:]], ancillary)
             if not got:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -93,3 +94,71 @@ def zizmor_findings(target: Path, *extra: str) -> list[dict]:
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout or "[]")
+
+
+# The fast loop (`pytest -m "not slow"`, CONTRIBUTING.md) stays a loop of minutes only while every test that
+# starts a heavy process carries the `slow` mark. A test without it that starts one fails, naming what it
+# started, before the process runs: any perfgate process (a worker, a fork server, the CLI: a `python -m
+# perfgate` costs seconds of imports before it does anything), compilers, TensorBoard, browsers,
+# PostgreSQL, venv and package builds.
+HEAVY_MODULES = {"tensorboard.main", "torch._inductor.compile_worker", "venv", "pip", "build"}
+HEAVY_PROGRAMS = {"initdb", "pg_ctl", "postgres", "chromium", "chromium-browser", "gcc", "g++", "c++", "cc", "clang"}
+
+
+def heavy_process(args) -> str | None:
+    """What `args` (a Popen's) starts, when it is a heavy process; None otherwise."""
+    if isinstance(args, (str, bytes, os.PathLike)):
+        text = os.fsdecode(args)
+        try:
+            argv = shlex.split(text)
+        except ValueError:
+            argv = text.split()
+    else:
+        argv = [os.fsdecode(a) if isinstance(a, (str, bytes, os.PathLike)) else str(a) for a in args]
+    for i, arg in enumerate(argv):
+        name = Path(arg).name
+        after_m = i > 0 and argv[i - 1] == "-m"
+        if (after_m and arg in HEAVY_MODULES) or name in HEAVY_PROGRAMS or "playwright" in arg:
+            return " ".join(argv[: i + 1])
+        if (after_m and arg.startswith("perfgate")) or (i == 0 and name == "perfgate"):
+            return " ".join(argv[i:i + 2])
+        if " -m perfgate" in arg or arg.startswith("perfgate "):  # a shell's command line
+            return arg
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Outside the `slow` mark, starting a heavy process fails the test (setup included: a session fixture
+    that measures is set up by its first test)."""
+    if item.get_closest_marker("slow") is not None:
+        return (yield)
+    real = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def guarded(self, args, *rest, **kwargs):
+        started = heavy_process(args)
+        if started is not None:
+            item.stash[_STARTED] = started
+            pytest.fail(f"{item.nodeid} starts {started!r} but is not marked slow: add @pytest.mark.slow "
+                        "(or `pytestmark = pytest.mark.slow` for a module of such tests)", pytrace=False)
+        return real(self, args, *rest, **kwargs)
+
+    subprocess.Popen._execute_child = guarded  # type: ignore[attr-defined]
+    try:
+        return (yield)
+    finally:
+        subprocess.Popen._execute_child = real  # type: ignore[attr-defined]
+
+
+_STARTED = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test whose code caught the guard's failure still fails."""
+    report = yield
+    started = item.stash.get(_STARTED, None)
+    if started is not None and report.when == "call" and report.passed:
+        report.outcome = "failed"
+        report.longrepr = f"{item.nodeid} starts {started!r} but is not marked slow: add @pytest.mark.slow"
+    return report

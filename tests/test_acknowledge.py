@@ -297,6 +297,7 @@ bound = "ratio <= 1.2"
 """
 
 
+@pytest.mark.slow
 def test_compare_gate_passes_while_acknowledged_and_fails_after_expiry(tmp_path):
     cur, base = _project(tmp_path, ACK_BOTH)
     before = run_cli("compare", cur, base, "--gate", cwd=tmp_path, env=cli_env(PERFGATE_TODAY="2026-06-30"))
@@ -320,6 +321,7 @@ def test_compare_gate_passes_while_acknowledged_and_fails_after_expiry(tmp_path)
     assert "GATE FAILED: " in after.stdout
 
 
+@pytest.mark.slow
 def test_compare_gate_fails_when_the_change_grows_past_the_bound(tmp_path):
     cur, base = _project(tmp_path, """
         [tool.perfgate]
@@ -347,6 +349,7 @@ def test_compare_gate_fails_when_the_change_grows_past_the_bound(tmp_path):
     ('case = "a/b/c/d"\nreason = "r"\nexpires = 2026-01-01\nowner = "me"', "unknown key(s) owner in "
                                                                            "[tool.perfgate.acknowledge[0]]"),
 ])
+@pytest.mark.slow
 def test_a_bad_entry_stops_compare_with_one_line_exit_2(tmp_path, body, message):
     cur, base = _project(tmp_path, f"[tool.perfgate]\n[[tool.perfgate.acknowledge]]\n{body}\n")
     proc = run_cli("compare", cur, base, "--gate", cwd=tmp_path)
@@ -354,12 +357,14 @@ def test_a_bad_entry_stops_compare_with_one_line_exit_2(tmp_path, body, message)
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+@pytest.mark.slow
 def test_a_bad_perfgate_today_is_exit_2(tmp_path):
     cur, base = _project(tmp_path, ACK_BOTH)
     proc = run_cli("compare", cur, base, "--gate", cwd=tmp_path, env=cli_env(PERFGATE_TODAY="tomorrow"))
     assert proc.returncode == 2 and "PERFGATE_TODAY must be a date YYYY-MM-DD, got 'tomorrow'" in proc.stderr
 
 
+@pytest.mark.slow
 def test_report_against_results_applies_the_acknowledgements(tmp_path):
     cur, base = _project(tmp_path, ACK_BOTH)
     proc = run_cli("report", cur, "--against-results", base, cwd=tmp_path, env=cli_env(PERFGATE_TODAY="2026-06-01"))

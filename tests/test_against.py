@@ -11,10 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import REPO, cli_env
 from fixtures.against import against_repo as _against_repo
 
 from perfgate import against, config
+
+# slow: perfgate run --against in git repositories (the fast loop, pytest -m "not slow", leaves them to CI)
+pytestmark = pytest.mark.slow
 
 
 def _worktrees(repo: Path) -> list[str]:

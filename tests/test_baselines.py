@@ -197,6 +197,7 @@ def test_a_case_kept_from_another_commit_names_its_own(tmp_path):
     assert all("git_commit" not in c.metadata for c in back.run.cases)  # one commit again: no marks
 
 
+@pytest.mark.slow
 def test_baseline_update_case_through_the_cli_writes_atomically(tmp_path):
     from conftest import run_cli
 
@@ -232,6 +233,7 @@ def test_update_refuses_a_baseline_of_another_suite(tmp_path, cases):
         baselines.updated(RunResult.from_json(other), baselines.load_baseline(path), "run2", cases)
 
 
+@pytest.mark.slow
 def test_baseline_update_into_another_suites_file_is_one_line_exit_2(tmp_path):
     from conftest import run_cli
 
@@ -277,6 +279,7 @@ def test_a_whole_update_from_part_of_the_suite_is_refused_where_it_would_drop_ca
     assert len(baselines.updated(RunResult.from_json(whole), old, "run2").run.cases) == 1
 
 
+@pytest.mark.slow
 def test_baseline_update_warns_about_cases_of_one_process(tmp_path):
     """compare.judge_time: a one-process baseline case never settles a step-time change; `baseline update`
     says so when it stores one (the update itself goes ahead)."""
@@ -415,6 +418,7 @@ def test_runs_of_other_commits_or_environments_are_not_pooled(other, message):
         baselines.pooled([_run_of(0.0), second], ["r1", "r2"])
 
 
+@pytest.mark.slow
 def test_pooling_through_the_cli_says_what_the_baseline_cost_and_whether_it_is_precise(tmp_path):
     """`perfgate baseline update RUN1 RUN2 RUN3`: one baseline of the three; the cost of recording it and its
     precision said; a mix of commits is one line, exit 2, and nothing written. One thin run: a warning that says

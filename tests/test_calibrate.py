@@ -123,6 +123,7 @@ def test_the_processes_a_threshold_needs_are_never_fewer_than_the_gate_settles_f
     assert "needs about 8 processes a side" in "\n".join(report_lines(quiet))
 
 
+@pytest.mark.slow
 def test_calibrate_write_keeps_a_baseline_update_made_while_it_measured(tmp_path, monkeypatch):
     """`calibrate --write` measures for minutes, then stores its thresholds in the baseline. It read the
     baseline before measuring and wrote that copy back: a `baseline update` made meanwhile was reverted."""
@@ -172,6 +173,7 @@ def _moved_rounds(factor: float) -> list[CaseResult]:
     return done
 
 
+@pytest.mark.slow
 def test_write_never_stores_a_figure_no_baseline_can_hold(tmp_path, monkeypatch, capsys):
     """One round 2x slower than the others (a noisy neighbour): the measured run-to-run term is about 100%
     and the threshold 595%. Stored, the baseline was refused by every later gate, compare and baseline
@@ -197,6 +199,7 @@ def test_write_never_stores_a_figure_no_baseline_can_hold(tmp_path, monkeypatch,
     assert "stored the noise figures of 1 case in" in out
 
 
+@pytest.mark.slow
 def test_write_refuses_another_machines_or_suites_baseline_before_measuring(tmp_path, monkeypatch):
     """`--baseline FILE` of another machine: its gate would judge that machine's cases with this one's noise
     (run-to-run term and threshold). Refused, exit 2, before the rounds and the ceilings."""
@@ -228,6 +231,7 @@ def test_write_refuses_another_machines_or_suites_baseline_before_measuring(tmp_
     assert ceilings == [True]
 
 
+@pytest.mark.slow
 def test_write_without_a_baseline_stores_no_ceilings_before_refusing(tmp_path, monkeypatch):
     """The missing baseline is found before anything is written: the ceilings were stored, then exit 2."""
     from perfgate import calibrate

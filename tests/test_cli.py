@@ -8,6 +8,9 @@ import click
 import pytest
 from conftest import REPO, TEST_WORKLOADS, run_cli
 
+# slow: runs the CLI (perfgate run and friends) in subprocesses (the fast loop, pytest -m "not slow", leaves them to CI)
+pytestmark = pytest.mark.slow
+
 TINY_RUN = ("--workloads-dir", str(TEST_WORKLOADS), "--samples", "3")
 
 

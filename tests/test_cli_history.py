@@ -15,6 +15,9 @@ import pytest
 
 from tests.fixtures.history import commit_of, make_run, write_run
 
+# slow: runs perfgate history in subprocesses, on SQLite and PostgreSQL (the fast loop, pytest -m "not slow", leaves them to CI)
+pytestmark = pytest.mark.slow
+
 STEP_AT = 24
 
 

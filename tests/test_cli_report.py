@@ -8,7 +8,11 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from conftest import run_cli
+
+# slow: runs perfgate report in subprocesses (the fast loop, pytest -m "not slow", leaves them to CI)
+pytestmark = pytest.mark.slow
 
 DATA = Path(__file__).parent / "data" / "reports"
 

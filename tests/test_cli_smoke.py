@@ -2,7 +2,11 @@
 
 import json
 
+import pytest
 from conftest import run_cli
+
+# slow: measures the smoke suite through the CLI (the fast loop, pytest -m "not slow", leaves them to CI)
+pytestmark = pytest.mark.slow
 
 
 def test_run_eager_rollout_writes_results(tmp_path):

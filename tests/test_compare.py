@@ -95,6 +95,7 @@ def test_a_shift_hidden_in_between_process_noise_is_inconclusive():
     assert kind == "inconclusive"
 
 
+@pytest.mark.slow
 def test_correlated_samples_within_a_process_do_not_cry_wolf():
     """Each process sits at its own level; 40 samples per process agree tightly with each other. A test on
     raw samples would call almost every A/A pair significant; the per-process rule must not."""
@@ -1097,6 +1098,7 @@ def test_a_verdict_the_rank_test_cannot_reach_says_the_ci_decided():
     assert many.significant and many.p_value < 0.05 and "the CI decides" not in many.test
 
 
+@pytest.mark.slow
 def test_a_nan_threshold_in_the_configuration_is_exit_2_not_a_passing_gate(tmp_path):
     """`threshold = nan` (valid TOML) made `compare --gate` call a 50% slower run unchanged and exit 0."""
     from conftest import run_cli

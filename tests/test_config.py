@@ -190,6 +190,7 @@ def test_a_toml_file_over_the_size_cap_is_refused_without_reading_it_all(tmp_pat
     assert load(config=big).threads == 1
 
 
+@pytest.mark.slow
 def test_a_too_large_pyproject_is_one_line_exit_2(tmp_path):
     from conftest import cli_env, run_cli
 
@@ -224,6 +225,7 @@ def test_a_nearest_pyproject_with_a_toml_error_is_an_error_naming_file_and_line(
     ("[tool.perfgate]\nthreads = = 1\n", "line 2"),  # item 5: was stepped over for the parent's table
     ("[tool.perfgate]\ndefault_suite = ['smoke']\n", "default_suite must be a string"),  # item 6: was exit 3
 ], ids=["toml-syntax", "default-suite-list"])
+@pytest.mark.slow
 def test_a_broken_nearest_pyproject_exits_2_with_one_line(tmp_path, text, needle):
     from conftest import run_cli
 

@@ -42,6 +42,7 @@ def test_clean_leaves_ordinary_text_alone():
     assert clean(text) == text.replace("\n::", "\n" + DATA_LINE_LABEL + "::")
 
 
+@pytest.mark.slow
 def test_merge_prints_a_hostile_workload_name_and_message_as_data(tmp_path):
     """A shard whose case is named like a workflow command and fails with terminal escapes: nothing
     `perfgate merge` prints is a workflow command or carries a control character, and the name still shows."""

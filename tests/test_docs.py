@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from conftest import REPO, run_cli
+
+# slow: runs the documented commands (the fast loop, pytest -m "not slow", leaves them to CI)
+pytestmark = pytest.mark.slow
 
 
 def doc_example(path, marker):

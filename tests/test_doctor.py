@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import cli_env, run_cli
 
 from perfgate import doctor
@@ -12,6 +13,7 @@ from perfgate import doctor
 CHECKS = {"python", "torch", "cuda", "toggles", "compiler", "threads", "clock", "tensorboard", "browser", "git"}
 
 
+@pytest.mark.slow
 def test_doctor_prints_one_line_per_check_and_exits_0_here():
     proc = run_cli("doctor")
     assert proc.returncode == 0, proc.stderr
@@ -23,6 +25,7 @@ def test_doctor_prints_one_line_per_check_and_exits_0_here():
         assert ("; fix: " in line) == (status == "warn"), line  # every warning says what to do
 
 
+@pytest.mark.slow
 def test_doctor_without_a_working_torch_fails_with_exit_3(tmp_path):
     (tmp_path / "torch.py").write_text("raise ImportError('this torch is broken')\n")
     env = cli_env()

@@ -114,6 +114,7 @@ def test_config_validates_the_expect_table_at_load(tmp_path):
         config.load(bad)
 
 
+@pytest.mark.slow
 def test_cli_exits_2_on_a_malformed_rule(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\n[tool.perfgate.expect]\n'
                                              '"w/*/eager/cpu" = ["speedup_vs_eager"]\n')
@@ -367,6 +368,7 @@ def test_no_rules_no_section(run):
     ({"rollout/*/compile/cpu": ["speedup_vs_eager >= 1.2"]}, 0),
     ({}, 0),
 ])
+@pytest.mark.slow
 def test_compare_gate_exit_code_follows_the_fail_rules(run, tmp_path, rules, code):
     cur, base = tmp_path / "cur", tmp_path / "base"
     cur.mkdir(), base.mkdir()

@@ -72,6 +72,7 @@ def write_report(tmp_path: Path, report: ReportInput, name: str = "report.html")
     return path
 
 
+@pytest.mark.slow
 def test_report_in_a_real_browser(browser, tmp_path):
     run, comp = scenario(["operator_rollout", "field_superposition", "message_passing"])
     report = ReportInput(run, comp, run_dir=Path("reports") / run.run_id)
@@ -111,6 +112,7 @@ def test_report_in_a_real_browser(browser, tmp_path):
     assert (SHOTS / "report.pdf").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_markup_in_workload_names_and_errors_renders_as_text_and_runs_nothing(browser, tmp_path):
     variant = "v<script>window.__pwned=3</script>"  # a workload variant is a toggle name a user writes
     run = synthetic_run([f"evil{EVIL}"], toggles=("eager", "compile", "torchscript", variant))
@@ -136,6 +138,7 @@ def test_markup_in_workload_names_and_errors_renders_as_text_and_runs_nothing(br
     page.page.screenshot(path=str(SHOTS / "escaping.png"), full_page=False)
 
 
+@pytest.mark.slow
 def test_roofline_chart_bound_classes_and_expectations_in_a_real_browser(browser, tmp_path):
     report = ReportInput(roofline_run(), None, run_dir=tmp_path)
     path = write_report(tmp_path, report)
@@ -254,6 +257,7 @@ OVERVIEW_CELLS = """() => [...document.querySelectorAll('#overview table.overvie
     }))"""
 
 
+@pytest.mark.slow
 def test_overview_fits_one_screen_and_no_table_scrolls_sideways(browser, tmp_path):
     """The full pr suite (6 workloads with long names x 10 toggles, compared with a baseline) at 1300 x 900:
     the overview matrix sits on the first screen, each cell a verdict word and a ratio with its CI linking to
@@ -314,6 +318,7 @@ def test_overview_fits_one_screen_and_no_table_scrolls_sideways(browser, tmp_pat
     phone.page.screenshot(path=str(SHOTS / "overview-390.png"), full_page=False)
 
 
+@pytest.mark.slow
 def test_acknowledgements_repro_commands_and_trace_notes_fit_at_1300_and_on_a_phone(browser, tmp_path):
     """The pr suite's report with what a reviewer reads under its regressions: an acknowledged regression
     (its overview cell says so), an expired acknowledgement and one that matched nothing, each regression's
@@ -428,6 +433,7 @@ LABEL_BOXES = """() => [...document.querySelectorAll('svg.roofline text.label')]
     const r = t.getBoundingClientRect(); return [t.textContent, r.left, r.top, r.right, r.bottom]; })"""
 
 
+@pytest.mark.slow
 def test_roofline_labels_of_piled_up_points_do_not_overlap(browser, tmp_path):
     """Ten toggles whose points pile up (a GPU run's): every point gets its name (or a number listed under
     the chart), and no two labels, the roofs' names included, overlap as the browser lays them out."""
@@ -467,6 +473,7 @@ def test_roofline_labels_stay_apart_when_names_cannot_fit():
     assert text_width("m" * 10) > text_width("i" * 10) and text_width("compile") >= 7 * 6.5
 
 
+@pytest.mark.slow
 def test_a_run_without_ceilings_says_how_to_measure_them_instead_of_an_empty_chart(browser, tmp_path):
     from click.testing import CliRunner
     from fixtures.synthetic import crowded_roofline_run
@@ -486,6 +493,7 @@ def test_a_run_without_ceilings_says_how_to_measure_them_instead_of_an_empty_cha
     assert "--write" in help_text and "ceilings.json" in (REPO / "docs" / "roofline.md").read_text()
 
 
+@pytest.mark.slow
 def test_expectations_missed_and_unknown_first_met_folded_under_their_count(browser, tmp_path):
     from perfgate.expect import parse_rules
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from fixtures.golden import assert_golden, fixed_run
 from fixtures.synthetic import synthetic_run
 
@@ -76,6 +77,7 @@ def test_markup_and_pipes_in_names_cannot_break_the_table():
             assert line.count(" | ") == 6, line  # seven cells, no pipe leaked from the name
 
 
+@pytest.mark.slow
 def test_a_huge_suite_stays_under_the_comment_limit_with_a_pointer_to_the_html():
     workloads = [f"workload_{i:04d}_with_a_rather_long_descriptive_name" for i in range(300)]
     cur = synthetic_run(workloads, seed=2)

@@ -43,6 +43,7 @@ def fault_run(tmp_path_factory):
     return proc, {c["spec"]["workload"]: c for c in data["cases"]}, out
 
 
+@pytest.mark.slow
 def test_the_run_goes_on_and_exits_0(fault_run):
     proc, cases, _ = fault_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -52,6 +53,7 @@ def test_the_run_goes_on_and_exits_0(fault_run):
 
 
 @pytest.mark.parametrize("workload", sorted(EXPECTED))
+@pytest.mark.slow
 def test_each_fault_is_classified_with_its_error_tail(fault_run, workload):
     _, cases, _ = fault_run
     failure_class, needle = EXPECTED[workload]
@@ -62,12 +64,14 @@ def test_each_fault_is_classified_with_its_error_tail(fault_run, workload):
     assert case["processes"] == [] and case["derived"] == {}
 
 
+@pytest.mark.slow
 def test_the_table_shows_the_failure_classes(fault_run):
     proc, _, _ = fault_run
     for failure_class, _ in EXPECTED.values():
         assert f"[{failure_class}]" in proc.stdout
 
 
+@pytest.mark.slow
 def test_messages_stay_short_whatever_the_workload_raised(fault_run):
     """A 10 MB exception message used to go whole into results.json, junit.xml and the console."""
     _, cases, _ = fault_run
@@ -75,6 +79,7 @@ def test_messages_stay_short_whatever_the_workload_raised(fault_run):
     assert "more characters]" in cases["fault_huge_message"]["message"]
 
 
+@pytest.mark.slow
 def test_metrics_results_json_cannot_hold_are_left_out_and_said(fault_run, tmp_path):
     """A string or tensor returned by metrics() used to be written as a string, and `perfgate report`
     then refused the run's results.json ("must be a number"); NaN made it JSON other tools refuse."""
@@ -88,6 +93,7 @@ def test_metrics_results_json_cannot_hold_are_left_out_and_said(fault_run, tmp_p
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_threads_a_workload_sets_in_build_are_pinned_back_and_recorded(fault_run):
     """torch.set_num_threads(4) in build used to hold for the samples while the case said 1 thread."""
     _, cases, _ = fault_run

@@ -119,6 +119,7 @@ def _downstream(run: RunResult, other: RunResult, tmp: Path) -> None:
     check_compatible([(tmp, other, "s"), (tmp / "x", run, "s")])
 
 
+@pytest.mark.slow
 def test_results_reader_and_everything_after_it(tmp_path, runs):
     base, cur = runs
 
@@ -128,6 +129,7 @@ def test_results_reader_and_everything_after_it(tmp_path, runs):
     fuzz(tmp_path, "results.json", cur.to_json(), read, seed=1, limit=700)
 
 
+@pytest.mark.slow
 def test_baseline_reader(tmp_path, runs):
     base, cur = runs
     stored = baselines.from_run(base, source="x")
@@ -145,6 +147,7 @@ def test_baseline_reader(tmp_path, runs):
     fuzz(tmp_path, "smoke.json", json.loads(stored.dumps()), read, seed=2, limit=500)
 
 
+@pytest.mark.slow
 def test_comparison_reader(tmp_path, runs):
     base, cur = runs
     comparison = synthetic_comparison(cur, base)
@@ -173,6 +176,7 @@ def test_ceilings_reader(tmp_path):
     fuzz(tmp_path, "ceilings.json", doc, read, seed=4, limit=200)
 
 
+@pytest.mark.slow
 def test_probe_answer_and_shard_costs_readers(tmp_path, runs):
     _, cur = runs
     probe = {"environment": {"torch": "2.13.0"}, "toggles": [{"name": "eager", "requires": []}],
@@ -227,6 +231,7 @@ def test_numbers_no_float_can_hold_are_refused_with_one_line(tmp_path, runs):
 
 
 @pytest.mark.parametrize("spelled", ["9" * 4301, "1" + "0" * 400, "1e400"])
+@pytest.mark.slow
 def test_the_cli_refuses_a_huge_number_in_a_results_file_with_exit_2(tmp_path, runs, spelled):
     from conftest import run_cli
 

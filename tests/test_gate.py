@@ -19,6 +19,9 @@ from fixtures.against import CASE, NEW_CASE, PYPROJECT
 from fixtures.against import against_repo as _against_repo
 from fixtures.against import git as _git
 
+# slow: measures real runs through the CLI (the fast loop, pytest -m "not slow", leaves them to CI)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):

@@ -24,6 +24,7 @@ def _rates(change: float, paired: bool, trials: int = TRIALS) -> Rates:
 
 
 @pytest.mark.parametrize("paired", [True, False], ids=["lockstep", "stored"])
+@pytest.mark.slow
 def test_unchanged_code_rarely_alarms_and_ten_percent_is_caught_in_the_right_direction(paired):
     aa = _rates(0.0, paired)
     assert aa.count("regression") + aa.count("win") <= 1, aa

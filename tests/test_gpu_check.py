@@ -19,6 +19,7 @@ import gpu_check  # noqa: E402
 H200_ROLLOUT = REPO / "tests" / "data" / "gpu" / "h200-rollout-pr-results.json"
 
 
+@pytest.mark.slow
 def test_without_cuda_it_exits_3_with_one_line_and_writes_nothing(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
@@ -34,6 +35,7 @@ def test_without_cuda_it_exits_3_with_one_line_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_step_past_its_timeout_is_stopped_with_its_whole_process_group(tmp_path):
     pid_file = tmp_path / "child.pid"
     script = ("import subprocess, sys, time; "
@@ -92,6 +94,7 @@ def test_the_summary_rows_of_the_second_gpu_run_cuda_graphs_and_compile_on_the_r
     assert len(clocks) == 6 and all(g["nvml_device"].startswith("pci ") and g["error"] is None for g in clocks)
 
 
+@pytest.mark.slow
 def test_the_spread_benchmark_runs_its_variants_in_turns_on_cpu(tmp_path):
     """benchmarks/gpu_spread.py on CPU (it checks itself there): one process per variant, the second pinned to
     one CPU, and a summary per variant."""
@@ -108,6 +111,7 @@ def test_the_spread_benchmark_runs_its_variants_in_turns_on_cpu(tmp_path):
     assert set(data["summary"]) == {"free", "pinned"} and all(s["median_s"] > 0 for s in data["summary"].values())
 
 
+@pytest.mark.slow
 def test_the_rehearsal_runs_the_workloads_step_on_cpu_and_reads_its_summary_back(tmp_path):
     """``--rehearse``: the check's own commands, run on the CPU at smoke size, so a lent GPU's minutes are not
     spent finding a broken flag. The CUDA-only toggles come back skipped with their reason, the compiled one

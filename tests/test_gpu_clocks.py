@@ -208,6 +208,7 @@ def test_clock_readings_are_untrusted_input(record, message):
         RunResult.from_json(_results(_process(record)), source="results.json")
 
 
+@pytest.mark.slow
 def test_a_cpu_worker_records_no_gpu_clocks(tmp_path):
     """The real worker, in its own process, on a CPU case: the process result carries gpu_clocks None."""
     spec = CaseSpec("scaled_work", "smoke", ("eager",), "cpu", params=(("n", 8), ("reps", 1), ("steps", 1)))

@@ -86,6 +86,7 @@ def test_url_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
             resolve_url({"history": 3}, tmp_path)
 
 
+@pytest.mark.slow
 def test_add_is_idempotent_and_series_come_in_run_order(store_url: str) -> None:
     with open_store(store_url, create=True) as store:
         # added out of order: the series follows the runs' start times, not the order of ingest
@@ -106,6 +107,7 @@ def test_add_is_idempotent_and_series_come_in_run_order(store_url: str) -> None:
         assert kernels["workload_0/smoke/eager/cpu"][0].value == 12.0
 
 
+@pytest.mark.slow
 def test_a_refused_run_is_an_error_not_a_duplicate(store_url: str) -> None:
     """A constraint other than the run's identity refuses the insert (NOT NULL on runs.started_at, whose
     message names the runs table): an error saying so, never "already there", and nothing half-written."""
@@ -140,6 +142,7 @@ def downgrade() -> None:
 '''
 
 
+@pytest.mark.slow
 def test_an_older_store_is_upgraded_with_its_data(store_url: str, tmp_path: Path) -> None:
     with open_store(store_url, create=True) as store:
         add_run(store, _record(0, [0.01]))
@@ -220,6 +223,7 @@ def _make_store_before_alembic(url: str) -> None:
         src.close()
 
 
+@pytest.mark.slow
 def test_a_store_of_the_release_before_alembic_upgrades_to_head(store_url: str, tmp_path: Path) -> None:
     """A store written by the release before Alembic (its own schema_version at 1) is stamped at the first
     revision and upgraded to head with every run kept, its schema then the same as a new store's."""
@@ -246,6 +250,7 @@ def test_a_store_of_the_release_before_alembic_upgrades_to_head(store_url: str, 
     assert _schema(fresh) == _schema(resolve_url({}, tmp_path, f"sqlite:///{BEFORE_ALEMBIC_DB}"))
 
 
+@pytest.mark.slow
 def test_a_new_stores_schema_is_the_models(store_url: str) -> None:
     """The queries use the models in store.py; the database comes from the migrations: they agree."""
     from alembic.autogenerate import compare_metadata
@@ -260,6 +265,7 @@ def test_a_new_stores_schema_is_the_models(store_url: str) -> None:
         engine.dispose()
 
 
+@pytest.mark.slow
 def test_a_new_postgresql_store_has_the_schema_the_release_before_alembic_made(pg_url: str) -> None:
     url = _fresh_pg(pg_url)
     _make_store_before_alembic(url)
@@ -327,6 +333,7 @@ def test_unreachable_postgresql_is_one_line(tmp_path: Path) -> None:
     assert "\n" not in str(info.value) and "secret" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_a_foreign_postgresql_database_is_refused(pg_url: str) -> None:
     url = _fresh_pg(pg_url)
     engine = sa.create_engine(url)
@@ -338,6 +345,7 @@ def test_a_foreign_postgresql_database_is_refused(pg_url: str) -> None:
 
 
 @pytest.mark.parametrize("start", ["new", "before-alembic"])
+@pytest.mark.slow
 def test_concurrent_add_processes_lose_nothing(store_url: str, tmp_path: Path, start: str) -> None:
     """Eight `perfgate history add` processes at once, each with its own runs and one run they all share,
     on a new store or on one of the release before Alembic (which exactly one of them upgrades)."""
@@ -369,6 +377,7 @@ def test_concurrent_add_processes_lose_nothing(store_url: str, tmp_path: Path, s
     assert len(data) == 3 and sum(map(len, data.values())) == 3 * added + 2 * before
 
 
+@pytest.mark.slow
 def test_opening_an_up_to_date_store_does_not_import_alembic(tmp_path: Path) -> None:
     """`history show` and `detect` open the store on every call: Alembic's 0.1 s import only when upgrading."""
     url = resolve_url({}, tmp_path, "sqlite:///h.db")
@@ -405,6 +414,7 @@ _STEP_TIME_ROW = "run = 2 AND series = (SELECT id FROM series WHERE metric = 'st
     ("UPDATE runs SET \"commit\" = x'00ff' WHERE id = 2", "commit is bytes"),
     ("UPDATE case_specs SET case_key = x'00' WHERE id = 1", "case key is bytes"),
 ])
+@pytest.mark.slow
 def test_a_malformed_row_in_the_store_is_one_line_naming_it(tmp_path: Path, tamper: str, says: str) -> None:
     """A store is input like any file (hand-edited, written by another tool, a PostgreSQL float NaN): a value
     that is text or a blob, an infinity, a count that is not one, was an 'unexpected TypeError' (exit 3) in

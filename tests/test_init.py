@@ -13,6 +13,9 @@ from conftest import dev_tool, run_cli, zizmor_findings
 
 from perfgate import init
 
+# slow: runs perfgate init and the generated project's first run (the fast loop, pytest -m "not slow", leaves them to CI)
+pytestmark = pytest.mark.slow
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10

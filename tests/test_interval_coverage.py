@@ -56,6 +56,7 @@ def test_figures_are_what_the_reports_print():
     assert got[eager.key]["speedup"] is None and got[eager.key]["advice"] == "reference"
 
 
+@pytest.mark.slow
 def test_the_script_analyses_results_files_and_writes_its_json(tmp_path):
     dirs = []
     for seed in range(3):

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from conftest import REPO, cli_env
 from fixtures.import_graph import cycles, graph, reachable
 
@@ -21,6 +22,7 @@ BELOW_MODEL = {"perfgate.vocabulary", "perfgate.rules", "perfgate.stats", "perfg
 JUDGING_AND_STORE = ("perfgate.model", "perfgate.expect", "perfgate.roofline", "perfgate.baselines")
 
 
+@pytest.mark.slow
 def test_the_model_imports_nothing_above_it():
     g = graph()
     assert reachable(g, "perfgate.model") <= BELOW_MODEL, reachable(g, "perfgate.model") - BELOW_MODEL
@@ -35,6 +37,7 @@ def test_importing_the_model_loads_only_the_modules_below_it():
     assert set(out) == {"perfgate", "perfgate.version", "perfgate.model", *BELOW_MODEL}  # the package: its version
 
 
+@pytest.mark.slow
 def test_no_import_circle_runs_through_the_model_the_judges_or_the_baseline_store():
     g = graph()
     for circle in cycles(g):

@@ -87,6 +87,7 @@ def job(tmp_path: Path, workload: str, index: int) -> runner.LockstepJob:
     return runner.LockstepJob(cfg, tmp_path / ".work")
 
 
+@pytest.mark.slow
 def test_real_workers_sample_in_turns_on_the_same_cpus(tmp_path):
     outs = runner.run_lockstep([job(tmp_path, "tiny", 0), job(tmp_path, "tiny", 1)], settings(), rotate=1)
     a, b = (o.result for o in outs)
@@ -102,6 +103,7 @@ def test_real_workers_sample_in_turns_on_the_same_cpus(tmp_path):
 
 @pytest.mark.parametrize("fault, failure_class, timeout_s", [("fault_raise", "error", 120.0),
                                                              ("fault_hang", "timeout", 3.0)])
+@pytest.mark.slow
 def test_one_failing_worker_ends_the_pair_cleanly(tmp_path, fault, failure_class, timeout_s):
     s = settings(timeout_s)
     outs = runner.run_lockstep([job(tmp_path, "tiny", 0), job(tmp_path, fault, 0)], s)
@@ -112,6 +114,7 @@ def test_one_failing_worker_ends_the_pair_cleanly(tmp_path, fault, failure_class
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open fds in /proc/self/fd (Linux)")
+@pytest.mark.slow
 def test_a_side_that_fails_to_start_leaves_no_worker_and_no_pipe(tmp_path, monkeypatch):
     """The second side cannot start (a fork server gone, no fds left): the first, already running, is ended
     with its files, and neither side's pipes stay open in the orchestrator."""

@@ -6,6 +6,8 @@ import gc
 import itertools
 import weakref
 
+import pytest
+
 from perfgate.measure import PerfCounterTimer, measure, timer_for
 
 
@@ -92,6 +94,7 @@ def test_perf_counter_timer_on_cpu():
     assert t.time_ns(lambda: n.append(1), 5) > 0 and len(n) == 5
 
 
+@pytest.mark.slow
 def test_sampling_goes_on_until_min_time_has_passed():
     timer = ScriptedTimer([1_000_000] * 3 + [1_000_000] * 50)
     # every clock read advances a second: after the first sample 1 s has passed, after the k-th k seconds
@@ -122,6 +125,7 @@ def test_every_calls_return_is_checked_not_only_the_first():
     assert checked == [1.0, None]
 
 
+@pytest.mark.slow
 def test_the_earlier_layouts_build_is_dropped_before_the_next_is_made():
     """``layouts = 3``: the unit of one group (its model, in a real worker) is no longer referenced when the
     next group's build is made, so a process never holds two builds at once (its peak memory would count

@@ -30,6 +30,7 @@ def test_merged_shards_hold_the_plan_in_plan_order(tmp_path, count):
     assert run.started_at == "2026-01-01T00:01:00+0000"
 
 
+@pytest.mark.slow
 def test_cli_merges_a_folder_of_downloaded_artifacts(tmp_path):
     cases = suite_cases(workloads=2, toggles=3)
     write_shard_runs(tmp_path, cases, 2)
@@ -150,6 +151,7 @@ def test_variables_that_tune_the_workers_are_joined_per_variable(tmp_path):
     (["nowhere"], "no such results file"),
     (["EMPTY"], "no results.json"),
 ])
+@pytest.mark.slow
 def test_cli_merge_bad_input_is_one_line_exit_2(tmp_path, args, message):
     (tmp_path / "EMPTY").mkdir()
     proc = run_cli("merge", *[str(tmp_path / a) for a in args], "--out", str(tmp_path / "m"), timeout=120)
@@ -157,6 +159,7 @@ def test_cli_merge_bad_input_is_one_line_exit_2(tmp_path, args, message):
     assert message in proc.stderr and proc.stderr.strip().count("\n") == 0
 
 
+@pytest.mark.slow
 def test_cli_merge_mismatch_is_one_line_exit_2(tmp_path):
     paths = write_shard_runs(tmp_path, suite_cases(), 2)
     _edit(paths[1], lambda d: d["environment"].update(torch="2.12.0"))
@@ -194,6 +197,7 @@ def _add_base_runs(paths, commit="c" * 40):
         write_results(run, p.parent / "base" / "results.json")
 
 
+@pytest.mark.slow
 def test_against_base_runs_merge_into_base_and_are_not_shards(tmp_path):
     cases = suite_cases(workloads=2, toggles=3)
     paths = write_shard_runs(tmp_path, cases, 2)
@@ -272,6 +276,7 @@ def _summary_env(tmp_path):
 
 
 @pytest.mark.parametrize("kinds, code", [(["unchanged", "win"], 0), (["regression", "unchanged"], 1)])
+@pytest.mark.slow
 def test_merge_gate_judges_the_shards_verdicts_as_one_run(tmp_path, kinds, code):
     paths = write_shard_runs(tmp_path, suite_cases(workloads=2, toggles=2), 2)
     _write_comparison(paths[0], ["unchanged", "unchanged"])
@@ -290,6 +295,7 @@ def test_merge_gate_judges_the_shards_verdicts_as_one_run(tmp_path, kinds, code)
     assert text.startswith("earlier step\n") and md.strip() in text  # appended, not replaced
 
 
+@pytest.mark.slow
 def test_merge_gate_without_shard_verdicts_compares_with_the_baseline(tmp_path):
     paths = write_shard_runs(tmp_path, suite_cases(workloads=2, toggles=2), 2)
     first = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m1"), timeout=120)
@@ -306,6 +312,7 @@ def test_merge_gate_without_shard_verdicts_compares_with_the_baseline(tmp_path):
     assert (tmp_path / "m2" / "summary.md").read_text().strip() in summary.read_text()
 
 
+@pytest.mark.slow
 def test_merge_without_gate_leaves_the_job_summary_alone(tmp_path):
     paths = write_shard_runs(tmp_path, suite_cases(workloads=1, toggles=2), 2)
     summary, env = _summary_env(tmp_path)
@@ -349,6 +356,7 @@ def _against_shards(tmp_path, factor, processes=3):
     return paths
 
 
+@pytest.mark.slow
 def test_rejudge_ignores_the_shards_own_verdicts(tmp_path):
     """A pull request that loosened the gate wrote 'unchanged' for a 3x slowdown: without --rejudge the
     merge trusts that; with it, the merging perfgate's rules see the regression in the raw samples."""
@@ -364,6 +372,7 @@ def test_rejudge_ignores_the_shards_own_verdicts(tmp_path):
     assert "origin/main" in comp.baseline_source
 
 
+@pytest.mark.slow
 def test_rejudge_passes_an_unchanged_run(tmp_path):
     paths = _against_shards(tmp_path, 1.0)
     proc = run_cli("merge", *map(str, paths), "--out", str(tmp_path / "m"), "--gate", "--rejudge", timeout=120)
@@ -400,6 +409,7 @@ def test_rejudge_confirms_a_regression_only_with_both_sides_re_measured(tmp_path
     assert judge_against(out, run, settings).gate_failed
 
 
+@pytest.mark.slow
 def test_rejudge_takes_its_floor_from_the_judges_own_sampling_design(tmp_path):
     """The head's pyproject chose `processes = 1` and `adaptive = false`: one process a side judges a 3.18x
     slowdown `inconclusive`, and the base's judge passed it (exit 0). A side with fewer processes than the
@@ -449,6 +459,7 @@ def test_rejudge_fails_a_case_stopped_inconclusive_where_the_judge_would_look_ag
     assert not judge_against(tmp_path / "m2", merged, settings_for(tmp_path)).gate_failed
 
 
+@pytest.mark.slow
 def test_merge_expect_suite_fails_a_case_no_shard_measured(tmp_path):
     """The judge plans the suite from its own configuration and workloads (a worker probe of them): a case
     the pull request dropped from its suite, so that no shard measured it, fails the gate by name."""
@@ -475,6 +486,7 @@ def test_merge_expect_suite_fails_a_case_no_shard_measured(tmp_path):
     assert alone.returncode == 2 and "add --rejudge" in alone.stderr, alone.stderr
 
 
+@pytest.mark.slow
 def test_rejudge_needs_the_shards_base_runs(tmp_path):
     paths = write_shard_runs(tmp_path, suite_cases(workloads=1, toggles=2), 2)
     _write_comparison(paths[0], ["unchanged", "unchanged"])
@@ -507,6 +519,7 @@ def test_merge_refuses_a_symbolic_link_in_a_shard_folder(tmp_path, link):
     assert not out.exists() or not any(out.rglob("*"))
 
 
+@pytest.mark.slow
 def test_merge_refuses_a_shard_folder_that_is_a_link(tmp_path, cli):
     paths = write_shard_runs(tmp_path, suite_cases(workloads=1, toggles=2), 1)
     (tmp_path / "link").symlink_to(paths[0].parent, target_is_directory=True)
@@ -562,6 +575,7 @@ def _sequential_against_shards(tmp_path, confidence=None):
     return paths
 
 
+@pytest.mark.slow
 def test_rejudge_takes_no_confidence_level_from_the_shards(tmp_path):
     """The shard's sampling record states the confidence its last look was judged at. A pull request's shard
     that writes 0.99999999 there would widen every interval until a 7% regression is inconclusive (exit 0);
@@ -586,6 +600,7 @@ def test_rejudge_takes_no_confidence_level_from_the_shards(tmp_path):
     assert judge_time(change, 0.05, "global threshold")[0] == "inconclusive"
 
 
+@pytest.mark.slow
 def test_a_merged_run_merges_again_as_the_shards_it_holds(tmp_path):
     """`perfgate merge M --out N` of a run merge wrote (or `merge shards --out shards`, run twice) was exit 3,
     'unexpected KeyError: index': a merged run's shard record lists its shards under "merged"."""
@@ -606,6 +621,7 @@ def test_a_merged_run_merges_again_as_the_shards_it_holds(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["inside", "same"])
+@pytest.mark.slow
 def test_merge_refuses_an_out_folder_inside_a_shard_folder(tmp_path, where):
     """`--out` inside a shard folder copied that shard into itself (an empty sub/sub appeared); `--out` equal to
     a shard folder replaced that shard's results.json. Both are refused, one line, exit 2, nothing written."""

@@ -181,6 +181,7 @@ def test_a_profile_round_trips_with_the_keys_no_reader_checks(tmp_path):
     assert load_results(tmp_path / "r.json").cases[0].profile == case.profile
 
 
+@pytest.mark.slow
 def test_the_data_model_imports_no_torch():
     code = ("import sys, perfgate.model, perfgate.stats, perfgate.config, perfgate.plan, perfgate.runner, perfgate.cli; "
             "print('torch' in sys.modules)")
@@ -203,6 +204,7 @@ def test_a_declared_document_and_its_dataclass_agree_on_fields_and_defaults(docu
             assert info.default == fields[name], name
 
 
+@pytest.mark.slow
 def test_a_runs_bookkeeping_imports_no_torch(tmp_path):
     """After the workers: comparing with a baseline, every report, and the TensorBoard scalars, all in the
     orchestrating process, as `perfgate run` does them; none of it may import torch (docs/architecture.md)."""

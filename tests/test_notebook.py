@@ -40,6 +40,7 @@ def project(tmp_path_factory):
     return root, root / "base", root / "head", url
 
 
+@pytest.mark.slow
 def test_importing_perfgate_imports_neither_pandas_nor_torch():
     code = ("import sys, perfgate; before = ('pandas' in sys.modules, 'torch' in sys.modules); "
             "load = perfgate.load; print(*before, 'pandas' in sys.modules, 'torch' in sys.modules, "
@@ -50,6 +51,7 @@ def test_importing_perfgate_imports_neither_pandas_nor_torch():
     assert out.stdout.split() == ["False", "False", "True", "False", "True", "True"]
 
 
+@pytest.mark.slow
 def test_loading_a_compared_run_and_its_history_imports_no_torch(project):
     root, _, head, url = project
     code = (f"import sys, perfgate; perfgate.load({str(head)!r}); perfgate.load_samples({str(head)!r}); "
@@ -65,6 +67,7 @@ def test_an_unknown_attribute_of_perfgate_is_an_attribute_error():
         perfgate.lode  # noqa: B018
 
 
+@pytest.mark.slow
 def test_load_is_one_row_per_case_with_spec_step_time_and_every_metric(project):
     _, base, _, _ = project
     data = json.loads((base / "results.json").read_text())
@@ -100,11 +103,13 @@ def test_load_is_one_row_per_case_with_spec_step_time_and_every_metric(project):
     assert not [c for c in frame.columns if c.startswith("verdict")] and "comparison" not in frame.attrs
 
 
+@pytest.mark.slow
 def test_load_takes_the_results_file_as_well_as_the_folder(project):
     _, base, _, _ = project
     pd.testing.assert_frame_equal(perfgate.load(base / "results.json"), perfgate.load(str(base)))
 
 
+@pytest.mark.slow
 def test_a_compared_run_has_the_verdicts_of_its_comparison(project):
     _, base, head, _ = project
     frame = perfgate.load(head)
@@ -128,6 +133,7 @@ def test_a_compared_run_has_the_verdicts_of_its_comparison(project):
     assert eager.step_time_s > 5 * perfgate.load(base).loc[EAGER, "step_time_s"]
 
 
+@pytest.mark.slow
 def test_load_verdicts_is_one_row_per_verdict(project):
     _, base, head, _ = project
     frame = perfgate.load_verdicts(head)
@@ -141,6 +147,7 @@ def test_load_verdicts_is_one_row_per_verdict(project):
     assert empty.empty and list(empty.columns)[:3] == ["case", "metric", "kind"]
 
 
+@pytest.mark.slow
 def test_load_samples_is_every_sample_of_every_process(project):
     _, base, _, _ = project
     data = json.loads((base / "results.json").read_text())
@@ -160,6 +167,7 @@ def test_load_samples_is_every_sample_of_every_process(project):
     assert frame.step_time_s.median() == pytest.approx(perfgate.load(base).loc[case["key"], "step_time_s"])
 
 
+@pytest.mark.slow
 def test_samples_groups_that_do_not_add_up_are_missing_not_made_up(project, tmp_path):
     _, base, _, _ = project
     data = json.loads((base / "results.json").read_text())
@@ -173,6 +181,7 @@ def test_samples_groups_that_do_not_add_up_are_missing_not_made_up(project, tmp_
     assert first.burst.tolist() == [0] * (len(process["samples_ns"]) - 1) + [1]
 
 
+@pytest.mark.slow
 def test_load_history_is_the_stores_series(project):
     root, base, head, url = project
     frame = perfgate.load_history(url)
@@ -201,6 +210,7 @@ def test_load_history_is_the_stores_series(project):
     assert perfgate.load_history(url, since="2999-01-01").empty
 
 
+@pytest.mark.slow
 def test_load_history_finds_the_store_as_the_cli_does(project, monkeypatch):
     root, _, _, url = project
     monkeypatch.setenv("PERFGATE_HISTORY_URL", url)
@@ -226,6 +236,7 @@ def test_bad_input_is_one_line_naming_the_path(tmp_path, make, expected):
         assert str(path) in str(exc.value) and "\n" not in str(exc.value)
 
 
+@pytest.mark.slow
 def test_a_malformed_comparison_beside_the_run_is_one_line_naming_it(project, tmp_path):
     _, _, head, _ = project
     (tmp_path / "results.json").write_text((head / "results.json").read_text())
@@ -258,6 +269,7 @@ def _write(path, text):
     return path
 
 
+@pytest.mark.slow
 def test_the_docs_example_runs_on_a_real_run(project):
     """docs/notebook.md's example, with its run folder and store pointed at the fixture's."""
     _, _, head, url = project

@@ -69,6 +69,7 @@ def fresh_venv(tmp_path_factory) -> Path:
     return venv
 
 
+@pytest.mark.slow
 def test_wheel_and_sdist_carry_the_templates(dists):
     wheel, sdist = dists
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -56,6 +56,7 @@ def test_trace_folders_stay_in_tb(tmp_path):
     assert trace_dir_for(tmp_path / "run", spec) == d
 
 
+@pytest.mark.slow
 def test_baseline_update_keeps_a_hostile_machine_key_and_suite_inside_baselines(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
@@ -96,6 +97,7 @@ class Evil(Workload):
 '''
 
 
+@pytest.mark.slow
 def test_a_workload_named_to_climb_out_of_tb_profiles_is_refused_before_anything_is_written(tmp_path):
     """A workload named ``x/../../escape``: its case folders under tb/ were contained by ``component`` (the
     unit tests above); since 2026-11-27 a name with '/' is refused when the file loads (a case key's parts

@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import _profiled_run
 
+# slow: profiled runs through the CLI and torch's profiler in this process (the fast loop, pytest -m "not slow", leaves them to CI)
+pytestmark = pytest.mark.slow
+
 
 def _case(data: dict, key: str) -> dict:
     (case,) = [c for c in data["cases"] if c["key"] == key]

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import run_cli
 from fixtures.against import CASE
 
@@ -29,6 +30,7 @@ def _argv(command: str) -> list[str]:
     return [sys.executable, "-m", "perfgate", *argv[1:]]
 
 
+@pytest.mark.slow
 def test_the_printed_command_reproduces_a_regression_and_keeps_both_traces(against_run, tmp_path):
     """Head does 30x the work of HEAD~1 (conftest's shared run, 3 processes of 3 samples): the gate's
     regression, then `perfgate repro`'s command run as printed says regression again; its traces form leaves
@@ -75,6 +77,7 @@ def _env() -> dict[str, str]:
     return cli_env()
 
 
+@pytest.mark.slow
 def test_a_pattern_prints_one_command_per_case_and_nothing_matched_is_exit_2(tmp_path):
     run_dir = _write_run(tmp_path, ["w/smoke/eager/cpu", "w/smoke/compile/cpu", "v/smoke/eager/cpu"])
     many = run_cli("repro", "w/*", "--results", str(run_dir), cwd=tmp_path)
@@ -239,6 +242,7 @@ def test_workloads_folders_and_a_compile_cache_given_on_the_command_line_are_rep
     assert "--workloads-dir" not in argv and "--compile-cache" not in argv
 
 
+@pytest.mark.slow
 def test_recorded_paths_outside_the_checkout_or_in_a_run_folder_are_left_out_and_said_so(tmp_path):
     """results.json is untrusted: a `--config`, `--workloads-dir` or `--compile-cache` it names is printed only
     where it lies in this checkout (the project root) and outside every run folder (the reports folder, any

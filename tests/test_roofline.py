@@ -94,6 +94,7 @@ def bound_run(tmp_path_factory):
     return load_results(root / "run")
 
 
+@pytest.mark.slow
 def test_calibrate_stores_ceilings_the_run_carries(bound_run):
     cpu = bound_run.ceilings["cpu"]
     assert set(cpu["flops"]) >= {"float32", "float64"} and set(cpu["bandwidth"]) == {"copy", "triad"}
@@ -107,6 +108,7 @@ def test_calibrate_stores_ceilings_the_run_carries(bound_run):
 
 @pytest.mark.parametrize("workload, bound", [
     ("bound_matmul", "compute-bound"), ("bound_chain", "memory-bound"), ("bound_tiny", "overhead-bound")])
+@pytest.mark.slow
 def test_each_workload_gets_its_bound_class_from_a_real_profile(bound_run, workload, bound):
     case = bound_run.case(f"{workload}/smoke/eager/cpu")
     assert case.status == "ok", case.message
@@ -117,6 +119,7 @@ def test_each_workload_gets_its_bound_class_from_a_real_profile(bound_run, workl
     assert case.metrics["kernel_concentration_80"] >= 1
 
 
+@pytest.mark.slow
 def test_bytes_per_step_counts_every_operand_and_result(bound_run):
     mm = bound_run.case("bound_matmul/smoke/eager/cpu").metrics
     assert mm["bytes_per_step"] == 3 * N_MATMUL * N_MATMUL * 4  # a, b read; the product written
@@ -130,6 +133,7 @@ def test_bytes_per_step_counts_every_operand_and_result(bound_run):
     assert tiny["mean_op_s"] < bound_run.case("bound_chain/smoke/eager/cpu").metrics["mean_op_s"]
 
 
+@pytest.mark.slow
 def test_a_bound_expectation_is_checked_on_the_run(bound_run):
     data = json.loads(bound_run.dumps())
     (outcome,) = data["expectations"]["outcomes"]

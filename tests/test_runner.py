@@ -47,6 +47,7 @@ def wait_for(condition, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
 def test_killing_the_orchestrator_leaves_valid_results_and_no_worker(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "perfgate", "run", "--workloads-dir", str(TEST_WORKLOADS), "-w", "tiny",
@@ -102,6 +103,7 @@ needs_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="s
 @needs_linux
 @pytest.mark.parametrize("start, hang_s, timeout_s", [("fork", "3600", "5"), ("spawn", "3600", "10"),
                                                        ("fork", "0", "60")])
+@pytest.mark.slow
 def test_a_worker_leaves_no_process_behind(tmp_path, start, hang_s, timeout_s):
     """Children in the worker's process group, in a session of their own, and orphaned below it: all end
     with the worker, at a timeout (fork server or spawned) and when it ends by itself."""
@@ -122,6 +124,7 @@ def test_a_worker_leaves_no_process_behind(tmp_path, start, hang_s, timeout_s):
 
 
 @needs_linux
+@pytest.mark.slow
 def test_killing_the_orchestrator_ends_what_its_workers_started(tmp_path):
     pids_file = tmp_path / "pids"
     cmd = [sys.executable, "-m", "perfgate", "run", "--workloads-dir", str(TEST_WORKLOADS), "-w", "spawns_children",
@@ -219,6 +222,7 @@ def test_workers_get_the_allow_list_and_what_the_config_names_not_secrets(monkey
     assert env["MY_KNOB"] == "1" and env["SIM_DATA_DIR"] == "/data" and "GITHUB_TOKEN" not in env
 
 
+@pytest.mark.slow
 def test_a_workload_sees_only_the_allow_list_and_the_configured_names(tmp_path):
     """End to end: `perfgate run` with a secret in its environment; the workload records what it sees."""
     (tmp_path / "workloads").mkdir()
@@ -258,6 +262,7 @@ def _tiny_run(tmp_path: Path, **env: str) -> dict:
     return {c.spec.workload: c for c in run.cases}
 
 
+@pytest.mark.slow
 def test_workers_are_forked_from_a_zygote_by_default_and_spawned_on_request(tmp_path):
     """Fork server or not, each worker is a process of its own: the same results, the same fault classes."""
     if not sys.platform.startswith("linux"):
@@ -298,6 +303,7 @@ def _heapspy_project(root: Path, *env_names: str) -> None:
     (root / "pyproject.toml").write_text(f"[tool.perfgate]\nworker_env = [{names}]\n")
 
 
+@pytest.mark.slow
 def test_a_request_too_large_for_the_fork_server_is_spawned_instead(tmp_path):
     """The zygote takes requests of up to REQUEST_MAX bytes into a buffer it made once; a worker whose
     environment is larger is spawned, with a line that says why, and measures all the same."""
@@ -319,6 +325,7 @@ def test_a_request_too_large_for_the_fork_server_is_spawned_instead(tmp_path):
     assert len(case["processes"]) == 2
 
 
+@pytest.mark.slow
 def test_the_fork_server_serves_on_after_a_request_too_large_for_it(tmp_path):
     """The zygote numbers requests as it receives them; one refused before sending must not shift the
     numbers, or every later worker would wait a minute for an answer under another number."""
@@ -401,6 +408,7 @@ ALLOCATOR_STATE = ("from perfgate import layout\n"
                    "print(layout.steady_malloc(), layout.malloc_state(), layout.preloaded_malloc())\n")
 
 
+@pytest.mark.slow
 def test_a_preloaded_allocator_is_recorded_as_preloaded_and_left_alone(tmp_path):
     """jemalloc or tcmalloc through LD_PRELOAD serve malloc instead of glibc: setting glibc's thresholds
     there succeeds and changes nothing, so perfgate sets nothing and records ``preloaded`` with the library.
@@ -491,6 +499,7 @@ def test_the_none_layout_policy_draws_nothing_and_keeps_aslr_off(monkeypatch):
     assert layout.fixed_layout_wanted() == sys.platform.startswith("linux")
 
 
+@pytest.mark.slow
 def test_each_worker_lands_where_its_drawn_layout_puts_it(tmp_path):
     """A worker forked after the k-th request must not inherit a heap that handling k requests shaped, and
     each process draws its own layout from the run's seed (perfgate.layout): with one seed, index i's
@@ -542,6 +551,7 @@ def test_each_worker_lands_where_its_drawn_layout_puts_it(tmp_path):
     assert len(set(runs[1])) >= 4, shown
 
 
+@pytest.mark.slow
 def test_a_worker_sampling_three_layouts_builds_the_workload_on_each(tmp_path):
     """``[tool.perfgate.timing] layouts = 3``: each process takes its samples in three groups, the workload
     built anew on another drawn layout for each (what it allocates lands elsewhere), and records the groups
@@ -609,6 +619,7 @@ def _big_model_run(tmp_path: Path, layouts: int, *workloads: str) -> dict[str, d
     return cases
 
 
+@pytest.mark.slow
 def test_peak_memory_does_not_count_one_model_per_layout_and_page_faults_show_fresh_temporaries(tmp_path):
     """``layouts = 3`` builds the workload three times in a process: the earlier builds are dropped before
     the next, so ``peak_rss_bytes`` reads one model's worth, as with one layout (it read three). And
@@ -774,6 +785,7 @@ def _daemon_workloads(tmp_path: Path) -> Path:
 
 
 @needs_linux
+@pytest.mark.slow
 def test_a_daemon_a_workload_file_starts_at_import_does_not_outlive_perfgate_list(tmp_path):
     """`perfgate list` imports the workload files in a probe: it runs them on the worker's path now."""
     pids_file = tmp_path / "pids"
@@ -785,6 +797,7 @@ def test_a_daemon_a_workload_file_starts_at_import_does_not_outlive_perfgate_lis
 
 
 @needs_linux
+@pytest.mark.slow
 def test_a_daemon_left_by_a_spawned_worker_that_died_does_not_outlive_the_run(tmp_path):
     """Spawned workers (PERFGATE_WORKER_START=spawn): one daemon from the probe's import, one from the worker's,
     one from its build, after which the worker dies without ending anything: perfgate, their subreaper
@@ -804,6 +817,7 @@ def test_a_daemon_left_by_a_spawned_worker_that_died_does_not_outlive_the_run(tm
 
 
 @needs_linux
+@pytest.mark.slow
 def test_a_runs_probe_is_forked_and_a_daemon_its_workload_file_starts_at_import_does_not_outlive_the_run(tmp_path):
     """By default a run's probe is a child of the fork server its workers come from (one `import torch` for
     both), isolated as a worker is: the daemon the workload file starts at import, in the probe and again in
@@ -824,6 +838,7 @@ def test_a_runs_probe_is_forked_and_a_daemon_its_workload_file_starts_at_import_
 
 
 @needs_linux
+@pytest.mark.slow
 def test_the_probe_and_the_runs_workers_share_one_fork_server(tmp_path, monkeypatch):
     """The probe forked for a run's folder comes from the fork server the run's workers are then forked by
     (runner._zygote_for's key: threads, PYTHONPATH, folder, scratch folder), or the saving is lost."""
@@ -842,6 +857,7 @@ def test_the_probe_and_the_runs_workers_share_one_fork_server(tmp_path, monkeypa
 
 
 @needs_linux
+@pytest.mark.slow
 def test_a_probe_an_older_fork_server_does_not_answer_is_spawned(tmp_path, monkeypatch):
     """A fork server from before probe requests takes one for the empty request: its child exits at once and
     writes no catalog. The probe is then spawned, as it was before."""
@@ -866,6 +882,7 @@ def test_a_probe_an_older_fork_server_does_not_answer_is_spawned(tmp_path, monke
     assert not list((tmp_path / "work").glob("probe-*"))
 
 
+@pytest.mark.slow
 def test_a_spawned_probe_answers_after_a_workload_file_printed_half_a_line(tmp_path):
     """`perfgate list` (a spawned probe) stopped with "the worker probe printed no catalog" (exit 3) when a
     workload file wrote to stdout on import without a newline: the catalog landed on the end of that line."""
@@ -888,6 +905,7 @@ time.sleep(600)
 
 
 @needs_linux
+@pytest.mark.slow
 def test_a_forked_probe_past_its_timeout_is_killed(tmp_path, monkeypatch):
     """A workload file that hangs when imported: the forked probe is killed at the probe's timeout, and the
     run stops with an infrastructure error that says so."""
@@ -1093,6 +1111,7 @@ def test_a_first_run_creates_its_folder_and_the_missing_reports_folders(tmp_path
 
 @needs_linux
 @pytest.mark.parametrize("start", ["fork", "spawn"])
+@pytest.mark.slow
 def test_an_interrupt_while_a_worker_runs_ends_it_and_all_it_started(tmp_path, monkeypatch, start):
     """perfgate used from Python (a notebook, a script) and interrupted mid-case (Ctrl-C, the kernel's
     interrupt): the KeyboardInterrupt reaches the caller, and the worker and what it started end with it, not
@@ -1125,6 +1144,7 @@ def test_an_interrupt_while_a_worker_runs_ends_it_and_all_it_started(tmp_path, m
 
 
 @needs_linux
+@pytest.mark.slow
 def test_a_run_made_from_python_leaves_no_fork_server_behind(tmp_path, monkeypatch):
     """`perfgate run` called in-process (a notebook, a script, a test): when it returns, its fork servers have
     ended; before, each run's stayed (torch imported) until the interpreter exited."""
@@ -1142,6 +1162,7 @@ def test_a_run_made_from_python_leaves_no_fork_server_behind(tmp_path, monkeypat
 
 
 @needs_linux
+@pytest.mark.slow
 def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
     """A CI cancellation's SIGTERM mid-case: exit 130 with one line (before: killed by the signal, exit 143,
     nothing said), results.json valid with the cases finished, the worker and all it started ended."""
@@ -1167,6 +1188,7 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
 
 
 @needs_linux
+@pytest.mark.slow
 def test_a_timed_out_forked_worker_is_ended_by_its_fork_server_not_by_a_pid_reused_since(tmp_path):
     """The fork server reaps a worker the moment it exits, so by the time a timeout kills it its pid may be
     another process's. The kill goes through the fork server, which ends only a child it has not reaped: a
@@ -1192,6 +1214,7 @@ def test_a_timed_out_forked_worker_is_ended_by_its_fork_server_not_by_a_pid_reus
 
 @needs_linux
 @pytest.mark.parametrize("start", ["fork", "spawn"])
+@pytest.mark.slow
 def test_workers_started_from_a_short_lived_thread_outlive_it(tmp_path, monkeypatch, start):
     """PR_SET_PDEATHSIG fires when the *thread* that started a child exits: perfgate used from a thread that
     ends (the notebook API in a thread, a pool's task) must not lose its workers, nor its fork server, then."""

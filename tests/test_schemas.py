@@ -22,6 +22,7 @@ def test_the_published_schema_is_the_generated_one(name):
         f"docs/schemas/{name} is stale: run `python -m perfgate.schemas`")
 
 
+@pytest.mark.slow
 def test_the_check_command_names_a_stale_file_and_regenerates_it(tmp_path):
     run = [sys.executable, "-m", "perfgate.schemas"]
     assert subprocess.run([*run, "--check"], cwd=REPO, capture_output=True, timeout=120).returncode == 0
@@ -37,6 +38,7 @@ def _nan_free(doc):
     return json.loads(json.dumps(doc), parse_constant=lambda _c: None)
 
 
+@pytest.mark.slow
 def test_what_perfgate_writes_passes_the_published_schemas():
     jsonschema = pytest.importorskip("jsonschema")
     run = synthetic_run(["operator_rollout"], toggles=("eager", "compile"), fail={"operator_rollout/smoke/compile/cpu"})

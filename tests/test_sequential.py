@@ -170,6 +170,7 @@ def simulate(change: float, between: float, paired: bool, trials: int, seed: int
 
 
 @pytest.mark.parametrize("paired", [False, True])
+@pytest.mark.slow
 def test_sequential_looks_keep_false_alarms_rare_and_catch_a_clear_regression(paired):
     aa = simulate(0.0, 0.03, paired, trials=200, seed=11)
     assert aa.get("regression", 0) + aa.get("win", 0) <= 10, aa  # 5% of 200 is 10
@@ -178,6 +179,7 @@ def test_sequential_looks_keep_false_alarms_rare_and_catch_a_clear_regression(pa
     assert caught.get("win", 0) == 0
 
 
+@pytest.mark.slow
 def test_spending_alpha_is_what_keeps_repeated_looks_honest():
     """The same A/A data judged at the nominal 95% at every look raises more false alarms than with the
     error rate spent over the looks: the test fails if spending is switched off. Lockstep pairs, whose

@@ -116,6 +116,7 @@ def test_parse_shard_rejects_with_a_hint(text):
 
 
 @pytest.mark.parametrize("text", ["0/3", "x", "1/\u00b2", "1/20000"])
+@pytest.mark.slow
 def test_cli_bad_shard_is_one_line_exit_2(text):
     proc = run_cli("run", "--shard", text, timeout=120)
     assert proc.returncode == 2, proc.stderr
@@ -123,6 +124,7 @@ def test_cli_bad_shard_is_one_line_exit_2(text):
     assert "--shard" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_shard_costs_unreadable_is_exit_2(tmp_path):
     bad = tmp_path / "costs.json"
     bad.write_text("{not json")
@@ -132,6 +134,7 @@ def test_cli_shard_costs_unreadable_is_exit_2(tmp_path):
     assert "--shard-costs" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_a_shard_without_cases_writes_an_empty_run(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("run", "-w", "operator_rollout", "-t", "eager", "--shard", "2/2", "--out", str(out), timeout=300)

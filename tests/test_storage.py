@@ -35,6 +35,7 @@ def test_an_atomic_write_gets_the_umask_mode(tmp_path, mask, expected):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "sub"]  # no temporary left behind
 
 
+@pytest.mark.slow
 def test_reports_and_baselines_written_by_the_cli_are_world_readable_under_umask_022(tmp_path):
     project = tmp_path / "project"
     run_dir = project / "run"
@@ -64,6 +65,7 @@ def test_a_write_the_disk_refuses_is_one_line_naming_the_file_and_leaves_no_temp
     assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
 
 
+@pytest.mark.slow
 def test_baseline_update_into_an_unwritable_place_is_exit_2_and_one_line(tmp_path):
     """`baseline update --baseline FILE/x.json` (a parent that is a file; a read-only or full disk alike) was
     exit 3, 'unexpected FileExistsError ... this is a perfgate bug'."""

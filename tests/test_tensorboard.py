@@ -9,10 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import REPO, cli_env, run_cli
 
 from perfgate import tbserver
 from perfgate.model import load_results
+
+# slow: a profiled run and a TensorBoard server (the fast loop, pytest -m "not slow", leaves them to CI)
+pytestmark = pytest.mark.slow
 
 
 def test_scalars_and_hparams_read_back(profiled_run):

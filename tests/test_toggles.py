@@ -146,6 +146,7 @@ def test_torchscript_scripts_the_model():
     torch.testing.assert_close(out, prepared(())[1])
 
 
+@pytest.mark.slow
 def test_compile_matches_eager():
     """The one compile test (inductor on CPU takes seconds): a compiled conv matches eager."""
     reason = toggles.skip_reason(("compile",), "cpu", {})

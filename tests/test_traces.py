@@ -39,6 +39,7 @@ def _trace_block(html: str) -> str:
     return html[start:html.index("</div>\n</div>", start)]
 
 
+@pytest.mark.slow
 def test_a_regression_links_both_real_traces_and_shows_the_ops_that_moved(against_run):
     _, run_dir, _ = against_run
     html = (run_dir / "report.html").read_text()
@@ -85,6 +86,7 @@ def _comparison(run_dir: Path):
     return replace(comparison, baseline=_load(run_dir / "base"))
 
 
+@pytest.mark.slow
 def test_perfgate_trace_prints_both_paths_and_the_perfetto_steps(against_run):
     repo, run_dir, _ = against_run
     proc = run_cli("trace", CASE, "--results", str(run_dir), cwd=repo)
@@ -100,6 +102,7 @@ def test_perfgate_trace_prints_both_paths_and_the_perfetto_steps(against_run):
     assert again.returncode == 0 and str(head) in again.stdout
 
 
+@pytest.mark.slow
 def test_perfgate_trace_of_no_case_is_one_line_naming_the_valid_ones(against_run):
     repo, run_dir, _ = against_run
     proc = run_cli("trace", "nope/*", "--results", str(run_dir), cwd=repo)
@@ -109,6 +112,7 @@ def test_perfgate_trace_of_no_case_is_one_line_naming_the_valid_ones(against_run
     assert "'nope/*'" in proc.stderr and f"valid: {NEW_CASE}, {CASE}" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_report_written_elsewhere_links_nothing_outside_its_folder(against_run, tmp_path):
     repo, run_dir, _ = against_run
     out = tmp_path / "out"
@@ -123,6 +127,7 @@ def test_a_report_written_elsewhere_links_nothing_outside_its_folder(against_run
     assert "aten::tanh" in block
 
 
+@pytest.mark.slow
 def test_a_missing_and_a_malformed_trace_are_one_line_notes(against_run, tmp_path):
     repo, original, _ = against_run
     run_dir = tmp_path / "ab"

@@ -66,6 +66,7 @@ RESULTS_CASES = {
 
 
 @pytest.mark.parametrize("name", list(RESULTS_CASES))
+@pytest.mark.slow
 def test_a_damaged_results_file_is_exit_2_and_one_line(tmp_path, name):
     damage, needle = RESULTS_CASES[name]
     doc = damage if isinstance(damage, (str, bytes)) else _mutated(damage)
@@ -80,12 +81,14 @@ def test_a_damaged_results_file_is_exit_2_and_one_line(tmp_path, name):
     ({"index": 1, "count": 10**12, "plan": []}, "settings.shard.count must be an integer from 1 to 10000"),
     ({"index": 3, "count": 2}, "settings.shard.index must be an integer from 1 to count (2)"),
 ])
+@pytest.mark.slow
 def test_a_malformed_shard_record_is_exit_2_at_merge(tmp_path, shard, needle):
     a = _write(tmp_path / "a" / "results.json", _mutated(lambda d: d["settings"].update(shard=shard)))
     proc = run_cli("merge", str(a.parent), "--out", str(tmp_path / "m"), timeout=60)
     _assert_exit_2(proc, needle)
 
 
+@pytest.mark.slow
 def test_a_bogus_verdict_in_a_shards_comparison_is_exit_2(tmp_path):
     run = synthetic_run(["operator_rollout"], toggles=("eager", "compile"))
     shard = tmp_path / "s1"
@@ -97,6 +100,7 @@ def test_a_bogus_verdict_in_a_shards_comparison_is_exit_2(tmp_path):
     _assert_exit_2(proc, "verdicts[0].kind must be one of regression")
 
 
+@pytest.mark.slow
 def test_calibration_entries_of_the_wrong_type_are_exit_2(tmp_path):
     run = synthetic_run(["operator_rollout"], toggles=("eager", "compile"))
     stored = json.loads(baselines.from_run(run).dumps())
@@ -109,6 +113,7 @@ def test_calibration_entries_of_the_wrong_type_are_exit_2(tmp_path):
     _assert_exit_2(run_cli("baseline", "show", str(path)), ".threshold must be a finite number")
 
 
+@pytest.mark.slow
 def test_a_lone_surrogate_in_a_message_still_gives_every_report(tmp_path):
     doc = _run_doc()
     doc["cases"][1].update(status="failed", failure_class="error", processes=[], message="PLACEHOLDER")
@@ -123,6 +128,7 @@ def test_a_lone_surrogate_in_a_message_still_gives_every_report(tmp_path):
         exporter.render(ReportInput(run, None)).decode("utf-8")
 
 
+@pytest.mark.slow
 def test_a_file_over_the_size_cap_is_refused_without_reading_it_all(tmp_path):
     results = _write(tmp_path / "run" / "results.json", _run_doc())
     with open(results, "a") as fh:
@@ -165,12 +171,14 @@ def test_an_unexpected_exception_is_one_line_and_exit_3(tmp_path, monkeypatch):
                      "an input it failed to check; PERFGATE_DEBUG=1 shows the traceback"]
 
 
+@pytest.mark.slow
 def test_the_real_fixtures_still_read(tmp_path):
     shutil.copy(DATA / "current.json", tmp_path / "results.json")
     proc = run_cli("report", str(tmp_path), "--against-results", str(DATA / "baseline.json"), "--format", "md")
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_history_add_refuses_a_damaged_run_with_one_line(tmp_path):
     results = _write(tmp_path / "run" / "results.json", _mutated(
         lambda d: d["cases"][0]["processes"][0].update(loops=0)))

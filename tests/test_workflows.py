@@ -788,6 +788,7 @@ def user_repo(tmp_path_factory) -> Path:
     return repo
 
 
+@pytest.mark.slow
 def test_action_runs_the_users_suite_and_answers_with_verdict_and_report(user_repo, tmp_path):
     proc, outputs = _run_step(_action_run_step(), _action_env(user_repo, gate="false", out="reports/ci"), tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -799,6 +800,7 @@ def test_action_runs_the_users_suite_and_answers_with_verdict_and_report(user_re
 
 @pytest.mark.parametrize("inputs, verdict", [({"suite": "no-such-suite"}, "usage-error"),
                                              ({"gate": "maybe"}, "usage-error")])
+@pytest.mark.slow
 def test_action_names_a_usage_error_and_fails_the_step(user_repo, tmp_path, inputs, verdict):
     proc, outputs = _run_step(_action_run_step(), _action_env(user_repo, **inputs), tmp_path)
     assert proc.returncode == 2 and outputs["verdict"] == verdict and outputs["exit-code"] == "2"

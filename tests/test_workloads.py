@@ -196,11 +196,13 @@ def smoke_run(tmp_path_factory):
     return json.loads((out / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_smoke_suite_runs_every_workload_and_toggle(smoke_run):
     keys = {c["key"] for c in smoke_run["cases"]}
     assert keys == {f"{n}/smoke/{t}/cpu" for n in NAMES for t in SMOKE_TOGGLES}
 
 
+@pytest.mark.slow
 def test_every_smoke_case_runs_within_tolerance_or_is_skipped_with_a_reason(smoke_run):
     for case in smoke_run["cases"]:
         name, _, toggle, _ = case["key"].split("/")
@@ -215,6 +217,7 @@ def test_every_smoke_case_runs_within_tolerance_or_is_skipped_with_a_reason(smok
     assert skipped == expected
 
 
+@pytest.mark.slow
 def test_compiled_smoke_cases_compile_cold_into_a_fresh_cache_of_their_own(smoke_run):
     compiled = [c for c in smoke_run["cases"] if c["key"].split("/")[2] == "compile" and c["status"] == "ok"]
     assert len(compiled) == len(NAMES)
@@ -222,6 +225,7 @@ def test_compiled_smoke_cases_compile_cold_into_a_fresh_cache_of_their_own(smoke
         assert case["metadata"]["compile_cache"] == "fresh" and case["metrics"]["compile_cold_s"] > 0, case["key"]
 
 
+@pytest.mark.slow
 def test_simulator_construction_compiles_once_then_hits_the_cache(smoke_run):
     (case,) = [c for c in smoke_run["cases"] if c["key"] == "simulator_construction/smoke/compile/cpu"]
     metrics = case["metrics"]
@@ -231,6 +235,7 @@ def test_simulator_construction_compiles_once_then_hits_the_cache(smoke_run):
     assert metrics["first_compile_s"] > metrics["setup_per_construction_s"]
 
 
+@pytest.mark.slow
 def test_the_workloads_claims_that_hold_on_cpu_are_met_in_the_smoke_suite(smoke_run):
     """Each standard workload carries its team's claims (docs/expectations.md); every rule that matched a
     CPU smoke case is met (status, accuracy, the detector's <= 3 kernels, the simulator's setup and cache

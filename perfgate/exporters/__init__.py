@@ -92,7 +92,7 @@ def load_comparison(run: RunResult, baseline: str | None = None, against_results
     if against_results:
         other, source = load_results(against_results), str(against_results)
     else:
-        stored = baselines.load_baseline(baseline)
+        stored = baselines.load_baseline(baseline)  # type: ignore[arg-type]  # one of the two is given
         other, source, calibration = stored.run, str(baseline), stored.calibration
     gate = compare.gate_settings(settings) if settings is not None else None
     comparison = compare.compare_runs(run, other, gate, baseline_source=source, calibration=calibration,

@@ -267,12 +267,12 @@ class CaseRow:
         """The SM clocks of the case's processes around their samples and how many throttled (the gate sets
         those aside, perfgate.compare.throttled); '' where no process recorded clocks."""
         recorded = [p for p in self.case.processes if p.gpu_clocks]
-        clocks = [c for p in recorded for c in (p.gpu_clocks.get("sm_clock_mhz_before"),
-                                                p.gpu_clocks.get("sm_clock_mhz_after")) if c is not None]
+        clocks = [c for p in recorded for c in (p.gpu_clocks.get("sm_clock_mhz_before"),  # type: ignore[union-attr]  # recorded: processes with clocks
+                                                p.gpu_clocks.get("sm_clock_mhz_after")) if c is not None]  # type: ignore[union-attr]  # as above
         if not clocks:
             return process_clocks_text(recorded[0]) if recorded else ""
-        tops = {p.gpu_clocks.get("max_sm_clock_mhz") for p in recorded} - {None}
-        text = f"SM clock {_mhz(min(clocks))}-{_mhz(max(clocks))} MHz" + (f" (max {_mhz(max(tops))})" if tops else "")
+        tops = {p.gpu_clocks.get("max_sm_clock_mhz") for p in recorded} - {None}  # type: ignore[union-attr]  # as above
+        text = f"SM clock {_mhz(min(clocks))}-{_mhz(max(clocks))} MHz" + (f" (max {_mhz(max(tops))})" if tops else "")  # type: ignore[type-var]  # None taken out of tops
         why = [w for w in (throttled(p) for p in recorded) if w]
         if why:
             reasons = ", ".join(sorted({r for w in why for r in w.split(", ")}))
@@ -375,7 +375,7 @@ class CaseRow:
         e = self.bound.evidence
         parts = []
         if e.get("device_idle_fraction") is not None:
-            parts.append(f"idle {e['device_idle_fraction'] * 100:.0f}%")
+            parts.append(f"idle {e['device_idle_fraction'] * 100:.0f}%")  # type: ignore[operator]  # checked not None above
         ops = e.get("kernels_per_step") if self.spec.device.startswith("cuda") else e.get("aten_ops_per_step")
         if ops is not None:
             parts.append(f"{format_count(ops)} {'kernels' if self.spec.device.startswith('cuda') else 'ops'}/step")
@@ -589,7 +589,7 @@ def build_overview(report: ReportInput) -> Overview:
             line.cells[name] = overview_cell(r, compared)
     baseline = report.comparison.baseline if report.comparison else None
     for v in report.missing_verdicts:
-        spec = baseline.case(v.case_key).spec if baseline and baseline.case(v.case_key) else None
+        spec = baseline.case(v.case_key).spec if baseline and baseline.case(v.case_key) else None  # type: ignore[union-attr]  # checked in the condition
         if spec is None:  # no spec to place it by: the list of missing cases names it
             continue
         line = rows.setdefault((spec.workload, spec.size, spec.device),
@@ -633,9 +633,11 @@ class ReportInput:
         among its toggles, then the per-workload one, then the global ``threshold``)."""
         for v in self.comparison.for_case(case.key) if self.comparison else []:
             if v.metric == "step_time" and _threshold(v.threshold) is not None:
-                return float(v.threshold)
+                return float(v.threshold)  # type: ignore[arg-type]  # _threshold(v.threshold) is not None
         gate = self.run.settings.get("gate") if isinstance(self.run.settings, dict) else None
         gate = gate if isinstance(gate, dict) else {}
+        toggles: Any
+        workloads: Any
         toggles, workloads = (gate.get(k) if isinstance(gate.get(k), dict) else {} for k in ("toggles", "workloads"))
         per_toggle = [t for t in (_threshold(toggles.get(name)) for name in case.spec.toggles) if t is not None]
         if per_toggle:
@@ -739,7 +741,7 @@ class ReportInput:
     def trace_link(self, side: traces.TraceSide) -> tuple[str | None, str]:
         """(href, text) of one side's trace: a link relative to the report's folder where the file lies
         inside it, else its path as text and no link."""
-        return traces.link(side.path, Path(self.report_dir or self.run_dir) if (self.report_dir or self.run_dir)
+        return traces.link(side.path, Path(self.report_dir or self.run_dir) if (self.report_dir or self.run_dir)  # type: ignore[arg-type]  # one of them is set: the condition
                            else None)
 
     @cached_property

@@ -79,17 +79,17 @@ def speedup_chart(group: Group) -> Chart | None:
     rows = [r for r in group.rows if r.speedup is not None]
     if not rows:
         return None
-    top = max(max(r.speedup.value if r.speedup.high is None else r.speedup.high for r in rows), 1.0) * 1.08
+    top = max(max(r.speedup.value if r.speedup.high is None else r.speedup.high for r in rows), 1.0) * 1.08  # type: ignore[union-attr]  # rows: those with a speedup
     left, right = LABEL_WIDTH, CHART_WIDTH - 70
     sx = _scale(0.0, top, left, right)
     chart = Chart(CHART_WIDTH, 24 + ROW_HEIGHT * len(rows) + 22)
     for i, r in enumerate(rows):
         sp = r.speedup
         # a side of one process gives no interval: no error bar, and no colour that claims a side of 1x
-        low, high = (sp.value, sp.value) if sp.low is None or sp.high is None else (sp.low, sp.high)
-        css = "flat" if sp.low is None or sp.high is None else ("win" if low > 1 else ("loss" if high < 1 else "flat"))
-        chart.bars.append(Bar(r.spec.toggle_name, 12 + i * ROW_HEIGHT, left, sx(sp.value), sx(low),
-                              sx(high), f"{sp.value:.2f}x", css))
+        low, high = (sp.value, sp.value) if sp.low is None or sp.high is None else (sp.low, sp.high)  # type: ignore[union-attr]  # as above
+        css = "flat" if sp.low is None or sp.high is None else ("win" if low > 1 else ("loss" if high < 1 else "flat"))  # type: ignore[union-attr]  # as above
+        chart.bars.append(Bar(r.spec.toggle_name, 12 + i * ROW_HEIGHT, left, sx(sp.value), sx(low),  # type: ignore[union-attr]  # as above
+                              sx(high), f"{sp.value:.2f}x", css))  # type: ignore[union-attr]  # as above
     chart.ref_x, chart.ref_label = sx(1.0), "1x = eager"
     step = 0.5 if top <= 4 else (1.0 if top <= 10 else round(top / 8))
     t = 0.0
@@ -108,17 +108,17 @@ def distribution_chart(row: CaseRow, quantile: float = PROCESS_QUANTILE) -> Char
             strips.append(("baseline", p))
     for p in row.case.processes:
         strips.append(("current", p))
-    strips = [(which, p.process_index, p.step_times_s, process_clocks_text(p)) for which, p in strips if p.samples_ns]
-    if not strips:
+    drawn = [(which, p.process_index, p.step_times_s, process_clocks_text(p)) for which, p in strips if p.samples_ns]
+    if not drawn:
         return None
-    values = [v for s in strips for v in s[2]]
+    values = [v for s in drawn for v in s[2]]
     lo, hi = min(values), max(values)
     pad = (hi - lo) * 0.05 or hi * 0.05 or 1e-9
     lo, hi = lo - pad, hi + pad
     left, right = LABEL_WIDTH, CHART_WIDTH - 40  # room for the last tick's label
     sx = _scale(lo, hi, left, right)
-    chart = Chart(CHART_WIDTH, 16 + ROW_HEIGHT * len(strips) + 22)
-    for i, (which, idx, xs, clocks) in enumerate(strips):
+    chart = Chart(CHART_WIDTH, 16 + ROW_HEIGHT * len(drawn) + 22)
+    for i, (which, idx, xs, clocks) in enumerate(drawn):
         judged = stats_quantile(sorted(xs), quantile)
         chart.strips.append({
             "label": f"{which} process {idx}" + (" (throttled)" if "throttled:" in clocks else ""),
@@ -248,16 +248,16 @@ def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | No
         return None
     placed, unplaced = [], []
     for r in rows:
-        ai, fl = r.bound.evidence.get("arithmetic_intensity"), r.bound.evidence.get("achieved_flops_per_s")
+        ai, fl = r.bound.evidence.get("arithmetic_intensity"), r.bound.evidence.get("achieved_flops_per_s")  # type: ignore[union-attr]  # rows: those with a bound
         if ai and fl and 0 < ai <= MAX_INTENSITY and 0 < fl <= roofline.PLAUSIBLE["flops"][1]:
             placed.append((r, ai, fl))
         elif ai and fl:  # a results.json no device could have written: off any chart (and its axis infinite)
-            unplaced.append(f"{r.spec.toggle_name} ({r.bound.bound}; {ai:.3g} FLOP/B at {format_rate(fl)}: "
+            unplaced.append(f"{r.spec.toggle_name} ({r.bound.bound}; {ai:.3g} FLOP/B at {format_rate(fl)}: "  # type: ignore[union-attr]  # as above
                             "past any device)")
         else:
-            why = (f"FLOPs not counted: {r.bound.flops_note}" if r.bound.flops_note
+            why = (f"FLOPs not counted: {r.bound.flops_note}" if r.bound.flops_note  # type: ignore[union-attr]  # as above
                    else "no FLOPs counted: elementwise work only")
-            unplaced.append(f"{r.spec.toggle_name} ({r.bound.bound}; {why})")
+            unplaced.append(f"{r.spec.toggle_name} ({r.bound.bound}; {why})")  # type: ignore[union-attr]  # as above
     roofs = []
     for dtype in sorted({roofline.compute_dtype(r.spec.toggles) for r, _, _ in placed} or {"float32"}):
         roof = roofline.roof_for(ceilings, group.device, dtype)
@@ -268,10 +268,10 @@ def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | No
     chart = RooflineChart(CHART_WIDTH, 300, 84.0, CHART_WIDTH - 150.0, 12.0, 260.0, unplaced=unplaced)
     if not roofs:
         kind = roofline.device_kind(group.device)
-        why = [n for n in ceilings.get("not_used", []) if isinstance(n, str) and n.startswith(f"{kind}:")] \
+        not_used = [n for n in ceilings.get("not_used", []) if isinstance(n, str) and n.startswith(f"{kind}:")] \
             if isinstance(ceilings.get("not_used"), list) else []
         chart.missing = f"this run carries no ceilings for {group.device}" + (
-            f" (the stored ones were not used: {'; '.join(n[len(kind) + 2:] for n in why)})" if why else "")
+            f" (the stored ones were not used: {'; '.join(n[len(kind) + 2:] for n in not_used)})" if not_used else "")
         chart.needs_ceilings = True
         return chart
     if not placed:
@@ -326,8 +326,8 @@ def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | No
                                                   taken), strict=True):
         spots[i] = spot
     for i, ((r, ai, fl), (x, y), spot) in enumerate(zip(placed, xy, spots, strict=True)):
-        point = {"x": x, "y": y, "label": r.spec.toggle_name, "css": r.bound.bound, "tag": "", "leader": None,
-                 "title": f"{r.spec.toggle_name}: {ai:.3g} FLOP/B, {format_rate(fl)}, {r.bound.bound}"}
+        point = {"x": x, "y": y, "label": r.spec.toggle_name, "css": r.bound.bound, "tag": "", "leader": None,  # type: ignore[union-attr]  # as above
+                 "title": f"{r.spec.toggle_name}: {ai:.3g} FLOP/B, {format_rate(fl)}, {r.bound.bound}"}  # type: ignore[union-attr]  # as above
         if numbers[i]:
             chart.numbered.append((numbers[i], r.spec.toggle_name))
         if spot is not None:

@@ -7,6 +7,7 @@ rest. When a suite is too large the details are cut at a row boundary with a not
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from perfgate import traces
 from perfgate.acknowledge import match_text
@@ -76,7 +77,7 @@ def _verdict_value(v: Verdict) -> str:
     return "-"
 
 
-def _verdict_table(items: list[tuple[CaseRow | None, Verdict]]) -> list[str]:
+def _verdict_table(items: Sequence[tuple[CaseRow | None, Verdict]]) -> list[str]:
     lines = ["| verdict | case | metric | change (ratio [CI]) | rule |", "|---|---|---|---|---|"]
     for _, v in items:
         lines.append(f"| **{cell(v.kind)}** | {code(v.case_key)} | {code(v.metric)} | {cell(_verdict_value(v))} "
@@ -172,7 +173,8 @@ class _Budget:
     rows that had to be left out."""
 
     def __init__(self, limit: int) -> None:
-        self.limit, self.used, self.lines, self.left_out = limit, 0, [], 0
+        self.limit, self.used, self.left_out = limit, 0, 0
+        self.lines: list[str] = []
 
     def add(self, line: str, force: bool = False) -> bool:
         size = comment_length(line) + 1

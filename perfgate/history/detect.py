@@ -143,7 +143,8 @@ class SeriesAnalysis:
 
     @property
     def regressions(self) -> int:
-        return sum(f.kind == "regression" for f in [*self.change_points, *self.creeps])
+        return (sum(f.kind == "regression" for f in self.change_points)
+                + sum(f.kind == "regression" for f in self.creeps))
 
     def to_json(self) -> dict[str, Any]:
         return {"case": self.case_key, "metric": self.metric, "machine_key": self.machine_key, "points": self.points,
@@ -386,7 +387,7 @@ def analyse(case_key: str, metric: str, points: Sequence[Point], s: DetectSettin
     """Change points and creep of one case's series of ``metric`` (from one machine: by_machine)."""
     x = np.array([p.value for p in points], dtype=float)
     out = SeriesAnalysis(case_key, metric, len(points), machine_key=machine_key)
-    cps = change_point_indices(x, s)
+    cps = change_point_indices(x, s)  # type: ignore[arg-type]  # any float sequence
     for i, cp in enumerate(cps):
         lo = cps[i - 1] if i > 0 else 0
         hi = cps[i + 1] if i + 1 < len(cps) else len(x)
@@ -457,10 +458,10 @@ def render(analyses: Sequence[SeriesAnalysis]) -> str:
             lines.append(f"  step   {c.kind:<10} {step_text(c, a.metric)}"
                          f"  {step_range(c)}"
                          f"  (run {c.index + 1} of {a.points}, p={c.p_value:.1g})")
-        for c in a.creeps:
-            lines.append(f"  creep  {c.kind:<10} {c.change * 100:+.1f}% [{c.ci_low * 100:+.1f}%, {c.ci_high * 100:+.1f}%]"
-                         f"  from {_commit(c.first_commit, c.first_run)} to {_commit(c.last_commit, c.last_run)}"
-                         f"  (runs {c.start + 1}-{c.end + 1}, Mann-Kendall p={c.p_value:.1g})")
+        for cr in a.creeps:
+            lines.append(f"  creep  {cr.kind:<10} {cr.change * 100:+.1f}% [{cr.ci_low * 100:+.1f}%, {cr.ci_high * 100:+.1f}%]"
+                         f"  from {_commit(cr.first_commit, cr.first_run)} to {_commit(cr.last_commit, cr.last_run)}"
+                         f"  (runs {cr.start + 1}-{cr.end + 1}, Mann-Kendall p={cr.p_value:.1g})")
     steps = sum(len(a.change_points) for a in analyses)
     creeps = sum(len(a.creeps) for a in analyses)
     regressions = sum(a.regressions for a in analyses)

@@ -96,7 +96,7 @@ def record_from_run(run: RunResult, source: str | None, root: Path, commit: str 
              "device": c.spec.device, "status": c.status, "failure_class": c.failure_class} for c in run.cases]
     for row in rows:
         for name, value in row.items():
-            _check_text(source, f"case {row['case_key'][:80]!r}: {name}", value, FIELD_LIMITS[name])
+            _check_text(source, f"case {row['case_key'][:80]!r}: {name}", value, FIELD_LIMITS[name])  # type: ignore[index]  # a case key: a string
     for name, value in (("suite", run.suite), ("commit", run_commit), ("branch", run_branch),
                         ("machine_key", env.get("machine_key"))):
         _check_text(source, name, value, FIELD_LIMITS[name])
@@ -104,7 +104,7 @@ def record_from_run(run: RunResult, source: str | None, root: Path, commit: str 
     for row in rows:
         if row["case_key"] in seen:
             raise HistoryError(f"{source}: case {row['case_key']} appears twice in one run")
-        seen.add(row["case_key"])
+        seen.add(row["case_key"])  # type: ignore[arg-type]  # as above
     meas = [m for c in run.cases if c.status == STATUS_OK for m in case_measurements(c, run)]
     for m in meas:
         _check_text(source, f"case {m['case_key'][:80]!r}: metric name", m["metric"], FIELD_LIMITS["metric"])

@@ -97,13 +97,13 @@ def trend_chart(points: Sequence[Point], analysis: SeriesAnalysis, split: bool =
         label = f"{c.change * 100:+.1f}%" if c.change is not None else f"from {format_value(metric, c.mean_before)}"
         chart.steps.append({"x": sx(i - 0.5), "css": c.kind, "title": text, "label": label})
         chart.findings.append("step " + text)
-    for c in analysis.creeps:
-        a, b = max(c.start - offset, 0), c.end - offset
+    for cr in analysis.creeps:
+        a, b = max(cr.start - offset, 0), cr.end - offset
         if b < 0:
             continue
-        text = (f"creep {c.kind}: {c.change * 100:+.1f}% [{c.ci_low * 100:+.1f}%, {c.ci_high * 100:+.1f}%] from "
-                f"{(c.first_commit or c.first_run)[:12]} to {(c.last_commit or c.last_run)[:12]}")
-        chart.creeps.append({"x": sx(a - 0.5), "w": round(sx(b + 0.5) - sx(a - 0.5), 1), "css": c.kind, "title": text})
+        text = (f"creep {cr.kind}: {cr.change * 100:+.1f}% [{cr.ci_low * 100:+.1f}%, {cr.ci_high * 100:+.1f}%] from "
+                f"{(cr.first_commit or cr.first_run)[:12]} to {(cr.last_commit or cr.last_run)[:12]}")
+        chart.creeps.append({"x": sx(a - 0.5), "w": round(sx(b + 0.5) - sx(a - 0.5), 1), "css": cr.kind, "title": text})
         chart.findings.append(text)
     for k in range(5):
         v = lo + (hi - lo) * k / 4

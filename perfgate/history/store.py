@@ -419,7 +419,7 @@ def _migrate(store: Store, migrations_dir: Path | None, create: bool) -> str:
 
     check_known(revision)
     if revision == head:
-        return head
+        return head  # type: ignore[return-value]  # perfgate ships its migrations: a head
     # Upgrade under the write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock), re-reading the
     # revision inside it: two processes opening an old store at once upgrade it once.
     with store.engine.connect() as conn:
@@ -435,7 +435,7 @@ def _migrate(store: Store, migrations_dir: Path | None, create: bool) -> str:
                 command.upgrade(config, "head")
                 was = "none (a new store)" if revision is None else revision
                 store.notes.append(f"history store {store.describe()}: schema {was} -> {head}")
-    return head
+    return head  # type: ignore[return-value]  # as above
 
 
 # ---------------------------------------------------------------- writing
@@ -469,7 +469,7 @@ def add_run(store: Store, record: RunRecord, retries: int = 5) -> bool:
                     exists = conn.execute(sa.select(runs.c.id).where(runs.c.run_id == record.run_id)).first()
                     if exists is not None:
                         return False
-                    run_pk = conn.execute(runs.insert().values(
+                    run_pk = conn.execute(runs.insert().values(  # type: ignore[index]  # an insert: a primary key
                         run_id=record.run_id, suite=record.suite, commit=record.commit, branch=record.branch,
                         started_at=record.started_at, added_at=time.time(), machine_key=record.machine_key,
                         environment=json.dumps(record.environment, default=str, sort_keys=True),
@@ -521,7 +521,7 @@ def _insert_ignoring_duplicates(conn: Connection, table: sa.Table, rows: list[di
     if conn.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
     else:
-        from sqlalchemy.dialects.sqlite import insert
+        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]  # either dialect's insert
     conn.execute(insert(table).on_conflict_do_nothing(index_elements=unique), rows)
 
 
@@ -689,7 +689,7 @@ def _point(store: Store, case_key: str, metric: str, row: Any) -> Point:
     return Point(_text(store, "run id", row.run_id, where=where), _text(store, "commit", row.commit, True, where),
                  _text(store, "branch", row.branch, True, where), _text(store, "start time", row.started_at, where=where),
                  _text(store, "machine key", row.machine_key, True, where),
-                 _number(store, row, case_key, metric, "value", False), _number(store, row, case_key, metric, "ci_low", True),
+                 _number(store, row, case_key, metric, "value", False), _number(store, row, case_key, metric, "ci_low", True),  # type: ignore[arg-type]  # value: not nullable
                  _number(store, row, case_key, metric, "ci_high", True), n)
 
 
