@@ -1,0 +1,152 @@
+"""The pytest plugin (perfgate/pytest_plugin.py): a user's test file run by a real pytest in a subprocess,
+through the ``pytest11`` entry point an installed perfgate registers. Compiles use backend="eager"."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+USER_TESTS = textwrap.dedent('''
+    import torch
+
+
+    class Whole(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.relu(self.lin(x))
+
+
+    class Broken(Whole):
+        def forward(self, x):
+            y = self.lin(x)
+            if y.sum().item() > 1e9:  # the break
+                y = y * 2
+            return torch.relu(y)
+
+
+    def test_whole_model_has_no_break(perfgate_counts):
+        counts = perfgate_counts(Whole(), torch.randn(4, 8), backend="eager")
+        counts.assert_no_graph_breaks()
+        counts.assert_max_recompiles(0)
+        assert counts.unique_graphs == 1
+        assert counts.kernels_per_step is None and counts.syncs_per_step is None  # CPU
+
+
+    def test_broken_model(perfgate_counts):
+        perfgate_counts(Broken(), torch.randn(4, 8), backend="eager").assert_no_graph_breaks()
+
+
+    def test_new_shape_recompiles(perfgate_counts):
+        counts = perfgate_counts(Whole(), torch.randn(4, 8), backend="eager", also=[(torch.randn(6, 8),)])
+        counts.assert_max_recompiles(0)
+
+
+    def test_matmul_counts(perfgate_counts):
+        counts = perfgate_counts(torch.matmul, torch.randn(16, 32), torch.randn(32, 8))
+        assert counts.flops_per_step == 2 * 16 * 32 * 8
+        mm = [row for row in counts.top_ops if row["name"] == "aten::mm"]
+        assert mm and mm[0]["count_per_step"] == 1.0
+        assert counts.aten_ops_per_step >= 2  # matmul dispatches to mm
+        assert counts.peak_memory_bytes >= 16 * 8 * 4  # the output, float32
+        assert counts.graph_breaks == 0 and counts.unique_graphs == 0  # not compiled
+
+
+    def test_the_same_case_again_is_not_measured_again(perfgate_counts, perfgate_counts_cache):
+        counts = perfgate_counts(Whole(), torch.randn(4, 8), backend="eager")
+        assert counts.cached
+        assert counts.unique_graphs == 1
+''')
+
+
+def run_pytest(folder: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """A user's `python -m pytest` on ``folder``, with none of this repository's configuration."""
+    env = dict(os.environ)
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", *args],
+                          cwd=folder, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def user_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
+    folder = tmp_path_factory.mktemp("user")
+    (folder / "test_user_model.py").write_text(USER_TESTS)
+    return run_pytest(folder, "test_user_model.py"), folder
+
+
+def _outcome(proc: subprocess.CompletedProcess, test: str) -> str:
+    for line in proc.stdout.splitlines():
+        if line.startswith(f"test_user_model.py::{test} "):
+            return line.split()[1]
+    raise AssertionError(f"{test} not in the output:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
+
+
+@pytest.mark.slow
+def test_a_model_without_a_break_passes_and_known_counts_hold(user_run):
+    proc, _ = user_run
+    assert _outcome(proc, "test_whole_model_has_no_break") == "PASSED", proc.stdout[-3000:]
+    assert _outcome(proc, "test_matmul_counts") == "PASSED", proc.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_a_graph_break_fails_naming_dynamos_reason_and_the_source_line(user_run):
+    proc, folder = user_run
+    assert _outcome(proc, "test_broken_model") == "FAILED"
+    out = proc.stdout
+    assert "Broken: 1 graph break(s), at most 0 allowed" in out
+    assert "Tensor.item()" in out  # dynamo's reason
+    assert f"{folder / 'test_user_model.py'}:17 in forward" in out  # where the break is
+    assert "if y.sum().item() > 1e9:  # the break" in out  # its source line
+    assert "DEBUG    torch.__trace" not in out  # dynamo's structured trace kept out of the captured log
+
+
+@pytest.mark.slow
+def test_a_recompile_fails_naming_the_guard_that_failed(user_run):
+    proc, _ = user_run
+    assert _outcome(proc, "test_new_shape_recompiles") == "FAILED"
+    assert "Whole: 1 recompile(s), at most 0 allowed" in proc.stdout
+    assert "size mismatch at index 0. expected 4, actual 6" in proc.stdout
+
+
+@pytest.mark.slow
+def test_the_same_case_asked_twice_is_measured_once_per_session(user_run):
+    proc, _ = user_run
+    assert _outcome(proc, "test_the_same_case_again_is_not_measured_again") == "PASSED", proc.stdout[-3000:]
+
+
+def test_the_plugin_is_registered_and_imports_no_torch_unless_used(tmp_path):
+    (tmp_path / "test_plain.py").write_text(textwrap.dedent('''
+        import sys
+
+
+        def test_plain(request):
+            assert request.config.pluginmanager.hasplugin("perfgate")
+            assert "torch" not in sys.modules
+    '''))
+    proc = run_pytest(tmp_path, "test_plain.py")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_each_xdist_worker_measures_with_its_own_cache(tmp_path):
+    pytest.importorskip("xdist")
+    (tmp_path / "test_user_model.py").write_text(USER_TESTS)
+    proc = run_pytest(tmp_path, "-n", "2", "test_user_model.py", "-k", "whole or matmul or again")
+    assert "3 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def test_the_fixture_in_perfgates_own_tests(perfgate_counts):
+    """perfgate's own suite loads the plugin too: the FLOPs of a known matmul, counted in this process."""
+    import torch
+
+    counts = perfgate_counts(torch.matmul, torch.ones(4, 5), torch.ones(5, 3))
+    assert counts.flops_per_step == 2 * 4 * 5 * 3
+    assert counts.errors == []
