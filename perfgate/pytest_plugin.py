@@ -152,16 +152,14 @@ def _name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__qualname__
 
 
-def _explain_breaks(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[GraphBreak]:
-    """Each graph break of one call with its user frame, from ``torch._dynamo.explain`` (a second trace,
-    run only when the counters saw a break: they keep reasons but no source lines)."""
+def _explain_breaks(explain: Callable[[], Any]) -> list[GraphBreak]:
+    """Each graph break of one call with its user frame, from ``torch._dynamo.explain`` (``explain()``
+    returns its output; a second trace, run only when the counters saw a break: they keep reasons but no
+    source lines)."""
     import linecache
 
-    import torch._dynamo
-
-    explained = torch._dynamo.explain(_original(fn))(*args, **kwargs)
     out = []
-    for r in explained.break_reasons:
+    for r in explain().break_reasons:
         frames = list(getattr(r, "user_stack", None) or [])
         frame = frames[-1] if frames else None
         if frame is None:
@@ -215,23 +213,14 @@ def _window(call: Callable[[], Any], device: str, steps: int) -> tuple[dict[str,
     return metrics, top, peak
 
 
-def _flops(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
+def _flops(eager_call: Callable[[], Any]) -> float:
     """FLOPs of one eager call (torch.utils.flop_counter), as the profile pass counts them on its reference."""
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
     with counter:
-        _original(fn)(*args, **kwargs)
+        eager_call()
     return float(counter.get_total_flops())
-
-
-def count(fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None, *,
-          backend: str | None = None, steps: int = STEPS, also: tuple[tuple[Any, ...], ...] = ()) -> Counts:
-    """Measure ``fn(*args, **kwargs)``: compiled with ``torch.compile(fn, backend=backend)`` when a backend
-    is given (else called as it is: eager, or compiled by the caller), called once, then once with each
-    argument tuple in ``also`` (other shapes: their recompiles count), then profiled over ``steps`` calls."""
-    with _quiet_trace_log():
-        return _count(fn, args, kwargs, backend=backend, steps=steps, also=also)
 
 
 @contextlib.contextmanager
@@ -252,19 +241,88 @@ def _quiet_trace_log() -> Iterator[None]:
             trace_log.addHandler(handler)
 
 
-def _count(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None, *, backend: str | None,
-           steps: int, also: tuple[tuple[Any, ...], ...]) -> Counts:
-    import torch
+def count(fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None, *,
+          backend: str | None = None, steps: int = STEPS, also: tuple[tuple[Any, ...], ...] = ()) -> Counts:
+    """Measure ``fn(*args, **kwargs)``: compiled with ``torch.compile(fn, backend=backend)`` when a backend
+    is given (else called as it is: eager, or compiled by the caller), called once, then once with each
+    argument tuple in ``also`` (other shapes: their recompiles count), then profiled over ``steps`` calls."""
+    with _quiet_trace_log():
+        import torch
+        import torch._dynamo
 
-    kwargs = dict(kwargs or {})
-    device = _device_of((args, kwargs))
-    counts = Counts(name=_name(fn), device=device, backend=backend, steps=steps)
-    profiling.reset_compile_counters()  # what the counters read next belongs to this call
-    target = torch.compile(fn, backend=backend) if backend else fn
-    target(*args, **kwargs)
-    for more in also:
-        target(*more)
-    target(*args, **kwargs)
+        kwargs = dict(kwargs or {})
+        counts = Counts(name=_name(fn), device=_device_of((args, kwargs)), backend=backend, steps=steps)
+        profiling.reset_compile_counters()  # what the counters read next belongs to this call
+        target = torch.compile(fn, backend=backend) if backend else fn
+        eager = _original(fn)
+        return _measure(counts, lambda: target(*args, **kwargs), [lambda more=more: target(*more) for more in also],
+                        lambda: eager(*args, **kwargs), lambda: torch._dynamo.explain(eager)(*args, **kwargs))
+
+
+def count_case(workload: str, size: str, *, toggles: tuple[str, ...] = (), backend: str | None = None,
+               workloads_dirs: list[str | Path], device: str = "cpu", steps: int = STEPS) -> Counts:
+    """Measure one step of a perfgate workload case: the workload found in ``workloads_dirs`` as a run finds
+    it, built at ``size`` with ``toggles`` applied (perfgate.toggles.prepare), its model compiled with
+    ``torch.compile(model, backend=backend)`` when a backend is given; a step from the initial state is
+    the call counted. A case that cannot run here is skipped with the reason, as a run skips it."""
+    from perfgate import toggles as toggles_mod
+    from perfgate.workload import find
+
+    cls, _ = find(workloads_dirs, workload)
+    if size not in cls.sizes:
+        raise ValueError(f"workload {workload!r} has no size {size!r} (sizes: {', '.join(cls.sizes)})")
+    unknown = [t for t in toggles if t not in toggles_mod.TOGGLES_BY_NAME and t not in cls.variants]
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is neither a perfgate toggle nor a variant of workload {workload!r}")
+    if "cuda-graphs" in toggles:
+        raise ValueError("cuda-graphs replays a captured unit: there is no step to count op by op")
+    reason = toggles_mod.skip_reason(tuple(toggles), device, cls.describe())
+    if reason:
+        pytest.skip(f"{workload}/{size}/{'+'.join(toggles) or 'eager'}/{device}: {reason}")
+    with _quiet_trace_log():
+        import torch
+        import torch._dynamo
+
+        name = f"{workload}/{size}/{'+'.join(toggles) or 'eager'}/{device}"
+        counts = Counts(name=name, device=device, backend=backend, steps=steps)
+        profiling.reset_compile_counters()
+        instance = cls()
+        params = dict(cls.sizes[size])
+        variants = frozenset(t for t in toggles if t in cls.variants)
+        prepared = toggles_mod.prepare(instance, params, device, tuple(t for t in toggles if t not in variants),
+                                       variants)
+        built = prepared.built
+        target = torch.compile(prepared.model, backend=backend) if backend else prepared.model
+        contexts = toggles_mod.step_contexts(prepared.toggles, device, instance.needs_grad)
+
+        def step(model: Any) -> Any:
+            with contexts():
+                return instance.step(model, built.state, built, params)
+
+        def explain() -> Any:
+            # what torch.compile(model) traces: the model's forward on the arguments a step hands it
+            seen: list[tuple[Any, Any]] = []
+            hook = built.model.register_forward_pre_hook(lambda m, a, k: seen.append((a, k)) and None,
+                                                         with_kwargs=True)
+            try:
+                step(built.model)
+            finally:
+                hook.remove()
+            with contexts():
+                return torch._dynamo.explain(built.model)(*seen[0][0], **seen[0][1])
+
+        return _measure(counts, lambda: step(target), [], lambda: step(built.model), explain)
+
+
+def _measure(counts: Counts, call: Callable[[], Any], more_calls: list[Callable[[], Any]],
+             eager_call: Callable[[], Any], explain: Callable[[], Any]) -> Counts:
+    """The counts of ``call``: once (the compile), each of ``more_calls``, once more; the compile counters;
+    the profiler window; the FLOPs of ``eager_call``; ``explain`` for the breaks' source lines."""
+    device = counts.device
+    call()
+    for more in more_calls:
+        more()
+    call()
     metrics, reasons, detail = profiling.compile_counters()
     counts.graph_breaks = int(metrics.get("graph_breaks", 0))
     counts.graph_break_reasons = reasons
@@ -273,21 +331,20 @@ def _count(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     counts.recompile_reasons = list(detail.get("recompile_reasons", []))
     # a section that fails costs its own figures, said under errors, as in the profile pass
     try:
-        window, counts.top_ops, counts.peak_memory_bytes = _window(lambda: target(*args, **kwargs), device, steps)
+        window, counts.top_ops, counts.peak_memory_bytes = _window(call, device, counts.steps)
         counts.aten_ops_per_step = window.get("aten_ops_per_step")
         for name in ("kernels_per_step", "syncs_per_step", "memcpy_per_step", "memset_per_step"):
             setattr(counts, name, window.get(name) if device.startswith("cuda") else None)
     except Exception as exc:
         counts.errors.append(f"profiler window: {type(exc).__name__}: {exc}")
-    counts.peak_cuda_allocated_bytes = profiling.cuda_peaks_over(
-        lambda: target(*args, **kwargs), device).get("peak_cuda_allocated_bytes")
+    counts.peak_cuda_allocated_bytes = profiling.cuda_peaks_over(call, device).get("peak_cuda_allocated_bytes")
     try:
-        counts.flops_per_step = _flops(fn, args, kwargs)
+        counts.flops_per_step = _flops(eager_call)
     except Exception as exc:  # an op the counter cannot dispatch through
         counts.errors.append(f"flops: {type(exc).__name__}: {exc}")
     if counts.graph_breaks:
         try:
-            counts.breaks = _explain_breaks(fn, args, kwargs)
+            counts.breaks = _explain_breaks(explain)
         except Exception as exc:
             counts.errors.append(f"explain: {type(exc).__name__}: {exc}")
     return counts
@@ -344,8 +401,9 @@ class CountsCache:
 class CountsFixture:
     """What the ``perfgate_counts`` fixture gives a test: call it as ``perfgate_counts(fn, *args, ...)``."""
 
-    def __init__(self, cache: CountsCache) -> None:
+    def __init__(self, cache: CountsCache, rootpath: Path) -> None:
         self.cache = cache
+        self.rootpath = rootpath
 
     def __call__(self, fn: Callable[..., Any], *args: Any, backend: str | None = None, steps: int = STEPS,
                  also: tuple[tuple[Any, ...], ...] | list[tuple[Any, ...]] = (), kwargs: dict[str, Any] | None = None,
@@ -366,6 +424,28 @@ class CountsFixture:
         key = (_callable_key(fn), backend, steps, _shape_key(args), _shape_key(kwargs or {}), _shape_key(also))
         return self.cache.get_or_count(key, fn, measure)
 
+    def case(self, workload: str, size: str = "smoke", *, toggles: str | tuple[str, ...] = (),
+             backend: str | None = None, device: str = "cpu", workloads_dir: str | Path | None = None,
+             steps: int = STEPS, cache: bool = True) -> Counts:
+        """The counts of one step of a perfgate workload case (see :func:`count_case`); ``toggles`` as on
+        the command line (``"compile+amp-bf16"``) or a tuple; the workloads from ``workloads_dir``, else
+        ``[tool.perfgate] workloads_dirs`` of the pyproject.toml above pytest's root folder."""
+        from perfgate import config
+
+        names = tuple(t for t in toggles.split("+") if t and t != "eager") if isinstance(toggles, str) else \
+            tuple(t for t in toggles if t != "eager")
+        dirs = [Path(workloads_dir)] if workloads_dir is not None else \
+            list(config.load(cwd=self.rootpath).workloads_dirs)
+
+        def measure() -> Counts:
+            return count_case(workload, size, toggles=names, backend=backend, workloads_dirs=dirs, device=device,
+                              steps=steps)
+
+        if not cache:
+            return measure()
+        key = ("case", tuple(str(d.resolve()) for d in dirs), workload, size, names, backend, device, steps)
+        return self.cache.get_or_count(key, None, measure)
+
 
 @pytest.fixture(scope="session")
 def perfgate_counts_cache() -> CountsCache:
@@ -374,6 +454,7 @@ def perfgate_counts_cache() -> CountsCache:
 
 
 @pytest.fixture
-def perfgate_counts(perfgate_counts_cache: CountsCache) -> CountsFixture:
-    """Measure a callable's deterministic counts: ``perfgate_counts(model, x, backend="eager")``."""
-    return CountsFixture(perfgate_counts_cache)
+def perfgate_counts(perfgate_counts_cache: CountsCache, request: pytest.FixtureRequest) -> CountsFixture:
+    """Measure deterministic counts: ``perfgate_counts(model, x, backend="eager")`` for a callable,
+    ``perfgate_counts.case("my_workload", "smoke", backend="eager")`` for a workload case."""
+    return CountsFixture(perfgate_counts_cache, request.config.rootpath)

@@ -135,12 +135,26 @@ def test_the_plugin_is_registered_and_imports_no_torch_unless_used(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
 
 
+XDIST_TESTS = USER_TESTS.split("def test_")[0] + textwrap.dedent('''
+    import pytest
+
+
+    @pytest.mark.parametrize("n", range(4))
+    def test_in_a_worker(perfgate_counts, n):
+        first = perfgate_counts(Whole(), torch.randn(4, 8), backend="eager")
+        again = perfgate_counts(Whole(), torch.randn(4, 8), backend="eager")
+        assert again.cached and again.unique_graphs == first.unique_graphs == 1
+        first.assert_no_graph_breaks()
+''')
+
+
 @pytest.mark.slow
 def test_each_xdist_worker_measures_with_its_own_cache(tmp_path):
     pytest.importorskip("xdist")
-    (tmp_path / "test_user_model.py").write_text(USER_TESTS)
-    proc = run_pytest(tmp_path, "-n", "2", "test_user_model.py", "-k", "whole or matmul or again")
-    assert "3 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    (tmp_path / "test_user_model.py").write_text(XDIST_TESTS)
+    proc = run_pytest(tmp_path, "-n", "2", "test_user_model.py")
+    assert "4 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "[gw0]" in proc.stdout and "[gw1]" in proc.stdout  # both workers measured
 
 
 def test_the_fixture_in_perfgates_own_tests(perfgate_counts):
@@ -150,3 +164,43 @@ def test_the_fixture_in_perfgates_own_tests(perfgate_counts):
     counts = perfgate_counts(torch.matmul, torch.ones(4, 5), torch.ones(5, 3))
     assert counts.flops_per_step == 2 * 4 * 5 * 3
     assert counts.errors == []
+
+
+TEST_WORKLOADS = Path(__file__).resolve().parent / "workloads"
+
+
+@pytest.mark.slow
+def test_a_workload_case_counts_as_perfgate_run_counts_it(perfgate_counts, profiled_run):
+    """The fixture's case path and `perfgate run`'s profile pass read one case alike."""
+    _, data = profiled_run
+    for toggles in ("eager", "amp-bf16"):
+        (run_case,) = [c for c in data["cases"] if c["key"] == f"tight_conv/smoke/{toggles}/cpu"]
+        counts = perfgate_counts.case("tight_conv", "smoke", toggles=toggles, workloads_dir=TEST_WORKLOADS)
+        assert counts.name == f"tight_conv/smoke/{toggles}/cpu"
+        assert counts.aten_ops_per_step == run_case["metrics"]["aten_ops_per_step"], toggles
+        assert counts.flops_per_step == run_case["metrics"]["flops_per_step"] == 2 * (2 * 2 * 4 * 9 * 12 * 12)
+        assert counts.errors == []
+
+
+@pytest.mark.slow
+def test_a_workload_cases_graph_break_names_the_line_in_the_workloads_model(perfgate_counts):
+    counts = perfgate_counts.case("graph_break", "smoke", backend="eager", workloads_dir=TEST_WORKLOADS)
+    assert counts.graph_breaks >= 1 and counts.unique_graphs >= 2
+    with pytest.raises(AssertionError) as failed:
+        counts.assert_no_graph_breaks()
+    message = str(failed.value)
+    assert "Tensor.item()" in message
+    assert f"{TEST_WORKLOADS / 'profiled.py'}:" in message and "in forward" in message
+    assert "if h.sum().item() > 0:" in message
+    again = perfgate_counts.case("graph_break", "smoke", toggles="eager", backend="eager",
+                                 workloads_dir=TEST_WORKLOADS)
+    assert again.cached and again.graph_breaks == counts.graph_breaks
+
+
+def test_a_workload_case_that_cannot_run_here_is_skipped_and_a_bad_name_is_one_line(perfgate_counts):
+    with pytest.raises(ValueError, match="no size 'huge'"):
+        perfgate_counts.case("tight_conv", "huge", workloads_dir=TEST_WORKLOADS)
+    with pytest.raises(ValueError, match="neither a perfgate toggle nor a variant"):
+        perfgate_counts.case("tight_conv", toggles="turbo", workloads_dir=TEST_WORKLOADS)
+    with pytest.raises(pytest.skip.Exception, match="needs a CUDA device"):
+        perfgate_counts.case("tight_conv", toggles="cudnn-benchmark", workloads_dir=TEST_WORKLOADS)
