@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -171,6 +172,69 @@ def _explain_breaks(explain: Callable[[], Any]) -> list[GraphBreak]:
     return out
 
 
+# dynamo's "graph_breaks" log artifact: one record per break, every break, with its user frame
+GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
+_BREAK_AT = re.compile(r"^Graph break in user code at (?P<file>.+):(?P<line>\d+)\s*$", re.M)
+_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<function>.+)$', re.M)
+_NOT_THE_REASON = ("Encountered graph break", "Explanation:", "Hint:", "Developer debug context", "For more details")
+
+
+class _BreakRecords(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _logged_breaks() -> Iterator[_BreakRecords]:
+    """Dynamo's graph-break records while held (its logger at DEBUG, kept from the root logger and so from
+    pytest's log capture), as torch's TORCH_LOGS=graph_breaks shows them."""
+    log = logging.getLogger(GRAPH_BREAK_LOGGER)
+    handler = _BreakRecords()
+    level, propagate = log.level, log.propagate
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    log.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        log.propagate = propagate
+
+
+def _parse_break(message: str) -> GraphBreak | None:
+    """A GraphBreak from one record of the graph_breaks log, or None where its form is not the one known."""
+    import linecache
+
+    at = _BREAK_AT.search(message)
+    if at is None or "Graph Break Reason:" not in message:
+        return None
+    text = message.split("Graph Break Reason:", 1)[1].split("User code traceback:", 1)[0]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    reason = next((line for line in lines if not line.startswith(_NOT_THE_REASON)), lines[0] if lines else "")
+    file, line = at["file"], int(at["line"])
+    function = next((f["function"].strip() for f in _FRAME.finditer(message)
+                     if f["file"] == file and int(f["line"]) == line), None)
+    return GraphBreak(reason=reason, file=file, line=line, function=function,
+                      source=linecache.getline(file, line) or None)
+
+
+def _breaks_from_log(messages: list[str]) -> list[GraphBreak] | None:
+    """Each break the log recorded, once per place and reason; None when a record could not be read."""
+    breaks: list[GraphBreak] = []
+    for message in messages:
+        parsed = _parse_break(message)
+        if parsed is None:
+            return None
+        if parsed not in breaks:
+            breaks.append(parsed)
+    return breaks
+
+
 def _peak_from_trace(trace: Path, device: str) -> float | None:
     """The highest the bytes allocated on ``device`` rose above where they stood when the window began:
     the running sum of the profiler's ``[memory]`` events, in time order."""
@@ -319,10 +383,11 @@ def _measure(counts: Counts, call: Callable[[], Any], more_calls: list[Callable[
     """The counts of ``call``: once (the compile), each of ``more_calls``, once more; the compile counters;
     the profiler window; the FLOPs of ``eager_call``; ``explain`` for the breaks' source lines."""
     device = counts.device
-    call()
-    for more in more_calls:
-        more()
-    call()
+    with _logged_breaks() as logged:
+        call()
+        for more in more_calls:
+            more()
+        call()
     metrics, reasons, detail = profiling.compile_counters()
     counts.graph_breaks = int(metrics.get("graph_breaks", 0))
     counts.graph_break_reasons = reasons
@@ -342,7 +407,10 @@ def _measure(counts: Counts, call: Callable[[], Any], more_calls: list[Callable[
         counts.flops_per_step = _flops(eager_call)
     except Exception as exc:  # an op the counter cannot dispatch through
         counts.errors.append(f"flops: {type(exc).__name__}: {exc}")
-    if counts.graph_breaks:
+    from_log = _breaks_from_log(logged.messages)
+    if from_log:
+        counts.breaks = from_log
+    elif counts.graph_breaks:  # no record of its own form: torch._dynamo.explain finds the frames
         try:
             counts.breaks = _explain_breaks(explain)
         except Exception as exc:

@@ -44,6 +44,15 @@ USER_TESTS = textwrap.dedent('''
         perfgate_counts(Broken(), torch.randn(4, 8), backend="eager").assert_no_graph_breaks()
 
 
+    def log_and_add(x):
+        print("adding one")  # a break before any graph
+        return x + 1
+
+
+    def test_function_that_prints(perfgate_counts):
+        perfgate_counts(log_and_add, torch.randn(3), backend="eager").assert_no_graph_breaks()
+
+
     def test_new_shape_recompiles(perfgate_counts):
         counts = perfgate_counts(Whole(), torch.randn(4, 8), backend="eager", also=[(torch.randn(6, 8),)])
         counts.assert_max_recompiles(0)
@@ -106,6 +115,16 @@ def test_a_graph_break_fails_naming_dynamos_reason_and_the_source_line(user_run)
     assert f"{folder / 'test_user_model.py'}:17 in forward" in out  # where the break is
     assert "if y.sum().item() > 1e9:  # the break" in out  # its source line
     assert "DEBUG    torch.__trace" not in out  # dynamo's structured trace kept out of the captured log
+
+
+@pytest.mark.slow
+def test_a_break_before_any_graph_is_named_too(user_run):
+    proc, folder = user_run
+    assert _outcome(proc, "test_function_that_prints") == "FAILED"
+    assert "log_and_add: 1 graph break(s), at most 0 allowed" in proc.stdout
+    assert "Failed to trace builtin operator" in proc.stdout
+    assert f"{folder / 'test_user_model.py'}:35 in log_and_add" in proc.stdout
+    assert 'print("adding one")  # a break before any graph' in proc.stdout
 
 
 @pytest.mark.slow
@@ -204,3 +223,23 @@ def test_a_workload_case_that_cannot_run_here_is_skipped_and_a_bad_name_is_one_l
         perfgate_counts.case("tight_conv", toggles="turbo", workloads_dir=TEST_WORKLOADS)
     with pytest.raises(pytest.skip.Exception, match="needs a CUDA device"):
         perfgate_counts.case("tight_conv", toggles="cudnn-benchmark", workloads_dir=TEST_WORKLOADS)
+
+
+def test_a_graph_break_record_of_an_unknown_form_falls_back_to_dynamos_explain(perfgate_counts, monkeypatch):
+    """Where dynamo's graph-break log says nothing perfgate can read, torch._dynamo.explain names the line."""
+    import torch
+
+    from perfgate import pytest_plugin
+
+    assert pytest_plugin._breaks_from_log(["Graph break somewhere, in a form not known"]) is None
+    monkeypatch.setattr(pytest_plugin, "GRAPH_BREAK_LOGGER", "perfgate.test.nothing_logs_here")
+
+    def branchy(x):
+        if x.sum().item() > 0:  # the break explain finds
+            return x * 2
+        return x
+
+    counts = perfgate_counts(branchy, torch.ones(3), backend="eager", cache=False)
+    assert counts.graph_breaks == 1 and counts.errors == []
+    (only,) = counts.breaks
+    assert only.function == "branchy" and only.source.strip().endswith("# the break explain finds")
