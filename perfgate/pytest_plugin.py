@@ -69,7 +69,7 @@ class Counts:
     flops_per_step: float | None = None
     peak_memory_bytes: float | None = None
     peak_cuda_allocated_bytes: float | None = None
-    top_ops: list[dict[str, Any]] = field(default_factory=list)
+    ops_per_step: dict[str, float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     cached: bool = False
 
@@ -111,7 +111,7 @@ class Counts:
         __tracebackhide__ = True  # the failure points at the test's line
         if self.syncs_per_step is not None and self.syncs_per_step > n:
             raise AssertionError(f"{self.name}: {self.syncs_per_step:g} host-device syncs per step, at most {n:g} "
-                                 f"allowed; top ops per step: {self._top_text()}")
+                                 f"allowed; the most frequent ops and kernels per step: {self._ops_text()}")
 
     def _breaks_text(self) -> str:
         if self.breaks:
@@ -120,8 +120,8 @@ class Counts:
             return "\n".join(f"  {i}. {_first_line(r)}" for i, r in enumerate(self.graph_break_reasons, 1))
         return "  (dynamo gave no reason)"
 
-    def _top_text(self) -> str:
-        return ", ".join(f"{r['name']} x{r['count_per_step']:g}" for r in self.top_ops[:8]) or "none recorded"
+    def _ops_text(self) -> str:
+        return ", ".join(f"{name} x{n:g}" for name, n in list(self.ops_per_step.items())[:8]) or "none recorded"
 
 
 def _first_line(text: str) -> str:
@@ -253,9 +253,10 @@ def _peak_from_trace(trace: Path, device: str) -> float | None:
     return peak
 
 
-def _window(call: Callable[[], Any], device: str, steps: int) -> tuple[dict[str, float], list[dict[str, Any]],
+def _window(call: Callable[[], Any], device: str, steps: int) -> tuple[dict[str, float], dict[str, float],
                                                                          float | None]:
-    """torch.profiler over one warm-up and ``steps`` recorded calls: (per-step counts, top ops, peak bytes)."""
+    """torch.profiler over one warm-up and ``steps`` recorded calls: (per-step counts, calls per step of each
+    op or kernel by name, most frequent first, peak bytes). Counts only: the profiler's times are dropped."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = [ProfilerActivity.CPU]
@@ -272,9 +273,10 @@ def _window(call: Callable[[], Any], device: str, steps: int) -> tuple[dict[str,
                 prof.step()
         events = list(prof.events())
         metrics, recorded = profiling.window_counts(events, device)
-        top = profiling.top_ops(list(prof.key_averages()), recorded)
+        rows = profiling.top_ops(list(prof.key_averages()), recorded, n=len(events))
+        by_name = sorted(((r["name"], r["count_per_step"]) for r in rows), key=lambda r: (-r[1], r[0]))
         peak = _peak_from_trace(trace, device)
-    return metrics, top, peak
+    return metrics, dict(by_name), peak
 
 
 def _flops(eager_call: Callable[[], Any]) -> float:
@@ -396,7 +398,7 @@ def _measure(counts: Counts, call: Callable[[], Any], more_calls: list[Callable[
     counts.recompile_reasons = list(detail.get("recompile_reasons", []))
     # a section that fails costs its own figures, said under errors, as in the profile pass
     try:
-        window, counts.top_ops, counts.peak_memory_bytes = _window(call, device, counts.steps)
+        window, counts.ops_per_step, counts.peak_memory_bytes = _window(call, device, counts.steps)
         counts.aten_ops_per_step = window.get("aten_ops_per_step")
         for name in ("kernels_per_step", "syncs_per_step", "memcpy_per_step", "memset_per_step"):
             setattr(counts, name, window.get(name) if device.startswith("cuda") else None)

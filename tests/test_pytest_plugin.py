@@ -61,8 +61,7 @@ USER_TESTS = textwrap.dedent('''
     def test_matmul_counts(perfgate_counts):
         counts = perfgate_counts(torch.matmul, torch.randn(16, 32), torch.randn(32, 8))
         assert counts.flops_per_step == 2 * 16 * 32 * 8
-        mm = [row for row in counts.top_ops if row["name"] == "aten::mm"]
-        assert mm and mm[0]["count_per_step"] == 1.0
+        assert counts.ops_per_step["aten::mm"] == 1.0
         assert counts.aten_ops_per_step >= 2  # matmul dispatches to mm
         assert counts.peak_memory_bytes >= 16 * 8 * 4  # the output, float32
         assert counts.graph_breaks == 0 and counts.unique_graphs == 0  # not compiled
