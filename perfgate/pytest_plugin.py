@@ -438,17 +438,27 @@ def _shape_key(value: Any) -> Any:
 
 
 def _callable_key(fn: Any) -> tuple[Any, ...]:
-    """A module by its class and structure (its repr: layers and their sizes, not its weights' values); a
-    plain function by where it is defined; anything else (a closure, a bound method) by its identity."""
+    """A module by its class and structure (its repr: layers and their sizes; its parameters' dtypes and
+    devices; each submodule's train or eval mode; not its weights' values); a plain function by where it is
+    defined; anything else (a closure, a bound method) by its identity. A callable the caller compiled is
+    never the same case as the eager one under it."""
     import torch
 
     inner = _original(fn)
+    compiled = inner is not fn
     if isinstance(inner, torch.nn.Module):
-        return ("module", type(inner).__module__, type(inner).__qualname__, repr(inner))
+        placed = sorted({(str(p.dtype), str(p.device)) for p in inner.parameters()})
+        modes = tuple(m.training for m in inner.modules())
+        return ("module", compiled, type(inner).__module__, type(inner).__qualname__, repr(inner), tuple(placed), modes)
     code = getattr(inner, "__code__", None)
     if code is not None and not getattr(inner, "__closure__", None) and not hasattr(inner, "__self__"):
-        return ("function", inner.__module__, inner.__qualname__, code.co_filename, code.co_firstlineno)
-    return ("object", id(inner))
+        return ("function", compiled, inner.__module__, inner.__qualname__, code.co_filename, code.co_firstlineno)
+    return ("object", compiled, id(fn))
+
+
+def _check_steps(steps: Any) -> None:
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"perfgate_counts: steps must be a positive whole number, not {steps!r}")
 
 
 class CountsCache:
@@ -482,8 +492,7 @@ class CountsFixture:
         this session already measured the same case."""
         if not callable(fn):
             raise TypeError(f"perfgate_counts: {fn!r} is not callable")
-        if not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"perfgate_counts: steps must be a positive whole number, not {steps!r}")
+        _check_steps(steps)
         also = tuple(tuple(a) if isinstance(a, (tuple, list)) else (a,) for a in also)
 
         def measure() -> Counts:
@@ -502,6 +511,7 @@ class CountsFixture:
         ``[tool.perfgate] workloads_dirs`` of the pyproject.toml above pytest's root folder."""
         from perfgate import config
 
+        _check_steps(steps)
         names = tuple(t for t in toggles.split("+") if t and t != "eager") if isinstance(toggles, str) else \
             tuple(t for t in toggles if t != "eager")
         dirs = [Path(workloads_dir)] if workloads_dir is not None else \

@@ -242,3 +242,25 @@ def test_a_graph_break_record_of_an_unknown_form_falls_back_to_dynamos_explain(p
     assert counts.graph_breaks == 1 and counts.errors == []
     (only,) = counts.breaks
     assert only.function == "branchy" and only.source.strip().endswith("# the break explain finds")
+
+
+def test_a_case_is_the_callables_structure_and_the_inputs_shapes_not_their_values():
+    import torch
+
+    from perfgate.pytest_plugin import _callable_key, _shape_key
+
+    def model() -> torch.nn.Module:  # other random weights each time
+        return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.1))
+
+    assert _callable_key(model()) == _callable_key(model())  # a fresh instance is the same case
+    assert _callable_key(model().eval()) != _callable_key(model())  # dropout runs in train mode only
+    assert _callable_key(model().half()) != _callable_key(model())
+    assert _callable_key(torch.nn.Sequential(torch.nn.Linear(4, 5))) != _callable_key(model())
+    same = model()
+    assert _callable_key(torch.compile(same, backend="eager")) != _callable_key(same)
+    assert _shape_key((torch.zeros(2, 3),)) == _shape_key((torch.ones(2, 3),)) != _shape_key((torch.ones(3, 2),))
+    assert _shape_key((torch.zeros(2),)) != _shape_key((torch.zeros(2, dtype=torch.float64),))
+    with pytest.raises(ValueError, match="steps must be a positive whole number, not 0"):
+        from perfgate.pytest_plugin import CountsCache, CountsFixture
+
+        CountsFixture(CountsCache(), Path.cwd())(torch.relu, torch.ones(2), steps=0)
