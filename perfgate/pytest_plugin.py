@@ -4,7 +4,8 @@
 backend is given), and returns its deterministic counts as :class:`Counts`: graph breaks with dynamo's
 reasons and source lines, recompiles with the guard that failed, unique graphs, aten ops per step,
 kernels, syncs and memcpys per step on CUDA (None on CPU), FLOPs per step and peak memory. No timing.
-The same case asked twice in a session (same callable, backend and input shapes) is measured once.
+``perfgate_counts.case("workload", "smoke", toggles="amp-bf16")`` counts a step of a workload case. The
+same case asked twice in a session (same callable, backend and input shapes) is measured once.
 
 Registered through the ``pytest11`` entry point, it is inert until a test asks for the fixture: this
 module imports no torch; the fixture's calls do. The counting reuses the profile pass (perfgate.profiling):
@@ -32,7 +33,8 @@ STEPS = 3  # profiled calls after one unprofiled warm-up call: the counts are pe
 
 @dataclass(frozen=True)
 class GraphBreak:
-    """One graph break as ``torch._dynamo.explain`` reports it: dynamo's reason and where in user code."""
+    """One graph break: dynamo's reason and where in user code (from dynamo's graph-break log, else from
+    ``torch._dynamo.explain``)."""
 
     reason: str
     file: str | None = None
@@ -41,7 +43,8 @@ class GraphBreak:
     source: str | None = None
 
     def describe(self) -> str:
-        where = f"{self.file}:{self.line} in {self.function}" if self.file else "(no user frame recorded)"
+        where = f"{self.file}:{self.line}" if self.file else "(no user frame recorded)"
+        where += f" in {self.function}" if self.file and self.function else ""
         text = f"{where}\n      {self.source.strip()}" if self.source else where
         return f"{_first_line(self.reason)}\n    at {text}"
 
