@@ -40,6 +40,7 @@ def _project(tmp_path, table: str = "", suite: str = ""):
     return tmp_path
 
 
+@pytest.mark.slow  # the real CLI: a probe worker
 def test_a_cap_on_a_cpu_run_is_refused_in_one_line_before_any_case(tmp_path):
     root = _project(tmp_path)
     proc = run_cli("run", "--device-memory-gb", "8", "--out", str(root / "run"), cwd=root)
@@ -49,12 +50,14 @@ def test_a_cap_on_a_cpu_run_is_refused_in_one_line_before_any_case(tmp_path):
     assert not (root / "run" / "results.json").exists()  # nothing measured, no half-written run
 
 
+@pytest.mark.slow  # the real CLI: a probe worker
 def test_a_suites_cap_is_refused_on_cpu_the_same_way(tmp_path):
     root = _project(tmp_path, suite="device_memory_gb = 6")
     proc = run_cli("run", "--out", str(root / "run"), cwd=root)
     assert proc.returncode == 2 and "cap of 6 GB" in proc.stderr, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow  # the real CLI: a probe worker
 @pytest.mark.parametrize(("value", "said"), [("0", "device_memory_gb"), ('"8"', "device_memory_gb"),
                                               ("-1", "device_memory_gb")])
 def test_a_bad_cap_in_the_configuration_is_one_line_exit_2(tmp_path, value, said):
@@ -64,6 +67,7 @@ def test_a_bad_cap_in_the_configuration_is_one_line_exit_2(tmp_path, value, said
     assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # the real CLI: a probe worker
 @pytest.mark.parametrize("value", ["0", "nan", "-3", "lots"])
 def test_a_bad_cap_on_the_command_line_is_exit_2(tmp_path, value):
     proc = run_cli("run", "--device-memory-gb", value, cwd=_project(tmp_path))
@@ -90,6 +94,7 @@ class Big(Workload):
 '''
 
 
+@pytest.mark.slow  # the real CLI: a probe worker
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (docs/gpu.md lists it for a GPU session)")
 def test_on_a_gpu_a_case_past_the_cap_fails_oom_over_the_cap(tmp_path):
     (tmp_path / "workloads").mkdir()
