@@ -19,7 +19,7 @@ import json
 import logging
 import re
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -324,12 +324,15 @@ def count(fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, 
         profiling.reset_compile_counters()  # what the counters read next belongs to this call
         target = torch.compile(fn, backend=backend) if backend else fn
         eager = _original(fn)
-        return _measure(counts, lambda: target(*args, **kwargs), [lambda more=more: target(*more) for more in also],
+        def again(more: tuple[Any, ...]) -> Callable[[], Any]:
+            return lambda: target(*more)
+
+        return _measure(counts, lambda: target(*args, **kwargs), [again(more) for more in also],
                         lambda: eager(*args, **kwargs), lambda: torch._dynamo.explain(eager)(*args, **kwargs))
 
 
 def count_case(workload: str, size: str, *, toggles: tuple[str, ...] = (), backend: str | None = None,
-               workloads_dirs: list[str | Path], device: str = "cpu", steps: int = STEPS) -> Counts:
+               workloads_dirs: Sequence[str | Path], device: str = "cpu", steps: int = STEPS) -> Counts:
     """Measure one step of a perfgate workload case: the workload found in ``workloads_dirs`` as a run finds
     it, built at ``size`` with ``toggles`` applied (perfgate.toggles.prepare), its model compiled with
     ``torch.compile(model, backend=backend)`` when a backend is given; a step from the initial state is
@@ -371,8 +374,10 @@ def count_case(workload: str, size: str, *, toggles: tuple[str, ...] = (), backe
         def explain() -> Any:
             # what torch.compile(model) traces: the model's forward on the arguments a step hands it
             seen: list[tuple[Any, Any]] = []
-            hook = built.model.register_forward_pre_hook(lambda m, a, k: seen.append((a, k)) and None,
-                                                         with_kwargs=True)
+            def record(_module: Any, args: Any, kwargs: Any) -> None:
+                seen.append((args, kwargs))
+
+            hook = built.model.register_forward_pre_hook(record, with_kwargs=True)
             try:
                 step(built.model)
             finally:
