@@ -34,8 +34,11 @@ NO_PLUGIN_HELP = (
     f"No PyTorch Profiler tab here: `{PLUGIN_INSTALL}` adds it (torch-tb-profiler); or open a case's trace in "
     f"Perfetto: `perfgate trace CASE` prints its file, then {PERFETTO_URL}, \"Open trace file\" (nothing is uploaded)."
 )
+# the plugin's pages load Google Charts (www.gstatic.com) and a web-components polyfill (cdnjs.cloudflare.com)
+# before they draw anything: a browser without internet access shows a spinner, so the line says so
 PLUGIN_HELP = ("Traces: the PyTorch Profiler tab (PYTORCH_PROFILER) lists each case's trace as the run "
-               "<workload>/<size>/<toggles>; it loads them in the background.")
+               "<workload>/<size>/<toggles>, read in the background; its pages need the browser to reach "
+               f"www.gstatic.com and cdnjs.cloudflare.com (offline: `perfgate trace CASE`, then {PERFETTO_URL}).")
 
 
 @dataclass(frozen=True)
