@@ -473,7 +473,7 @@ def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: st
         except RuntimeError as exc:
             fail(str(exc), EXIT_INFRA)
         echo(f"TensorBoard on {run_path / 'tb'}: {tb.url}  (Ctrl-C to stop)")
-        for line in tbserver.traces_help(tbserver.profiler_plugin_installed(), logdir.diffs):
+        for line in tbserver.traces_help(tbserver.profiler_plugin_installed(), logdir):
             echo(line)
         try:
             tb.process.wait()

@@ -27,6 +27,7 @@ from perfgate.config import ConfigError
 from perfgate.merge import load_comparison_file
 from perfgate.model import Comparison, load_results
 from perfgate.traces import PERFETTO_URL
+from perfgate.validation import SchemaError
 
 PLUGIN_INSTALL = "pip install 'perfgate[tensorboard]'"
 # What `perfgate tensorboard` says without torch-tb-profiler: how to get its tab, and Perfetto instead
@@ -63,6 +64,7 @@ class LogDir:
     path: Path
     diffs: list[DiffRuns] = field(default_factory=list)
     temporary: bool = False
+    notes: list[str] = field(default_factory=list)  # why a compared run's base traces are not shown
 
     def remove(self) -> None:
         if self.temporary:
@@ -102,7 +104,11 @@ def logdir_for(run_dir: Path) -> LogDir:
     tb_dir = run_dir / "tb"
     if not tb_dir.is_dir():
         raise ConfigError(f"no TensorBoard folder at {tb_dir} (runs write tb/ when they profile)")
-    diffs = regression_diffs(run_dir, load_comparison_file(run_dir))
+    try:
+        diffs = regression_diffs(run_dir, load_comparison_file(run_dir))
+    except SchemaError as exc:  # the scalars and head traces are still worth serving
+        note = " ".join(str(exc).split())[:300]
+        return LogDir(tb_dir, notes=[f"base traces not shown (the run's results cannot be read): {note}"])
     if not diffs:
         return LogDir(tb_dir)
     view = Path(tempfile.mkdtemp(prefix="perfgate-tensorboard-"))
@@ -122,11 +128,11 @@ def logdir_for(run_dir: Path) -> LogDir:
     return LogDir(view, [d for d, _ in diffs], temporary=True)
 
 
-def traces_help(plugin_installed: bool, diffs: list[DiffRuns]) -> list[str]:
+def traces_help(plugin_installed: bool, logdir: LogDir) -> list[str]:
     """The lines `perfgate tensorboard` prints about the traces under its URL."""
     if not plugin_installed:
         return [NO_PLUGIN_HELP]
-    return [PLUGIN_HELP, *(d.help for d in diffs)]
+    return [PLUGIN_HELP, *(d.help for d in logdir.diffs), *logdir.notes]
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -224,3 +225,18 @@ def test_without_the_plugin_it_says_how_to_get_it_and_serves_the_scalars(profile
     out = (tmp_path / "out.txt").read_text().splitlines()
     assert tbserver.NO_PLUGIN_HELP in out
     assert "pip install 'perfgate[tensorboard]'" in tbserver.NO_PLUGIN_HELP and "https://ui.perfetto.dev" in tbserver.NO_PLUGIN_HELP
+
+
+def test_an_unreadable_comparison_still_serves_the_run_and_says_why_no_base(profiled_run, tmp_path):
+    """The folder TensorBoard reads (tbserver.logdir_for) for a run whose comparison.json is broken: its own
+    tb/, untouched, and one line saying why no base trace is shown."""
+    run_dir, _ = profiled_run
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, symlinks=True)
+    (copy / "comparison.json").write_text("{ not json")
+    with tbserver.logdir_for(copy) as logdir:
+        assert logdir.path == copy / "tb" and not logdir.temporary and not logdir.diffs
+        (note,) = logdir.notes
+        assert note.startswith("base traces not shown") and "comparison.json" in note
+        assert note in tbserver.traces_help(True, logdir)
+    assert (copy / "tb").is_dir()
