@@ -52,8 +52,8 @@ class DiffRuns:
 
     @property
     def help(self) -> str:
-        return (f"Diff {self.case_key}: PyTorch Profiler tab, Views: Diff, baseline run {self.base_run}, "
-                f"experimental run {self.head_run}")
+        return (f"Diff {self.case_key}: PyTorch Profiler tab, Diff panel (left, next to Normal), "
+                f"baseline run {self.base_run}, experimental run {self.head_run}")
 
 
 @dataclass

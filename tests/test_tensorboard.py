@@ -185,16 +185,17 @@ def test_profiler_plugin_shows_each_trace_and_diffs_a_regressions_base_and_head(
     assert not logdir.exists(), "the temporary folder outlived `perfgate tensorboard`"
     assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == files_before
     out = (tmp_path / "out.txt").read_text()
-    assert (f"Diff scaled_work/smoke/eager/cpu: PyTorch Profiler tab, Views: Diff, baseline run {BASE_RUN}, "
-            f"experimental run {CASE_RUN}") in out
+    assert (f"Diff scaled_work/smoke/eager/cpu: PyTorch Profiler tab, Diff panel (left, next to Normal), "
+            f"baseline run {BASE_RUN}, experimental run {CASE_RUN}") in out
 
 
 def test_report_says_how_to_open_a_regressions_diff_view(against_run):
     html = (against_run.run_dir / "report.html").read_text()
     regressions = html[html.index('<section id="regressions">'):]
     regressions = regressions[:regressions.index("</section>")]
-    assert (f"run <code>perfgate tensorboard {against_run.run_dir}</code> and choose Views: Diff, baseline run "
-            f"<code>{BASE_RUN}</code>, experimental run <code>{CASE_RUN}</code>") in regressions
+    assert (f"run <code>perfgate tensorboard {against_run.run_dir}</code> and in its Diff panel (left, next to "
+            f"Normal) choose the baseline run <code>{BASE_RUN}</code> and the experimental run <code>{CASE_RUN}</code>"
+            ) in regressions
 
 
 def _python_without_the_plugin(root: Path) -> str:
