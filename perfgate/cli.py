@@ -466,25 +466,24 @@ def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: st
         run_path = latest
     else:
         run_path = Path(run_dir)
-    tb_dir = run_path / "tb"
     import signal
 
     # a SIGTERM (CI, a supervisor), also one while TensorBoard starts, stops TensorBoard too
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        tb = tbserver.start(tb_dir, host=host, port=port or tbserver.free_port(host))
-    except RuntimeError as exc:
-        fail(str(exc), EXIT_INFRA)
-    echo(f"TensorBoard on {tb_dir}: {tb.url}  (Ctrl-C to stop)")
-    echo(tbserver.TRACES_HELP.format(tb_dir=tb_dir))
-    if tbserver.profiler_plugin_installed():
-        echo("An old torch-tb-profiler is installed here: its PYTORCH_PROFILER tab reads the traces too.")
-    try:
-        tb.process.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        tb.stop()
+    with tbserver.logdir_for(run_path) as logdir:  # a compared run's extra runs are removed on the way out
+        try:
+            tb = tbserver.start(logdir.path, host=host, port=port or tbserver.free_port(host))
+        except RuntimeError as exc:
+            fail(str(exc), EXIT_INFRA)
+        echo(f"TensorBoard on {run_path / 'tb'}: {tb.url}  (Ctrl-C to stop)")
+        for line in tbserver.traces_help(tbserver.profiler_plugin_installed(), logdir):
+            echo(line)
+        try:
+            tb.process.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            tb.stop()
 
 
 # ---------------------------------------------------------------- perfgate trace

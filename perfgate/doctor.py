@@ -171,8 +171,11 @@ def check_tensorboard() -> Finding:
     if importlib.util.find_spec("tensorboard") is None:
         return Finding(WARN, "tensorboard", "not installed: no TensorBoard scalars (traces still open in Perfetto)",
                        "pip install tensorboard")
+    if importlib.util.find_spec("torch_tb_profiler") is not None:
+        return Finding(OK, "tensorboard", "installed with the PyTorch Profiler plugin: scalars, hparams and every "
+                       "case's trace (`perfgate tensorboard`)")
     return Finding(OK, "tensorboard", "installed: scalars and hparams (`perfgate tensorboard`); traces open in "
-                   "Perfetto (`perfgate trace CASE`)")
+                   "Perfetto (`perfgate trace CASE`), or in TensorBoard with pip install 'perfgate[tensorboard]'")
 
 
 def check_browser(which: Callable[[str], str | None] = shutil.which, home: Path | None = None) -> Finding:

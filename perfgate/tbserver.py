@@ -1,9 +1,17 @@
-"""Starting a real TensorBoard process on a run's tb folder, and knowing when it answers. No torch."""
+"""Starting a real TensorBoard process on a run's tb folder, and knowing when it answers. No torch.
+
+TensorBoard shows the scalars and hparams perfgate writes (exporters/tensorboard.py) and, with the PyTorch
+Profiler plugin installed (torch-tb-profiler, the `tensorboard` extra), every case's trace: the plugin lists
+each folder holding ``*.pt.trace.json`` files as a run, so ``tb/<workload>/<size>/<toggles>/`` is one run
+per case. For a compared run, each regression's base trace is added as the run ``<that run>/base``, so the
+plugin's Diff view compares the two (logdir_for)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -11,18 +19,120 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from perfgate import traces
 from perfgate.config import ConfigError
+from perfgate.merge import load_comparison_file
+from perfgate.model import Comparison, load_results
+from perfgate.traces import PERFETTO_URL
+from perfgate.validation import SchemaError
 
-# What `perfgate tensorboard` says about traces: TensorBoard's profiler plugin (torch-tb-profiler) was
-# removed upstream, so traces open in Perfetto; TensorBoard keeps the scalars and hparams.
-TRACES_HELP = (
-    "TensorBoard shows the run's scalars and hparams. Traces open in Perfetto: `perfgate trace CASE` prints "
-    "a case's trace file(s) and the steps (https://ui.perfetto.dev, \"Open trace file\"; the browser reads "
-    "the file, nothing is uploaded); they lie under {tb_dir}/<workload>/<size>/<toggles>/."
+PLUGIN_INSTALL = "pip install 'perfgate[tensorboard]'"
+# What `perfgate tensorboard` says without torch-tb-profiler: how to get its tab, and Perfetto instead
+NO_PLUGIN_HELP = (
+    f"No PyTorch Profiler tab here: `{PLUGIN_INSTALL}` adds it (torch-tb-profiler); or open a case's trace in "
+    f"Perfetto: `perfgate trace CASE` prints its file, then {PERFETTO_URL}, \"Open trace file\" (nothing is uploaded)."
 )
+# the plugin's pages load Google Charts (www.gstatic.com) and a web-components polyfill (cdnjs.cloudflare.com)
+# before they draw anything: a browser without internet access shows a spinner, so the line says so
+PLUGIN_HELP = ("Traces: the PyTorch Profiler tab (PYTORCH_PROFILER) lists each case's trace as the run "
+               "<workload>/<size>/<toggles>, read in the background; its pages need the browser to reach "
+               f"www.gstatic.com and cdnjs.cloudflare.com (offline: `perfgate trace CASE`, then {PERFETTO_URL}).")
+
+
+@dataclass(frozen=True)
+class DiffRuns:
+    """A regressed case whose base and head traces TensorBoard shows as two runs, for the plugin's Diff view."""
+
+    case_key: str
+    base_run: str
+    head_run: str
+
+    @property
+    def help(self) -> str:
+        return (f"Diff {self.case_key}: PyTorch Profiler tab, Diff panel (left, next to Normal), "
+                f"baseline run {self.base_run}, experimental run {self.head_run}")
+
+
+@dataclass
+class LogDir:
+    """The folder TensorBoard reads: the run's tb/ itself, or, for a compared run with regressions, a
+    temporary folder of links to tb/'s files with each regression's base trace beside its head's."""
+
+    path: Path
+    diffs: list[DiffRuns] = field(default_factory=list)
+    temporary: bool = False
+    notes: list[str] = field(default_factory=list)  # why a compared run's base traces are not shown
+
+    def remove(self) -> None:
+        if self.temporary:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def __enter__(self) -> LogDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def regression_diffs(run_dir: Path, comparison: Comparison | None) -> list[tuple[DiffRuns, Path]]:
+    """Each regressed case of ``run_dir`` whose base and head traces both exist: its two run names and the
+    base trace file (read from results.json and the base side's run, never from the traces)."""
+    if comparison is None or not (run_dir / "results.json").is_file():
+        return []
+    regressed = {v.case_key for v in comparison.verdicts if v.fails_gate or v.kind == "regression"}
+    run = load_results(run_dir / "results.json")
+    bases = traces.base_runs(run_dir, comparison)
+    out = []
+    for case in run.cases:
+        if case.key not in regressed:
+            continue
+        base, head = traces.trace_sides(case, bases, run_dir)
+        names = traces.tensorboard_runs(base, head, run_dir / "tb")
+        if names is not None and base.path is not None:
+            out.append((DiffRuns(case.key, *names), base.path))
+    return out
+
+
+def logdir_for(run_dir: Path) -> LogDir:
+    """What TensorBoard reads for ``run_dir``: its tb/ folder, plus each regression's base trace as the run
+    ``<head run>/base`` where the run was compared (its comparison.json) and kept both sides' traces. The
+    run folder itself is never written: the extra runs live in a temporary folder of symbolic links, removed
+    by LogDir.remove (or on leaving ``with``)."""
+    tb_dir = run_dir / "tb"
+    if not tb_dir.is_dir():
+        raise ConfigError(f"no TensorBoard folder at {tb_dir} (runs write tb/ when they profile)")
+    try:
+        diffs = regression_diffs(run_dir, load_comparison_file(run_dir))
+    except SchemaError as exc:  # the scalars and head traces are still worth serving
+        note = " ".join(str(exc).split())[:300]
+        return LogDir(tb_dir, notes=[f"base traces not shown (the run's results cannot be read): {note}"])
+    if not diffs:
+        return LogDir(tb_dir)
+    view = Path(tempfile.mkdtemp(prefix="perfgate-tensorboard-"))
+    try:
+        for folder, _, files in os.walk(tb_dir):
+            mirror = view / Path(folder).relative_to(tb_dir)
+            mirror.mkdir(parents=True, exist_ok=True)
+            for name in files:
+                (mirror / name).symlink_to(Path(folder, name).resolve())
+        for diff, base_trace in diffs:
+            base_folder = view / diff.base_run
+            base_folder.mkdir(parents=True, exist_ok=True)
+            (base_folder / base_trace.name).symlink_to(base_trace.resolve())
+    except BaseException:
+        shutil.rmtree(view, ignore_errors=True)
+        raise
+    return LogDir(view, [d for d, _ in diffs], temporary=True)
+
+
+def traces_help(plugin_installed: bool, logdir: LogDir) -> list[str]:
+    """The lines `perfgate tensorboard` prints about the traces under its URL."""
+    if not plugin_installed:
+        return [NO_PLUGIN_HELP]
+    return [PLUGIN_HELP, *(d.help for d in logdir.diffs), *logdir.notes]
 
 
 @dataclass
@@ -43,7 +153,7 @@ class TensorBoardProcess:
 
 
 def profiler_plugin_installed() -> bool:
-    """An old torch-tb-profiler still installed: its tab reads the traces too (perfgate no longer offers it)."""
+    """TensorBoard's PyTorch Profiler plugin (torch-tb-profiler, the `tensorboard` extra) is importable here."""
     return importlib.util.find_spec("torch_tb_profiler") is not None
 
 

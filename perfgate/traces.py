@@ -387,6 +387,8 @@ class TracePair:
     head_totals: TraceTotals | None = None
     changes: list[KernelChange] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # (base, head): the two runs `perfgate tensorboard` shows the traces as, for the profiler plugin's Diff view
+    tensorboard_runs: tuple[str, str] | None = None
 
     @property
     def compared(self) -> bool:
@@ -440,11 +442,30 @@ def _totals(side: TraceSide, case: CaseResult, notes: list[str]) -> TraceTotals 
     return totals
 
 
-def trace_pair(case: CaseResult, bases: list[BaseRun], run_dir: Path) -> TracePair:
-    """The head trace of ``case`` (in ``run_dir``), the base trace from the first of ``bases`` that has
-    the case, and, when both read, their difference. Never raises for a missing or malformed file."""
+# the folder, inside a case's TensorBoard run, that `perfgate tensorboard` shows its base trace in: the
+# profiler plugin lists it as the run `<workload>/<size>/<toggles>/base`, next to the head's
+BASE_RUN_FOLDER = "base"
+
+
+def tensorboard_runs(base: TraceSide, head: TraceSide, tb_dir: Path) -> tuple[str, str] | None:
+    """(base run, head run): the names TensorBoard's PyTorch Profiler tab lists a case's two traces under
+    when `perfgate tensorboard` serves them (the head's folder inside ``tb_dir``, and its ``base`` below
+    it), or None where a side has no trace or the head's lies outside ``tb_dir``."""
+    if base.path is None or head.path is None or not _inside(head.path.parent, tb_dir):
+        return None
+    head_run = head.path.parent.resolve().relative_to(tb_dir.resolve()).as_posix()
+    return (f"{head_run}/{BASE_RUN_FOLDER}", head_run) if head_run != "." else None
+
+
+def _base_holder(case: CaseResult, bases: list[BaseRun]) -> BaseRun | None:
+    return next((b for b in bases if b.run is not None and b.run.case(case.key) is not None), None)
+
+
+def trace_sides(case: CaseResult, bases: list[BaseRun], run_dir: Path) -> tuple[TraceSide, TraceSide]:
+    """(base, head): the head trace of ``case`` (in ``run_dir``) and the base trace from the first of
+    ``bases`` that has the case, each a file or a note saying why there is none; nothing is read."""
     head = trace_of(case, run_dir, "head", "this run")
-    holder = next((b for b in bases if b.run is not None and b.run.case(case.key) is not None), None)
+    holder = _base_holder(case, bases)
     if holder is not None and holder.run is not None:
         base = trace_of(holder.run.case(case.key), holder.folder, "base", holder.what)
     elif bases and bases[-1].folder is None:
@@ -454,8 +475,17 @@ def trace_pair(case: CaseResult, bases: list[BaseRun], run_dir: Path) -> TracePa
         base = TraceSide("base", note=f"{bases[-1].what} has no such case (or its results.json cannot be read)")
     else:
         base = TraceSide("base", note="nothing was compared: no base side")
+    return base, head
+
+
+def trace_pair(case: CaseResult, bases: list[BaseRun], run_dir: Path) -> TracePair:
+    """The head trace of ``case`` (in ``run_dir``), the base trace from the first of ``bases`` that has
+    the case, and, when both read, their difference. Never raises for a missing or malformed file."""
+    base, head = trace_sides(case, bases, run_dir)
+    holder = _base_holder(case, bases)
     pair = TracePair(case.key, _category(case)[1], base, head)
     base_case = holder.run.case(case.key) if holder is not None and holder.run is not None else None
+    pair.tensorboard_runs = tensorboard_runs(base, head, run_dir / "tb")
     pair.base_totals = _totals(base, base_case or case, pair.notes)
     pair.head_totals = _totals(head, case, pair.notes)
     if pair.base_totals is not None and pair.head_totals is not None:

@@ -177,3 +177,13 @@ def test_doctor_says_what_a_baselines_calibration_does_to_the_gate(tmp_path):
         assert line.status == "warn", line
         assert "2 of 2 case(s) calibrated; 1 judged so wide that a 2x slowdown can pass" in line.found
         assert "w/smoke/compile/cpu" in line.found and "git log -p" in line.fix
+
+
+def test_the_tensorboard_line_says_whether_the_profiler_tab_is_there():
+    import importlib.util
+
+    finding = doctor.check_tensorboard()
+    if importlib.util.find_spec("torch_tb_profiler") is not None:
+        assert "PyTorch Profiler plugin" in finding.found and "every case's trace" in finding.found
+    else:
+        assert "pip install 'perfgate[tensorboard]'" in finding.found and "Perfetto" in finding.found
