@@ -25,7 +25,7 @@ from perfgate.baselines import BASELINE_PRECISION_SHARE, Baseline
 from perfgate.config import ConfigError, Settings, Suite
 from perfgate.console import echo
 from perfgate.github import publish_summary
-from perfgate.model import STATUS_OK, CaseSpec, RunResult
+from perfgate.model import STATUS_OK, CaseSpec, RunResult, SchemaError, load_results
 from perfgate.plan import Catalog, Shard, parse_shard, plan_cases
 from perfgate.sequential import sampling_plan, with_sampling
 from perfgate.storage import check_writable_dir
@@ -340,6 +340,10 @@ def run_against(ref: str, options: RunOptions, cases: list[CaseSpec], files: dic
                                                                       options.size, options.device))
     except gate_mod.NoEvidence as exc:  # exit 3 once the summary and the history have the run
         code, no_evidence = EXIT_INFRA, exc
+    try:  # the head side's scalars next to its traces, as a plain run has them
+        write_tensorboard_scalars(load_results(run_dir / "results.json"), run_dir)
+    except (OSError, SchemaError) as exc:
+        echo(f"perfgate: warning: TensorBoard scalars not written: {exc}", err=True)
     if options.gate:  # summary.md, now with the verdicts, into the job summary (perfgate/github.py)
         publish_summary(run_dir)
     if options.history:

@@ -47,6 +47,18 @@ def test_scalars_and_hparams_read_back(profiled_run):
         assert "_hparams_/session_start_info" in ea.summary_metadata
 
 
+def test_an_against_run_has_its_head_sides_scalars_too(against_run):
+    """`run --against` wrote traces but no scalars (the plain run's writer was never called on that path)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = load_results(against_run.run_dir)
+    (case,) = [c for c in run.cases if c.key == "scaled_work/smoke/eager/cpu"]
+    ea = EventAccumulator(str(against_run.run_dir / "tb" / "scaled_work" / "smoke" / "eager"))
+    ea.Reload()
+    median = ea.Scalars("time/step_median_s")[0].value
+    assert abs(median - case.step_time().median) <= 1e-6 * case.step_time().median
+
+
 def _processes_mentioning(text: str) -> list[int]:
     pids = []
     for proc in Path("/proc").glob("[0-9]*"):
