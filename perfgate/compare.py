@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any
 
-from perfgate import acknowledge, decision
+from perfgate import acknowledge, decision, host_quiet
 from perfgate.config import ConfigError, Settings
 from perfgate.environment_keys import environment_diff
 from perfgate.formatting import format_environment, plural
@@ -120,6 +120,9 @@ class GateSettings:
     workloads: dict[str, float] = field(default_factory=dict)  # per-workload step-time threshold
     toggles: dict[str, float] = field(default_factory=dict)  # per-toggle step-time threshold
     metrics: dict[str, float] = field(default_factory=dict)  # per-metric tolerance (relative)
+    # cores other processes may use as a case starts timing before its unpaired step-time regression or win
+    # is inconclusive (perfgate.host_quiet): "auto" (1.5x the cores the run leaves free), a number, or None (off)
+    max_host_load: float | str | None = "auto"
 
     def threshold_for(self, case: CaseResult | None, key: str,
                       calibration: dict[str, Any] | None = None) -> tuple[float, str]:
@@ -183,7 +186,7 @@ _FLOAT_KEYS = ("threshold", "confidence", "run_to_run", "run_to_run_paired", "ru
                "memory_floor_bytes", "compile_time_tolerance", "compile_time_floor_s", "max_case_s", "precision")
 _TABLE_KEYS = ("workloads", "toggles", "metrics")
 _VALID_KEYS = (*_FLOAT_KEYS, "remeasure", "settle_in_lockstep", "adaptive", "set_aside_slowed", "compare_modes", "bootstrap_resamples", "seed", "max_processes", "unpaired_min_processes",
-               *_TABLE_KEYS)
+               "max_host_load", *_TABLE_KEYS)
 
 
 # integer keys with a ceiling: a bootstrap of 10^12 resamples was a MemoryError (exit 3) or minutes of swapping
@@ -222,6 +225,11 @@ def parse_gate(raw: Any) -> GateSettings:
         if not (isinstance(raw["remeasure"], bool) or raw["remeasure"] == "stored"):
             raise ConfigError(f"[tool.perfgate.gate] remeasure must be true, false or \"stored\", got {raw['remeasure']!r}")
         kw["remeasure"] = raw["remeasure"]
+    if "max_host_load" in raw:
+        try:
+            kw["max_host_load"] = host_quiet.parse_limit(raw["max_host_load"])
+        except ValueError as exc:
+            raise ConfigError(f"[tool.perfgate.gate] max_host_load {exc}") from None
     for k in ("adaptive", "settle_in_lockstep", "set_aside_slowed", "compare_modes"):
         if k in raw:
             if not isinstance(raw[k], bool):
@@ -1019,6 +1027,14 @@ def _status_verdict(key: str, base: CaseResult | None, cur: CaseResult | None) -
 LookConfidence = Callable[[CaseResult], float]
 
 
+def host_busy(kind: str, base: CaseResult, cur: CaseResult, gate: GateSettings) -> str | None:
+    """Why an unpaired step-time ``kind`` (a regression or a win) cannot stand: either side's processes
+    started timing on a host that was not quiet (perfgate.host_quiet); None otherwise."""
+    if kind not in ("regression", "win"):
+        return None
+    return host_quiet.sides_busy(base.metadata.get("host"), cur.metadata.get("host"), gate.max_host_load)
+
+
 def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: GateSettings, *,
                paired: bool = False, calibration: dict[str, Any] | None = None,
                look_confidence: LookConfidence | None = None) -> list[Verdict]:
@@ -1063,6 +1079,11 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
         sampling = cur.metadata.get("sampling")
         if kind == "inconclusive" and isinstance(sampling, dict):
             advice = budget_advice(change, threshold, sampling, gate, confidence) or advice
+        busy = None if paired else host_busy(kind, base, cur, gate)
+        if busy:
+            kind, rule, advice = "inconclusive", f"host busy: {busy}; measured alone, a {kind} ({rule})", \
+                "other processes took the host's CPUs or GPU while this case was timed: run it again on a quiet " \
+                "host, or with `perfgate run --against` (lockstep pairs share the machine's moments)"
         out.append(Verdict(
             case_key=key, metric=STEP_TIME, kind=kind,
             baseline=change.base_s, current=change.head_s,

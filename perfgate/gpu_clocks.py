@@ -176,3 +176,37 @@ def recorder_for(device: str) -> ClockRecorder | None:
         except Exception:  # noqa: BLE001
             index = "0"
     return ClockRecorder(nvml, int(index) if index.isdigit() else 0)
+
+
+def other_gpu_processes(device: str) -> dict[str, Any] | None:
+    """Other processes NVML sees running on the case's GPU (compute and graphics), right before timing:
+    ``{"other_processes": N, "pids": [...], "error": None}``; None on a CPU device or without pynvml. NVML
+    names processes by the host's pids, which a container's worker may not see as its own: where the list
+    lacks this process's pid, one entry is taken to be the worker's."""
+    if not device.startswith("cuda"):
+        return None
+    try:
+        nvml = importlib.import_module("pynvml")
+    except Exception:  # noqa: BLE001 - not installed, or broken: nothing recorded
+        return None
+    _, _, index = device.partition(":")
+    recorder = ClockRecorder(nvml, int(index) if index.isdigit() else 0)
+    out: dict[str, Any] = {"other_processes": None, "pids": None, "error": None}
+    try:
+        if recorder.handle is None:
+            out["error"] = "; ".join(recorder.errors) or "no NVML handle"
+            return out
+        pids: set[int] = set()
+        for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            get = getattr(nvml, name, None)
+            if get is not None:
+                pids.update(int(p.pid) for p in get(recorder.handle))
+        own = os.getpid()
+        others = sorted(pids - {own})
+        out["pids"] = others[:20]
+        out["other_processes"] = len(others) - (1 if others and own not in pids else 0)
+    except Exception as exc:  # noqa: BLE001 - never fails a case
+        out["error"] = _short(exc)
+    finally:
+        recorder.close()
+    return out

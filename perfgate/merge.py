@@ -23,6 +23,7 @@ from perfgate.config import ConfigError, Settings
 from perfgate.environment_keys import ENVIRONMENT_KEYS as COMPARED_ENVIRONMENT_KEYS
 from perfgate.environment_keys import TUNING_ENV, tuning_variables
 from perfgate.exporters import write_run_reports
+from perfgate.exporters.cost import read_cost
 from perfgate.formatting import format_environment
 from perfgate.github import publish_summary
 from perfgate.model import (
@@ -321,8 +322,10 @@ def merge_runs(paths: Sequence[str | Path], out_dir: str | Path) -> tuple[RunRes
         elif missing:
             warnings.append(f"{len(missing)} planned case(s) have no result: {', '.join(missing[:5])}"
                             + (" ..." if len(missing) > 5 else ""))
+        # each shard's wall and device time, as its own report showed it (perfgate.exporters.cost)
+        costs = [c.to_json() for f, r, _ in runs for c in read_cost(r, f.parent).shards]
         settings["shard"] = {"merged": merged, "count": shard0["count"], "cases_total": len(plan),
-                             "missing_cases": missing, "plan": plan}
+                             "missing_cases": missing, "plan": plan, "costs": costs}
     starts = [r.started_at for _, r, _ in runs if r.started_at]
     ends = [r.finished_at for _, r, _ in runs if r.finished_at]
     merged_run = RunResult(

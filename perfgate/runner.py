@@ -667,6 +667,9 @@ def case_from_results(spec: CaseSpec, results: Sequence[dict[str, Any]], process
     first = results[0]
     metadata = dict(first.get("metadata", {}))
     metadata["processes"] = processes
+    hosts = [r.get("metadata", {}).get("host") for r in results]
+    if any(h is not None for h in hosts):  # one reading per process: was the host quiet (perfgate.host_quiet)
+        metadata["host"] = hosts
     metrics = dict(first.get("metrics", {}))
     compile_s = [float(r["compile"]["compile_s"]) for r in results if "compile" in r]
     if compile_s:

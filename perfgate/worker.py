@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perfgate import gpu_clocks, zygote_server
+from perfgate import gpu_clocks, host_quiet, zygote_server
 from perfgate import layout as layout_mod
 from perfgate.storage import atomic_write_json
 from perfgate.zygote_protocol import FORKED_ENV, LOCKSTEP_FDS_ENV
@@ -302,6 +302,9 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
             _threads_kept(threads, "build", threads_changed, repin=True)
             return prepared.timed()[0]
 
+    # was the host quiet as timing starts (perfgate.host_quiet)? Lockstep pairs share its moments: not read
+    host = (None if lockstep is not None else
+            host_quiet.read_host(threads, gpu_clocks.other_gpu_processes(spec.device)))
     clocks = gpu_clocks.recorder_for(spec.device)  # None on CPU or without nvidia-ml-py
     try:
         with timed_context():
@@ -342,6 +345,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "seed": int(cfg.get("seed", 0)),
         "variants": sorted(variants),
         "worker_start": "fork" if os.environ.get(FORKED_ENV) else "spawn",  # set by the fork server
+        **({"host": host} if host is not None else {}),
     }
     if threads_changed:  # {"build": n} pinned back before timing; {"steps": n}: the samples ran on n
         result["metadata"]["threads_changed_by_workload"] = threads_changed

@@ -243,6 +243,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "max_processes": "Adaptive sampling's budget: worker processes per case and side at most "
                          "(`--max-processes`).",
         "unpaired_min_processes": "An unpaired comparison settles only from this many processes of the run.",
+        "max_host_load": "Cores other processes may use as a case starts timing (`\"auto\"`: 1.5x the cores the "
+                         "run leaves free); beyond it, or with another process on the GPU, an unpaired step-time "
+                         "regression or win is `inconclusive`; `0` or `\"none\"` turns the check off.",
         "max_case_s": "Adaptive sampling's budget: seconds of measuring per case, roughly (`--max-case-s`).",
         "precision": "A plain run's target step-time interval half-width (relative); 0 means half the threshold.",
         "workloads": "Per-workload step-time thresholds: `NAME = number` (or `[...workloads.NAME] threshold = "

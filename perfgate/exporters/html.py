@@ -27,6 +27,7 @@ from perfgate.exporters.base import (
     verdict_display,
 )
 from perfgate.exporters.conditions import measured_under
+from perfgate.exporters.cost import read_cost
 from perfgate.formatting import (
     format_bytes,
     format_count,
@@ -427,6 +428,7 @@ class HtmlExporter:
             judged_note=JUDGED_NOTE.format(judged=report.judged_step_time),
             environment=_environment_rows(report.run.environment),
             measured_under=measured_under(report.run),
+            cost_line=read_cost(report.run, report.run_dir).text(),
             threshold=report.threshold,
             tensorboard_command=f"perfgate tensorboard {shlex.quote(run_dir)}",
             in_run_dir=lambda rel: str(report.run_dir / rel) if rel and report.run_dir else rel,

@@ -13,6 +13,7 @@ from perfgate import traces
 from perfgate.acknowledge import match_text
 from perfgate.exporters.base import CaseRow, ReportInput
 from perfgate.exporters.conditions import measured_under
+from perfgate.exporters.cost import read_cost
 from perfgate.formatting import format_ratio, format_value
 from perfgate.model import Acknowledgement, Comparison, Verdict
 from perfgate.stats import JUDGED_RATIO_NOTE
@@ -222,6 +223,7 @@ class MarkdownExporter:
         conditions = measured_under(run)
         if conditions:
             out.add(cell(conditions), force=True)
+        out.add(cell(read_cost(run, report.run_dir).text()), force=True)
         out.add("", force=True)
         comp = report.comparison
         found = report.evidence
