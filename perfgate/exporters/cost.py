@@ -46,10 +46,13 @@ class ShardCost:
         """A cost merge recorded (results.json is untrusted): None for anything not of this shape."""
         if not isinstance(data, dict):
             return None
+
         def number(key: str) -> float | None:
             value = data.get(key)
-            ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value < math.inf
-            return float(value) if ok else None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                return None
+            return float(value)
+
         def count(key: str) -> int | None:
             value = data.get(key)
             return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
