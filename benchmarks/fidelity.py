@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from perfgate.model import load_results  # noqa: E402
-from perfgate.stats import format_seconds  # noqa: E402
+from perfgate.model.results import load_results  # noqa: E402
+from perfgate.util.stats import format_seconds  # noqa: E402
 from perfgate.workload import load_file  # noqa: E402
 
 WORKLOAD_FILE = REPO / "workloads" / "operator_rollout.py"

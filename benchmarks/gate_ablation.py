@@ -13,7 +13,7 @@ The mechanisms and their switches:
 
 Two parts:
 
-- ``--simulated`` (seconds): perfgate.gatesim's hierarchical model through the real looks and verdict, for
+- ``--simulated`` (seconds): perfgate.judging.gatesim's hierarchical model through the real looks and verdict, for
   the three mechanisms that live in the comparison (a layout is not simulated), with and without
   performance modes, and a regression that only some processes pay;
 - real workers (hours): benchmarks/gate_accuracy.py's projects and trials (``--stored-knob env``: the stored
@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gate_accuracy  # noqa: E402
 
-from perfgate.compare import GateSettings  # noqa: E402
-from perfgate.gatesim import Scenario, rates  # noqa: E402
+from perfgate.judging.compare import GateSettings  # noqa: E402
+from perfgate.judging.gatesim import Scenario, rates  # noqa: E402
 
 # name -> ([tool.perfgate.gate] lines, [tool.perfgate.timing] lines, environment)
 CONFIGS: dict[str, tuple[dict[str, str], dict[str, str], dict[str, str]]] = {
@@ -65,7 +65,7 @@ SCENARIOS = (
 
 
 def simulated(args: argparse.Namespace) -> None:
-    print(f"simulated: {args.trials} trials per row, seed {args.seed}; perfgate.gatesim defaults otherwise")
+    print(f"simulated: {args.trials} trials per row, seed {args.seed}; perfgate.judging.gatesim defaults otherwise")
     print(f"{'config':<18} {'scenario':<13} {'mode':<8} {'A/A alarms':>10} {'+5% caught':>10} {'+10% caught':>11} "
           f"{'wrong dir':>9} {'A/A unch':>8} {'procs A/A':>9}")
     for scenario_name, extra in SCENARIOS:

@@ -1,6 +1,6 @@
-"""The sequential gate's error rates on simulated processes, with the real rules (perfgate.sequential,
-perfgate.compare) and no workers: seconds instead of the hours benchmarks/gate_accuracy.py takes. The model
-is perfgate.gatesim's (tests/test_gate_simulation.py holds its rates to tolerances).
+"""The sequential gate's error rates on simulated processes, with the real rules (perfgate.judging.sequential,
+perfgate.judging.compare) and no workers: seconds instead of the hours benchmarks/gate_accuracy.py takes. The model
+is perfgate.judging.gatesim's (tests/test_gate_simulation.py holds its rates to tolerances).
 
 Each simulated worker process has its own persistent speed (``--between``: the relative sd between
 processes of the same code, the address-space layout effect of docs/gate.md), and its samples scatter
@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfgate.compare import GateSettings  # noqa: E402
-from perfgate.gatesim import Scenario, rates  # noqa: E402
+from perfgate.judging.compare import GateSettings  # noqa: E402
+from perfgate.judging.gatesim import Scenario, rates  # noqa: E402
 
 
 def main() -> int:

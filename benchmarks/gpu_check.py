@@ -3,7 +3,7 @@
     python benchmarks/gpu_check.py --out DIR
 
 On one CUDA GPU, every step bounded by its own timeout (a step that runs out keeps what it wrote):
-  1. ceilings     peak FLOP/s and memory bandwidth (perfgate.ceilings, in a worker)
+  1. ceilings     peak FLOP/s and memory bandwidth (perfgate.worker.ceilings, in a worker)
   2. workloads    every workload at pr size with the CUDA toggles (eager, amp-fp16, amp-bf16, tf32,
                   cudnn-benchmark, channels-last, cuda-graphs; compile-reduce-overhead on the headline
                   rollout, or everywhere with --compile-all), 1 process per case, one run and one time
@@ -109,8 +109,8 @@ def perfgate_cmd(*args: str) -> list[str]:
 
 def case_rows(run_dir: Path) -> list[dict[str, Any]]:
     """Per case of a run folder: status, step time, processes, speedup, drift, bound (from the report's rows)."""
-    from perfgate.exporters.base import ReportInput
-    from perfgate.model import load_results
+    from perfgate.model.results import load_results
+    from perfgate.reports.base import ReportInput
 
     path = run_dir / "results.json"
     if not path.is_file():
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps(summary, indent=1, default=str) + "\n")
         tmp.replace(summary_path)
 
-    from perfgate import calibrate
+    from perfgate.commands import calibrate
 
     started = time.perf_counter()
     if "ceilings" in steps:

@@ -19,7 +19,7 @@ else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
 { date -u; nvidia-smi; python3 -c "import torch, sys; print(sys.version, torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.is_available())";
-  python3 -c "import perfgate.model, perfgate.compare; print('perfgate imports ok')"; nproc; } > "$OUT/env.txt" 2>&1
+  python3 -c "import perfgate.model.results, perfgate.judging.compare; print('perfgate imports ok')"; nproc; } > "$OUT/env.txt" 2>&1
 for step in $STEPS; do
   case $step in
     tests) timeout 90 python3 -m pytest -q -p no:cacheprovider -rs tests/test_toggles.py tests/test_gpu_clocks.py \

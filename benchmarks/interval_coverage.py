@@ -9,7 +9,7 @@ runs (i, j), i != j, and every case both ran:
 - **advice flips**: for every unordered pair, whether report.html's adopt/avoid/neutral advice differs,
   and whether it reverses (adopt in one run, avoid in the other; target: never).
 
-The figures are what the reports print (perfgate.exporters.base.ReportInput's rows: RunResult.step_time,
+The figures are what the reports print (perfgate.reports.base.ReportInput's rows: RunResult.step_time,
 RunResult.speedup, the recommendation rule), read back from each run's results.json. A case or speedup
 with one process has no interval: it is counted apart, never as held. Prints the figures and writes a JSON.
 
@@ -36,8 +36,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfgate.exporters.base import ReportInput  # noqa: E402
-from perfgate.model import STATUS_OK, RunResult, load_results  # noqa: E402
+from perfgate.model.results import STATUS_OK, RunResult, load_results  # noqa: E402
+from perfgate.reports.base import ReportInput  # noqa: E402
 
 CASE_TARGET = 0.80
 SPEEDUP_TARGET = 0.85

@@ -9,7 +9,7 @@ that agree inside a process while processes disagree is what the gate calls perf
         [--malloc system|steady|both]
 
 ``--malloc steady`` fixes the C allocator's thresholds in each process first, as perfgate's workers do
-(perfgate.layout.steady_malloc); ``both`` alternates the two policies process by process, side by side.
+(perfgate.protocol.layout.steady_malloc); ``both`` alternates the two policies process by process, side by side.
 Each process also reports its minor page faults per timed call: the slow states were glibc's malloc
 handing large temporaries back to the kernel and faulting them in again (docs/gate.md).
 """
@@ -27,7 +27,7 @@ import time
 CHILD = r'''
 import json, resource, sys, time
 if sys.argv[3] == "steady":
-    from perfgate import layout
+    from perfgate.protocol import layout
     assert layout.steady_malloc() == "steady"
 import torch, torch.nn as nn
 torch.set_num_threads(1)

@@ -20,9 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfgate import config, runner  # noqa: E402
-from perfgate.model import CaseSpec, ProcessSamples  # noqa: E402
-from perfgate.stats import format_seconds, ratio_of, summarize  # noqa: E402
+from perfgate.model import config  # noqa: E402
+from perfgate.model.results import CaseSpec, ProcessSamples  # noqa: E402
+from perfgate.running import runner  # noqa: E402
+from perfgate.util.stats import format_seconds, ratio_of, summarize  # noqa: E402
 
 
 def main() -> int:

@@ -20,9 +20,9 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from fixtures.synthetic import TOGGLES, synthetic_comparison, synthetic_run  # noqa: E402
 
-from perfgate.exporters import registry, write_all  # noqa: E402
-from perfgate.exporters.base import ReportInput  # noqa: E402
-from perfgate.model import load_results  # noqa: E402
+from perfgate.model.results import load_results  # noqa: E402
+from perfgate.reports import registry, write_all  # noqa: E402
+from perfgate.reports.base import ReportInput  # noqa: E402
 
 
 def main() -> None:

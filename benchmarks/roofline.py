@@ -1,7 +1,7 @@
 """The roofline's figures on this machine: ceilings against hand-timed work, calibrate's wall time, and
 the standard workloads' bound classes and headroom at smoke size.
 
-1. ``perfgate.ceilings`` (what `perfgate calibrate` stores) against a hand-timed matmul (a plain
+1. ``perfgate.worker.ceilings`` (what `perfgate calibrate` stores) against a hand-timed matmul (a plain
    perf_counter loop around torch.mm, best of 25 loops of 4 calls) and a hand-timed copy
    (numpy.copyto, no torch at all, best of 25 loops of 8), each in its own fresh process with one
    thread, in alternating order, ``--repeats`` times; prints each figure's median and the median ratio
@@ -28,9 +28,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from perfgate import calibrate, ceilings, roofline  # noqa: E402
-from perfgate.model import load_results  # noqa: E402
-from perfgate.runner import worker_env  # noqa: E402
+from perfgate.commands import calibrate  # noqa: E402
+from perfgate.judging import roofline  # noqa: E402
+from perfgate.model.results import load_results  # noqa: E402
+from perfgate.running.runner import worker_env  # noqa: E402
+from perfgate.worker import ceilings  # noqa: E402
 
 HAND_TIMED = r"""
 import json, sys, time

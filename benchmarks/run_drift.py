@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gate_accuracy  # noqa: E402 - the benchmark's own workloads and perfgate runner
 
-from perfgate.model import load_results  # noqa: E402
-from perfgate.stats import PROCESS_QUANTILE  # noqa: E402
+from perfgate.model.results import load_results  # noqa: E402
+from perfgate.util.stats import PROCESS_QUANTILE  # noqa: E402
 
 CASES = {"rollout": "gate_knob", "matmul": "ref_knob"}
 

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from fixtures.shards import suite_cases, write_shard_runs  # noqa: E402
 
-from perfgate.merge import merge_runs  # noqa: E402
-from perfgate.plan import partition_cases  # noqa: E402
+from perfgate.gating.merge import merge_runs  # noqa: E402
+from perfgate.running.plan import partition_cases  # noqa: E402
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from perfgate.model import load_results  # noqa: E402
+from perfgate.model.results import load_results  # noqa: E402
 
 TARGETS_S = {"cold": 300.0, "warm": 120.0}
 

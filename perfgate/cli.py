@@ -15,11 +15,11 @@ from typing import Any
 
 import click
 
-from perfgate import config as config_mod
-from perfgate.config import ConfigError
-from perfgate.console import echo
-from perfgate.model import SchemaError
-from perfgate.storage import UnwritableError
+from perfgate.model import config as config_mod
+from perfgate.model.config import ConfigError
+from perfgate.model.results import SchemaError
+from perfgate.reports.console import echo
+from perfgate.util.storage import UnwritableError
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
@@ -35,7 +35,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from perfgate.runner import InfrastructureError
+        from perfgate.running.runner import InfrastructureError
 
         try:
             return fn(*args, **kwargs)
@@ -65,7 +65,7 @@ def unexpected_error_line(exc: BaseException) -> str:
 
 
 def load_settings(config: str | None) -> config_mod.Settings:
-    from perfgate import runner
+    from perfgate.running import runner
 
     settings = config_mod.load(config)
     runner.set_config_env_names(settings.worker_env)  # what workers get beyond the allow-list
@@ -112,7 +112,7 @@ class OneLineErrors(click.Group):
 def main() -> None:
     """perfgate: run standard PyTorch workloads under each optimization toggle, measure them honestly,
     gate regressions against baselines."""
-    from perfgate.reaper import keep_environment_private
+    from perfgate.protocol.reaper import keep_environment_private
 
     keep_environment_private()  # workloads run as this user: they must not read this process's environment
 
@@ -128,7 +128,7 @@ config_option = click.option("--config", "config", type=click.Path(dir_okay=Fals
 @handle_errors
 def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
     """Workloads with their sizes, toggles with their requirements, and suites."""
-    from perfgate.runner import run_probe
+    from perfgate.running.runner import run_probe
 
     settings = load_settings(config)
     dirs = [*settings.workloads_dirs, *(Path(d) for d in workloads_dirs)]
@@ -212,7 +212,7 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
 @handle_errors
 def run_cmd(config: str | None, **options: Any) -> None:
     """Run a suite (or a selection) and write results.json with a table of step times per toggle."""
-    from perfgate import session
+    from perfgate.commands import session
 
     chosen = session.RunOptions(**options)  # a bad --shard, or an option --against refuses, fails first
     sys.exit(session.run(load_settings(config), chosen))
@@ -229,7 +229,7 @@ def run_cmd(config: str | None, **options: Any) -> None:
 @handle_errors
 def compare_cmd(config: str | None, current: str, baseline: str, gate: bool, strict_env: bool) -> None:
     """Compare CURRENT (a run folder or results.json) with BASELINE (a baseline file or another run)."""
-    from perfgate import gate as gate_mod
+    from perfgate.gating import gate as gate_mod
 
     settings = load_settings(config)
     sys.exit(gate_mod.compare_files(current, baseline, settings, strict_env=strict_env, gate=gate, echo=echo))
@@ -255,9 +255,10 @@ def baseline_update_cmd(config: str | None, results: tuple[str, ...], allow_fail
     """Make RESULTS (default: the latest run) the baseline of its suite on its machine (with --case: only
     those cases of it). Several RESULTS, runs of one clean commit on this machine, are pooled: each case's
     processes together, and the spread between the runs measured for the gate's unpaired comparisons."""
-    from perfgate import baselines, runner
-    from perfgate.compare import gate_settings
-    from perfgate.model import load_results
+    from perfgate.judging import baselines
+    from perfgate.judging.compare import gate_settings
+    from perfgate.model.results import load_results
+    from perfgate.running import runner
 
     settings = load_settings(config)
     if not results:
@@ -290,10 +291,10 @@ def baseline_update_cmd(config: str | None, results: tuple[str, ...], allow_fail
 
 
 def _recording_lines(run: Any, runs: int, gs: Any, chosen: list[str] | None) -> list[str]:
-    """`baseline update`'s cost and precision lines (perfgate.baselines.recording_lines), a baseline's target
-    judged as a run's settling judges its own (perfgate.sequential.PrecisionRule)."""
-    from perfgate import baselines
-    from perfgate.sequential import PrecisionRule
+    """`baseline update`'s cost and precision lines (perfgate.judging.baselines.recording_lines), a baseline's target
+    judged as a run's settling judges its own (perfgate.judging.sequential.PrecisionRule)."""
+    from perfgate.judging import baselines
+    from perfgate.judging.sequential import PrecisionRule
 
     rule = PrecisionRule(gs.plain_precision() * baselines.BASELINE_PRECISION_SHARE, gs.process_quantile, gs.confidence)
     return baselines.recording_lines(run, runs, gs.plain_precision(), rule.half_width, only=chosen)
@@ -305,7 +306,7 @@ def _recording_lines(run: Any, runs: int, gs: Any, chosen: list[str] | None) -> 
 @handle_errors
 def baseline_show_cmd(config: str | None, path: str | None) -> None:
     """Print a baseline (default: every baseline under baselines_dir)."""
-    from perfgate import baselines
+    from perfgate.judging import baselines
 
     settings = load_settings(config)
     paths = [Path(path)] if path else baselines.list_baselines(settings.baselines_dir)
@@ -328,8 +329,9 @@ def repro_cmd(config: str | None, case: str, results: str | None, traces_only: b
     """The command that measures CASE alone, base and head in lockstep with the settings its run used
     (`perfgate run --against BASE ...`), and a form that keeps both traces. CASE: a key as perfgate prints
     it (workload/size/toggles/device) or a glob of keys; one command per case it matches."""
-    from perfgate import repro, runner
-    from perfgate.merge import load_comparison_file
+    from perfgate.gating.merge import load_comparison_file
+    from perfgate.reports import repro
+    from perfgate.running import runner
 
     if results is None:
         latest = runner.latest_run_dir(load_settings(config).reports_dir)
@@ -361,7 +363,7 @@ def repro_cmd(config: str | None, case: str, results: str | None, traces_only: b
 @handle_errors
 def calibrate_cmd(config: str | None, **options: Any) -> None:
     """Repeated A/A runs of each case: noise within and between processes, smallest detectable change."""
-    from perfgate import calibrate
+    from perfgate.commands import calibrate
 
     calibrate.calibrate(load_settings(config), calibrate.CalibrateOptions(**options))
 
@@ -394,7 +396,7 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
     `run --against` when they have them, else a comparison with the stored baseline. With --rejudge the
     shards' verdicts are not read: this perfgate judges their raw --against samples again. Under --gate,
     summary.md is appended to $GITHUB_STEP_SUMMARY when set."""
-    from perfgate import merge
+    from perfgate.gating import merge
 
     if rejudge and baseline_file:
         raise ConfigError("perfgate merge: --rejudge judges the shards' --against runs; it takes no --baseline")
@@ -423,9 +425,9 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
 def report_cmd(config: str | None, results: str, baseline: str | None, against_results: str | None,
                out: str | None, formats: str) -> None:
     """Write report.html, summary.md, junit.xml (and csv/json) for a results.json, optionally compared."""
-    from perfgate.exporters import ReportInput, load_comparison, parse_formats, write_all
-    from perfgate.model import load_results
-    from perfgate.storage import check_writable_dir
+    from perfgate.model.results import load_results
+    from perfgate.reports import ReportInput, load_comparison, parse_formats, write_all
+    from perfgate.util.storage import check_writable_dir
 
     chosen = parse_formats(formats)
     run = load_results(results)
@@ -437,7 +439,7 @@ def report_cmd(config: str | None, results: str, baseline: str | None, against_r
     if baseline or against_results:
         comparison = load_comparison(run, baseline, against_results, load_settings(config))
     else:  # the verdicts the run's gate, or the latest `perfgate compare` of it, wrote beside it (if any)
-        from perfgate.merge import load_comparison_file
+        from perfgate.gating.merge import load_comparison_file
 
         comparison = load_comparison_file(run_dir)
     report = ReportInput(run, comparison, run_dir=run_dir.resolve(), report_dir=out_dir.resolve())
@@ -457,7 +459,8 @@ def report_cmd(config: str | None, results: str, baseline: str | None, against_r
 @handle_errors
 def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: str) -> None:
     """Start TensorBoard on a run's traces and scalars (default: the latest run); Ctrl-C stops it."""
-    from perfgate import runner, tbserver
+    from perfgate.commands import tbserver
+    from perfgate.running import runner
 
     if run_dir is None:
         latest = runner.latest_run_dir(load_settings(config).reports_dir)
@@ -498,7 +501,9 @@ def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: st
 def trace_cmd(config: str | None, case: str, results: str | None) -> None:
     """Print CASE's profiler trace files (base and head where the run was compared) and how to open them
     in Perfetto. CASE is a case key or a glob over them (`tight_conv/*/eager/cpu`)."""
-    from perfgate import merge, runner, traces
+    from perfgate.gating import merge
+    from perfgate.reports import traces
+    from perfgate.running import runner
 
     if results is None:
         run_dir = runner.latest_run_dir(load_settings(config).reports_dir)
@@ -646,7 +651,7 @@ def bisect_cmd(config: str | None, good: str, bad: str, case: str, metric: str, 
 def init_cmd(gpu_runner: str | None, suite_only: bool, force: bool, action: str | None) -> None:
     """Set perfgate up in this git repository: [tool.perfgate] in pyproject.toml, an example workload,
     and the pull-request and baselines workflows. Running it again changes nothing."""
-    from perfgate import init
+    from perfgate.commands import init
 
     top = init.repository_top(Path.cwd())
     planned = init.plan(top, gpu_runner, suite_only, force, action or init.ACTION)
@@ -664,8 +669,8 @@ def init_cmd(gpu_runner: str | None, suite_only: bool, force: bool, action: str 
 def doctor_cmd(config: str | None) -> None:
     """What this machine can run (torch, CUDA, compiler, threads, clock pinning, TensorBoard, a browser),
     how the gate will judge each stored baseline, and what to fix, one line each. Exit 3 when perfgate cannot measure here."""
-    from perfgate import doctor
-    from perfgate.runner import InfrastructureError, run_probe
+    from perfgate.commands import doctor
+    from perfgate.running.runner import InfrastructureError, run_probe
 
     settings = load_settings(config)
     try:

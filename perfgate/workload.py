@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfgate.rules import ExpectError, parse_rules
+from perfgate.model.rules import ExpectError, parse_rules
 
 REQUIRED_SIZES = ("smoke", "pr", "full")
 
@@ -123,7 +123,7 @@ class Workload:
         return ()
 
     def metrics(self, built: Built) -> dict[str, float]:
-        """Workload-specific metrics measured while the case ran (names in perfgate.model.METRIC_KINDS)."""
+        """Workload-specific metrics measured while the case ran (names in perfgate.model.results.METRIC_KINDS)."""
         return {}
 
     def run_unit(self, model: Any, built: Built, params: dict[str, Any]) -> Any:
@@ -272,7 +272,7 @@ class Discovered:
 
 
 # the longest workload, size or variant name: a case key joins them (workload/size/toggles/device) and is at
-# most perfgate.validation.MAX_NAME (512) characters in results.json and the history store
+# most perfgate.util.validation.MAX_NAME (512) characters in results.json and the history store
 MAX_PART = 100
 
 

@@ -1,6 +1,6 @@
 """The reference pages, generated from the code: docs/reference/cli.md from perfgate's click commands and
-docs/reference/configuration.md from the settings model (``[tool.perfgate]`` as perfgate.config declares
-and loads it, ``[tool.perfgate.gate]`` as perfgate.compare validates it). No torch: it imports only the
+docs/reference/configuration.md from the settings model (``[tool.perfgate]`` as perfgate.model.config declares
+and loads it, ``[tool.perfgate.gate]`` as perfgate.judging.compare validates it). No torch: it imports only the
 orchestrator's side, which the import-linter contract ``no-torch`` keeps torch-free.
 
     python scripts/gen_reference.py          # write both pages
@@ -265,7 +265,7 @@ MEANINGS: dict[str, dict[str, str]] = {
 
 def complaint(validate: Callable[[Any], Any], value: Any) -> str | None:
     """What ``validate`` says a key ``must be`` when given ``value``, or None when it accepts it."""
-    from perfgate.config import ConfigError
+    from perfgate.model.config import ConfigError
 
     try:
         validate(value)
@@ -278,8 +278,8 @@ def complaint(validate: Callable[[Any], Any], value: Any) -> str | None:
 def table_words(model: Any, key: str, valid: dict[str, Any] | None = None) -> str:
     """A key of a pydantic table, as its validation words it (``an integer >= 1``); ``valid``: a valid
     table to change that key of, where the table has required keys."""
-    from perfgate.config import TOML_NOUNS, ConfigError
-    from perfgate.validation import check
+    from perfgate.model.config import TOML_NOUNS, ConfigError
+    from perfgate.util.validation import check
 
     def validate(value: Any) -> Any:
         return check(model, {**(valid or {}), key: value}, "pyproject.toml", table="t", error=ConfigError,
@@ -298,7 +298,7 @@ def table_words(model: Any, key: str, valid: dict[str, Any] | None = None) -> st
 
 def gate_words(key: str) -> str:
     """A ``[tool.perfgate.gate]`` key, as compare.parse_gate words it, with its range where it has one."""
-    from perfgate.compare import parse_gate
+    from perfgate.judging.compare import parse_gate
 
     def validate(value: Any) -> Any:
         return parse_gate({key: value})
@@ -315,8 +315,8 @@ def gate_words(key: str) -> str:
 
 
 def expect_words() -> str:
-    """``[tool.perfgate.expect]`` as perfgate.rules words it: the table, then each pattern's rules."""
-    from perfgate.rules import ExpectError, parse_rules
+    """``[tool.perfgate.expect]`` as perfgate.model.rules words it: the table, then each pattern's rules."""
+    from perfgate.model.rules import ExpectError, parse_rules
 
     words = []
     for value in (object(), {"*/*/*/*": object()}):
@@ -329,8 +329,8 @@ def expect_words() -> str:
 
 
 def defaults_of_empty_table() -> Any:
-    """The Settings an empty ``[tool.perfgate]`` table gives: every default, as perfgate.config.load makes it."""
-    from perfgate import config
+    """The Settings an empty ``[tool.perfgate]`` table gives: every default, as perfgate.model.config.load makes it."""
+    from perfgate.model import config
 
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "pyproject.toml").write_text("[tool.perfgate]\n")
@@ -351,10 +351,11 @@ def checked(section: str, keys: list[str]) -> dict[str, str]:
 
 
 def config_page() -> str:
-    from perfgate import compare, config, rules
-    from perfgate.acknowledge import AcknowledgeTable
     from perfgate.history.store import DEFAULT_URL
-    from perfgate.model import METRIC_KINDS
+    from perfgate.judging import compare
+    from perfgate.model import config, rules
+    from perfgate.model.acknowledge import AcknowledgeTable
+    from perfgate.model.results import METRIC_KINDS
 
     settings, relative = defaults_of_empty_table()
     out = ["# Configuration reference", "", HEADER,

@@ -1,4 +1,4 @@
-"""Acknowledged regressions ([[tool.perfgate.acknowledge]], perfgate/acknowledge.py): validation, the rule
+"""Acknowledged regressions ([[tool.perfgate.acknowledge]], perfgate/model/acknowledge.py): validation, the rule
 (expiry, bound, pattern), the gate's exit code through `perfgate compare` on crafted results files, and the
 rendering in the console, summary.md, report.html and comparison.json. No torch, no real runs."""
 
@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from conftest import cli_env, run_cli
 
-from perfgate.acknowledge import Entry, apply, parse_bound
-from perfgate.compare import GateSettings, acknowledged, compare_runs
-from perfgate.config import ConfigError, load
-from perfgate.exporters.base import ReportInput
-from perfgate.exporters.html import HtmlExporter
-from perfgate.exporters.markdown import MarkdownExporter
-from perfgate.merge import comparison_from_json, merged_comparison
-from perfgate.model import VERDICT_KINDS, CaseResult, CaseSpec, ProcessSamples, RunResult
+from perfgate.gating.merge import comparison_from_json, merged_comparison
+from perfgate.judging.compare import GateSettings, acknowledged, compare_runs
+from perfgate.model.acknowledge import Entry, apply, parse_bound
+from perfgate.model.config import ConfigError, load
+from perfgate.model.results import VERDICT_KINDS, CaseResult, CaseSpec, ProcessSamples, RunResult
+from perfgate.reports.base import ReportInput
+from perfgate.reports.html import HtmlExporter
+from perfgate.reports.markdown import MarkdownExporter
 
 TODAY = dt.date(2026, 6, 15)
 KEY = "rollout/smoke/compile/cpu"

@@ -1,4 +1,4 @@
-"""perfgate.against: a SIGTERM'd `run --against` removes its worktree; stale worktrees of killed perfgates
+"""perfgate.running.against: a SIGTERM'd `run --against` removes its worktree; stale worktrees of killed perfgates
 are pruned at the next start, and a running perfgate's are left alone."""
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import pytest
 from conftest import REPO, cli_env
 from fixtures.against import against_repo as _against_repo
 
-from perfgate import against, config
+# slow: perfgate run --against in git repositories (the fast loop, pytest -m "not slow", leaves them to CI)
+from perfgate.model import config
+from perfgate.running import against
 
 # slow: perfgate run --against in git repositories (the fast loop, pytest -m "not slow", leaves them to CI)
 pytestmark = pytest.mark.slow
@@ -53,7 +55,7 @@ def test_stale_worktrees_are_pruned_and_a_running_perfgates_kept(tmp_path):
     repo = _against_repo(tmp_path, remeasure=False)
     # a perfgate killed (SIGKILL: no handler runs) while it had a worktree
     killed = subprocess.run(
-        [sys.executable, "-c", "import os, signal\nfrom perfgate import against, config\n"
+        [sys.executable, "-c", "import os, signal\nfrom perfgate.running import against\nfrom perfgate.model import config\n"
          f"b = against.checkout(config.load(cwd={str(repo)!r}), 'HEAD~1')\nprint(b.path, flush=True)\n"
          "os.kill(os.getpid(), signal.SIGKILL)\n"], cwd=REPO, env=cli_env(), capture_output=True, text=True,
         timeout=120)
@@ -65,7 +67,7 @@ def test_stale_worktrees_are_pruned_and_a_running_perfgates_kept(tmp_path):
         assert str(stale) not in _worktrees(repo) and not stale.parent.exists()
         assert str(live.path) in _worktrees(repo)
         # another perfgate starting now (bisect, run --against) leaves this running one's worktree alone
-        other = subprocess.run([sys.executable, "-c", "from pathlib import Path\nfrom perfgate import against\n"
+        other = subprocess.run([sys.executable, "-c", "from pathlib import Path\nfrom perfgate.running import against\n"
                                 f"print(against.prune_stale_worktrees(Path({str(repo)!r})))"],
                                cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=60)
         assert other.stdout.strip() == "[]", other.stderr
@@ -125,8 +127,8 @@ def test_base_workers_keep_the_users_pythonpath(tmp_path):
 
 def test_the_worker_probe_fails_where_a_case_could_not_run():
     """The probe imports every perfgate module a case needs, so an environment that lacks one of their
-    packages (there: pydantic, for perfgate.model) fails at the probe with one line, before any case."""
-    code = "import sys; sys.modules['pydantic'] = None\nfrom perfgate import worker\nworker.probe([])\n"
+    packages (there: pydantic, for perfgate.model.results) fails at the probe with one line, before any case."""
+    code = "import sys; sys.modules['pydantic'] = None\nfrom perfgate.worker import main as worker\nworker.probe([])\n"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=cli_env(), capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode != 0 and "pydantic" in proc.stderr.strip().splitlines()[-1], proc.stderr
@@ -209,10 +211,10 @@ def test_a_case_the_pull_request_dropped_from_the_suite_fails_the_gate(tmp_path)
 def test_a_case_its_base_commit_lacks_says_so_naming_the_commit(tmp_path, monkeypatch):
     """Settling in lockstep against a baseline's commit that has no such workload said `settled: no baseline
     to compare with`: it names the commit and says the workload does not exist there. No worker runs."""
-    from perfgate.gate import sampler_factory
-    from perfgate.model import CaseSpec, ProcessSamples
-    from perfgate.plan import Catalog
-    from perfgate.runner import ProcessOutcome
+    from perfgate.gating.gate import sampler_factory
+    from perfgate.model.results import CaseSpec, ProcessSamples
+    from perfgate.running.plan import Catalog
+    from perfgate.running.runner import ProcessOutcome
 
     commit = "0123456789abcdef" * 2 + "01234567"
     settings = config.load(cwd=tmp_path)

@@ -38,8 +38,8 @@ def test_the_contracts_catch_an_import_up_a_layer_torch_and_a_module_in_no_layer
     comparison (inside a function: it counts), and a new module no layer names."""
     shutil.copytree(REPO / "perfgate", tmp_path / "perfgate", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
-    with (tmp_path / "perfgate" / "model.py").open("a") as fh:
-        fh.write("\n\ndef _later():\n    import torch\n    from perfgate import compare\n    return torch, compare\n")
+    with (tmp_path / "perfgate" / "model" / "results.py").open("a") as fh:
+        fh.write("\n\ndef _later():\n    import torch\n    from perfgate.judging import compare\n    return torch, compare\n")
     (tmp_path / "perfgate" / "newcomer.py").write_text('"""A module nobody placed."""\n')
     proc = _lint_imports(tmp_path)
     assert proc.returncode == 1, proc.stdout
@@ -83,7 +83,7 @@ def test_a_stale_layer_table_is_refused(tmp_path, monkeypatch):
 
 
 def test_the_version_is_pyprojects():
-    from perfgate import version
+    from perfgate.util import version
 
     assert version.__version__ == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     code = "import perfgate, sys; print(perfgate.__version__, 'torch' in sys.modules, 'pandas' in sys.modules)"

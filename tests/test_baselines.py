@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import baselines
-from perfgate.config import ConfigError
-from perfgate.model import CaseResult, CaseSpec, ProcessSamples, RunResult, SchemaError
+from perfgate.judging import baselines
+from perfgate.model.config import ConfigError
+from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples, RunResult, SchemaError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -380,8 +380,8 @@ def test_runs_of_one_commit_pool_into_one_baseline_that_knows_their_spread():
     """A plain run's few processes made a thin baseline; several runs of one commit pooled hold all their
     processes and, from the runs' levels, the spread between whole runs with its upper bound, which the gate's
     unpaired comparison uses (and scales to a head run against k pooled runs)."""
-    from perfgate import runspread
-    from perfgate.compare import GateSettings
+    from perfgate.judging import runspread
+    from perfgate.judging.compare import GateSettings
 
     runs = [_run_of(level, seed=i) for i, level in enumerate((0.0, 0.004, -0.003))]
     pooled = baselines.pooled(runs, ["r1", "r2", "r3"])

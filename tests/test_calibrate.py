@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from perfgate.calibrate import analyse, processes_needed, report_lines, smallest_detectable
-from perfgate.compare import GateSettings
-from perfgate.model import CaseResult, CaseSpec, ProcessSamples
-from perfgate.validation import SchemaError
+from perfgate.commands.calibrate import analyse, processes_needed, report_lines, smallest_detectable
+from perfgate.judging.compare import GateSettings
+from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples
+from perfgate.util.validation import SchemaError
 
 
 def rounds(rnd: random.Random, n_rounds: int, processes: int, between: float) -> list[CaseResult]:
@@ -99,8 +99,8 @@ def test_rounds_that_moved_as_a_whole_show_in_the_round_to_round_figure():
 def test_each_round_draws_its_own_layouts_in_a_folder_of_another_length(tmp_path, monkeypatch):
     """A/A rounds are meant to see what separates two runs: a round that shared the last one's layouts and
     folder name would hide exactly the moves an unpaired comparison meets (docs/gate.md)."""
-    from perfgate import layout
-    from perfgate.calibrate import run_rounds
+    from perfgate.commands.calibrate import run_rounds
+    from perfgate.protocol import layout
 
     seen = []
     monkeypatch.delenv(layout.LAYOUT_SEED_ENV, raising=False)
@@ -127,7 +127,8 @@ def test_the_processes_a_threshold_needs_are_never_fewer_than_the_gate_settles_f
 def test_calibrate_write_keeps_a_baseline_update_made_while_it_measured(tmp_path, monkeypatch):
     """`calibrate --write` measures for minutes, then stores its thresholds in the baseline. It read the
     baseline before measuring and wrote that copy back: a `baseline update` made meanwhile was reverted."""
-    from perfgate import baselines, calibrate
+    from perfgate.commands import calibrate
+    from perfgate.judging import baselines
 
     settings, path = _project(tmp_path, monkeypatch)
 
@@ -151,7 +152,9 @@ def _project(tmp_path, monkeypatch, machine: str = "test-cpu-1t"):
     from conftest import TEST_WORKLOADS
     from test_baselines import _two_case_baseline
 
-    from perfgate import baselines, calibrate, config
+    from perfgate.commands import calibrate
+    from perfgate.judging import baselines
+    from perfgate.model import config
 
     path, _ = _two_case_baseline(tmp_path)
     if machine != "test-cpu-1t":
@@ -178,7 +181,8 @@ def test_write_never_stores_a_figure_no_baseline_can_hold(tmp_path, monkeypatch,
     """One round 2x slower than the others (a noisy neighbour): the measured run-to-run term is about 100%
     and the threshold 595%. Stored, the baseline was refused by every later gate, compare and baseline
     update (run_to_run must be in [0, 0.5]: exit 2), and the file had to be mended by hand."""
-    from perfgate import baselines, calibrate
+    from perfgate.commands import calibrate
+    from perfgate.judging import baselines
 
     settings, path = _project(tmp_path, monkeypatch)
     gate = GateSettings(bootstrap_resamples=500)
@@ -203,8 +207,9 @@ def test_write_never_stores_a_figure_no_baseline_can_hold(tmp_path, monkeypatch,
 def test_write_refuses_another_machines_or_suites_baseline_before_measuring(tmp_path, monkeypatch):
     """`--baseline FILE` of another machine: its gate would judge that machine's cases with this one's noise
     (run-to-run term and threshold). Refused, exit 2, before the rounds and the ceilings."""
-    from perfgate import baselines, calibrate
-    from perfgate.config import ConfigError
+    from perfgate.commands import calibrate
+    from perfgate.judging import baselines
+    from perfgate.model.config import ConfigError
 
     settings, path = _project(tmp_path, monkeypatch, machine="nvidia-h100")
     before = path.read_bytes()
@@ -234,7 +239,7 @@ def test_write_refuses_another_machines_or_suites_baseline_before_measuring(tmp_
 @pytest.mark.slow
 def test_write_without_a_baseline_stores_no_ceilings_before_refusing(tmp_path, monkeypatch):
     """The missing baseline is found before anything is written: the ceilings were stored, then exit 2."""
-    from perfgate import calibrate
+    from perfgate.commands import calibrate
 
     settings, _ = _project(tmp_path, monkeypatch)
     monkeypatch.setattr(calibrate, "calibrate_ceilings", lambda *a: pytest.fail("ceilings measured and stored"))
@@ -258,8 +263,8 @@ def test_a_round_with_step_times_of_0_is_left_out_not_a_crash():
 def test_write_needs_enough_rounds_for_its_run_to_run_term(tmp_path, monkeypatch):
     """`calibrate --write` stored a run-to-run term estimated from 2 ratios (3 rounds): refused below 8 rounds,
     one line, before measuring; without --rounds it takes 10."""
-    from perfgate import calibrate
-    from perfgate.config import ConfigError
+    from perfgate.commands import calibrate
+    from perfgate.model.config import ConfigError
 
     assert calibrate.rounds_of(calibrate.CalibrateOptions(write=True)) == calibrate.WRITE_ROUNDS == 10
     assert calibrate.rounds_of(calibrate.CalibrateOptions()) == 3
@@ -274,8 +279,8 @@ def _simulated_upper_bounds(true_term: float, n_rounds: int, calibrations: int, 
     """What `--write` stores for a case whose whole runs move with a ratio term ``true_term`` (a per-run
     spread of true_term / sqrt 2), over many calibrations of ``n_rounds`` rounds of 8 processes (4% apart,
     4 samples each): the code's own estimator on each calibration's rounds (run_to_run_bound)."""
-    from perfgate.calibrate import run_to_run_bound
-    from perfgate.runspread import per_run, ratio_term
+    from perfgate.commands.calibrate import run_to_run_bound
+    from perfgate.judging.runspread import per_run, ratio_term
 
     rnd = random.Random(seed)
     tau = math.log1p(per_run(true_term))
@@ -298,7 +303,7 @@ def test_the_stored_run_to_run_term_falls_below_the_truth_rarely():
     """At a true 1.41%, the point estimate from 2 ratios landed at the 0.5% floor in one calibration in five;
     what --write stores (the upper bound from its default 10 rounds) is below the truth in at most 10% of
     simulated calibrations (about 5% by construction), and at the floor almost never."""
-    from perfgate.calibrate import WRITE_ROUNDS
+    from perfgate.commands.calibrate import WRITE_ROUNDS
 
     truth = 0.0141
     stored = _simulated_upper_bounds(truth, WRITE_ROUNDS, 400, seed=41)

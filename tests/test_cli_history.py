@@ -140,7 +140,7 @@ def test_filters_since_and_branch(project: Path) -> None:
 
 def test_untrusted_text_is_refused_or_escaped(tmp_path: Path) -> None:
     """A workload name with markup shows as text in history.html; an overlong one is refused, exit 2."""
-    from perfgate.model import CaseSpec
+    from perfgate.model.results import CaseSpec
     from tests.fixtures.history import case_with
 
     run = make_run(0, [0.01])

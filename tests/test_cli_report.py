@@ -62,9 +62,9 @@ def test_against_results_needs_the_comparison_module(tmp_path):
     base = tmp_path / "base.json"
     shutil.copy(DATA / "baseline.json", base)
     proc = run_cli("report", str(run_dir), "--against-results", str(base))
-    if importlib.util.find_spec("perfgate.compare") is None:
+    if importlib.util.find_spec("perfgate.judging.compare") is None:
         assert proc.returncode == 2
-        assert "--against-results needs perfgate.compare" in proc.stderr and "Traceback" not in proc.stderr
+        assert "--against-results needs perfgate.judging.compare" in proc.stderr and "Traceback" not in proc.stderr
     else:
         assert proc.returncode == 0, proc.stderr
         assert "regression" in (run_dir / "summary.md").read_text()

@@ -1,6 +1,6 @@
 """The command line stays thin: every command parses, calls the module that owns the work, prints, and
-returns an exit code (docs/architecture.md). The orchestration it calls (perfgate.session for `run`,
-perfgate.calibrate, perfgate.merge, perfgate.gate) imports no torch."""
+returns an exit code (docs/architecture.md). The orchestration it calls (perfgate.commands.session for `run`,
+perfgate.commands.calibrate, perfgate.gating.merge, perfgate.gating.gate) imports no torch."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 
 from perfgate import cli
-from perfgate.config import ConfigError
+from perfgate.model.config import ConfigError
 
 MAX_COMMAND_LINES = 40
 
@@ -63,8 +63,8 @@ def test_the_length_check_catches_a_long_command():
 
 
 def test_the_orchestration_modules_import_no_torch():
-    code = ("import sys, perfgate.cli, perfgate.session, perfgate.calibrate, perfgate.merge, perfgate.gate, "
-            "perfgate.against; print('torch' in sys.modules)")
+    code = ("import sys, perfgate.cli, perfgate.commands.session, perfgate.commands.calibrate, perfgate.gating.merge, perfgate.gating.gate, "
+            "perfgate.running.against; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                          timeout=120)
     assert out.stdout.strip() == "False"
@@ -72,7 +72,7 @@ def test_the_orchestration_modules_import_no_torch():
 
 @pytest.mark.parametrize("option", [{"baseline_file": "b.json"}, {"strict_env": True}])
 def test_run_options_refuse_a_stored_baselines_option_with_against(option):
-    from perfgate.session import RunOptions
+    from perfgate.commands.session import RunOptions
 
     name = "--baseline" if "baseline_file" in option else "--strict-env"
     with pytest.raises(ConfigError, match=f"^{name} does not apply with --against main"):
@@ -83,7 +83,7 @@ def test_run_options_refuse_a_stored_baselines_option_with_against(option):
 @pytest.mark.parametrize("ref", ["", "  ", "-x", "--output=/tmp/y"])
 def test_run_options_refuse_an_against_ref_that_is_no_ref(ref):
     """`--against "$BASE_REF"` with the variable unset ran as a plain run (gated on the stored baseline)."""
-    from perfgate.session import RunOptions
+    from perfgate.commands.session import RunOptions
 
     with pytest.raises(ConfigError, match=r"^--against .*: not a git ref; give a branch, tag or commit"):
         RunOptions(against_ref=ref, gate=True)
@@ -91,7 +91,7 @@ def test_run_options_refuse_an_against_ref_that_is_no_ref(ref):
 
 
 def test_run_options_refuse_a_bad_shard_before_anything_else():
-    from perfgate.session import RunOptions
+    from perfgate.commands.session import RunOptions
 
     with pytest.raises(ConfigError, match=r"--shard '2of4' is not I/N"):
         RunOptions(shard="2of4", against_ref="main", baseline_file="b.json")
@@ -99,7 +99,7 @@ def test_run_options_refuse_a_bad_shard_before_anything_else():
 
 
 def test_run_options_name_a_selection_that_is_not_the_suite():
-    from perfgate.session import RunOptions
+    from perfgate.commands.session import RunOptions
 
     assert RunOptions().selection() is None
     assert RunOptions(suite="smoke", workloads=("tiny",)).selection() is None
@@ -108,7 +108,7 @@ def test_run_options_name_a_selection_that_is_not_the_suite():
 
 
 def test_a_run_that_fails_before_its_first_case_leaves_no_folder_it_created(tmp_path):
-    from perfgate.session import removed_on_error
+    from perfgate.commands.session import removed_on_error
 
     made, kept = tmp_path / "made", tmp_path / "kept"
     for folder, created in ((made, [made]), (kept, [])):
@@ -130,8 +130,8 @@ def test_a_run_that_fails_before_its_first_case_leaves_no_folder_it_created(tmp_
 
 def test_a_run_narrowed_within_a_suite_records_its_filters():
     """`run --suite S -w W` is not a selection (its suite is S) but holds only part of S's cases: it records
-    `settings.filters`, so `baseline update` does not make it the whole baseline (perfgate.baselines)."""
-    from perfgate.session import RunOptions
+    `settings.filters`, so `baseline update` does not make it the whole baseline (perfgate.judging.baselines)."""
+    from perfgate.commands.session import RunOptions
 
     assert RunOptions(suite="smoke").filters() is None and RunOptions(suite="smoke").selection() is None
     narrowed = RunOptions(suite="smoke", workloads=("rollout",), toggles=("eager", "compile"), device="cpu")

@@ -11,9 +11,7 @@ from datetime import date
 
 import pytest
 
-from perfgate import acknowledge
-from perfgate.acknowledge import Entry
-from perfgate.compare import (
+from perfgate.judging.compare import (
     GateSettings,
     TimeChange,
     budget_advice,
@@ -36,8 +34,10 @@ from perfgate.compare import (
     time_change,
     walsh_median,
 )
-from perfgate.config import ConfigError
-from perfgate.model import METRICS, VERDICT_KINDS, CaseResult, CaseSpec, ProcessSamples, RunResult
+from perfgate.model import acknowledge
+from perfgate.model.acknowledge import Entry
+from perfgate.model.config import ConfigError
+from perfgate.model.results import METRICS, VERDICT_KINDS, CaseResult, CaseSpec, ProcessSamples, RunResult
 
 
 def spec(toggle: str = "eager", workload: str = "w") -> CaseSpec:
@@ -121,7 +121,7 @@ def test_significant_but_small_is_unchanged_and_threshold_is_respected():
 def test_the_run_to_run_spread_widens_what_one_run_claims():
     """A +4.6% change measured very tightly in one run: its own CI says "less than 5%", but the same change
     measured again lands elsewhere by about 1% (docs/gate.md), so with the default run-to-run spread the
-    threshold is inside the CI. Unpaired, the minimum effect is the whole threshold (perfgate.decision):
+    threshold is inside the CI. Unpaired, the minimum effect is the whole threshold (perfgate.judging.decision):
     tight, the change is `unchanged` (no change as large as 5% left open); with the run-to-run term the
     CI reaches past the margin and it is `inconclusive`, never a verdict the wider interval alone earns.
     Identical code stays unchanged either way, and so does a small real change."""
@@ -361,7 +361,7 @@ def test_thousands_of_raw_samples_a_side_stay_within_a_bounded_bootstrap(monkeyp
     head - base difference of 500 resamples at once (2,500 a side: 25 GB, MemoryError, exit 3)."""
     import numpy as np
 
-    from perfgate import compare
+    from perfgate.judging import compare
 
     real, largest = compare.shift_median, []
 
@@ -504,7 +504,7 @@ def test_an_old_calibrated_baseline_is_read_for_its_noise_figures_only(tmp_path)
     A/A ratios, never the 0.5%."""
     from pathlib import Path
 
-    from perfgate import baselines
+    from perfgate.judging import baselines
 
     b = baselines.load_baseline(Path(__file__).parent / "fixtures" / "baseline-v2-calibrated.json")
     (base,) = b.run.cases
@@ -558,7 +558,7 @@ def test_environment_difference_warns_and_strict_refuses():
 def test_a_variable_that_tunes_the_workers_is_an_environment_difference():
     """A baseline measured with TORCHINDUCTOR_MAX_AUTOTUNE=1 (or another allocator in LD_PRELOAD) against a
     run without it: before, nothing said so and its time verdicts read as the code's."""
-    from perfgate import runner
+    from perfgate.running import runner
 
     rnd = random.Random(9)
     gs = groups(rnd, 2, 1e-3, 0.001, 0.001)
@@ -869,7 +869,7 @@ def test_a_stored_gpu_comparison_does_not_call_a_win_that_a_whole_run_moving_exp
 def test_a_process_that_sampled_several_layouts_is_the_median_of_them():
     """One fast layout among a process's four does not make the process fast (stats.process_step_time),
     and time_change reads the groups each process recorded."""
-    from perfgate.stats import process_step_time
+    from perfgate.util.stats import process_step_time
 
     slow, fast = [1.0e-3] * 3, [0.75e-3] * 3
     samples = slow + fast + slow + slow
@@ -1119,7 +1119,7 @@ def test_an_interval_wider_than_a_float_holds_is_clamped_not_an_overflow():
     """1,000 one-sample head processes against two base processes, at a late look's level: the Welch t
     interval (about one degree of freedom) reached thousands in log space and math.exp overflowed (exit 3
     from `perfgate compare`). The bounds are clamped to 1e-9..1e9: no evidence, inconclusive."""
-    from perfgate.compare import time_change
+    from perfgate.judging.compare import time_change
 
     base = [[0.001953, 0.001993, 0.001995, 0.002001, 0.002005], [0.001996, 0.001997, 0.002008, 0.002013, 0.002038]]
     head = [[0.002 + (i % 1000) * 1e-9] for i in range(1000)]
@@ -1200,14 +1200,14 @@ def test_a_gated_metric_the_profile_pass_lost_to_an_error_is_a_regression():
 
 
 def test_every_section_of_the_profile_pass_that_records_errors_is_known_to_the_gate():
-    """compare.PROFILE_SECTIONS names the sections perfgate.profiling.profile_pass records errors for: a new
+    """compare.PROFILE_SECTIONS names the sections perfgate.worker.profiling.profile_pass records errors for: a new
     section must say which gated metrics its failure costs (one that costs only info metrics maps to none)."""
     import re
     from pathlib import Path
 
-    from perfgate import compare
+    from perfgate.judging import compare
 
-    source = (Path(compare.__file__).parent / "profiling.py").read_text()
+    source = (Path(compare.__file__).parents[1] / "worker" / "profiling.py").read_text()
     recorded = set(re.findall(r'errors\.append\(f"([a-z ]+): ', source))
     assert recorded == {*compare.PROFILE_SECTIONS, "bytes"}, recorded
     gated = {m for ms in compare.PROFILE_SECTIONS.values() for m in ms}

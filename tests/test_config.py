@@ -1,4 +1,4 @@
-"""perfgate.config: the nearest [tool.perfgate] upward, --config, defaults, one-line validation errors."""
+"""perfgate.model.config: the nearest [tool.perfgate] upward, --config, defaults, one-line validation errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.config import DEFAULT_SUITES, ConfigError, Settings, TimingSettings, find_pyproject, load
+from perfgate.model.config import DEFAULT_SUITES, ConfigError, Settings, TimingSettings, find_pyproject, load
 
 GOOD = """
 [project]
@@ -168,7 +168,7 @@ def test_bad_toml_and_missing_config_file(tmp_path):
 def test_a_toml_file_over_the_size_cap_is_refused_without_reading_it_all(tmp_path, monkeypatch):
     """pyproject.toml and --config files were read whatever their size; they share the cap of every other file
     perfgate reads (PERFGATE_MAX_FILE_MB, 64 MiB by default)."""
-    from perfgate import config
+    from perfgate.model import config
 
     monkeypatch.setenv("PERFGATE_MAX_FILE_MB", "1")
     big = tmp_path / "big.toml"
@@ -201,7 +201,7 @@ def test_a_too_large_pyproject_is_one_line_exit_2(tmp_path):
 
 
 def test_worker_env_names_are_read_and_checked(tmp_path):
-    from perfgate.config import load
+    from perfgate.model.config import load
 
     (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworker_env = ["MY_KNOB", "SIM_*"]\n')
     assert load(cwd=tmp_path).worker_env == ("MY_KNOB", "SIM_*")
@@ -241,7 +241,7 @@ def test_every_setting_has_its_key_in_the_declared_table():
     """A field added to TimingSettings or Suite without its key in the table would be an 'unknown key'."""
     import dataclasses
 
-    from perfgate.config import Suite, SuiteTable, TimingTable
+    from perfgate.model.config import Suite, SuiteTable, TimingTable
 
     assert set(TimingTable.model_fields) == {f.name for f in dataclasses.fields(TimingSettings)}
     assert set(SuiteTable.model_fields) == {f.name for f in dataclasses.fields(Suite)} - {"name"}

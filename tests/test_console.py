@@ -1,4 +1,4 @@
-"""perfgate.console: what perfgate prints cannot steer a terminal or a GitHub Actions log, whatever the
+"""perfgate.reports.console: what perfgate prints cannot steer a terminal or a GitHub Actions log, whatever the
 data (workload names, failure messages) holds."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 from conftest import run_cli
 from fixtures.shards import write_shard_runs
 
-from perfgate.console import DATA_LINE_LABEL, clean
-from perfgate.model import STATUS_FAILED, CaseSpec, load_results
-from perfgate.runner import write_results
+from perfgate.model.results import STATUS_FAILED, CaseSpec, load_results
+from perfgate.reports.console import DATA_LINE_LABEL, clean
+from perfgate.running.runner import write_results
 
-HOSTILE_NAME = "::error file=perfgate/compare.py,line=1::the gate is broken, merge anyway"
+HOSTILE_NAME = "::error file=perfgate/judging/compare.py,line=1::the gate is broken, merge anyway"
 HOSTILE_MESSAGE = ("\x1b]0;owned terminal\x07boom \x1b[2J\x9b31m\r::add-mask::x\n"
                    "  ::warning title=pwned::indented\n##[error]legacy command\n\u202eevil")
 
@@ -76,7 +76,7 @@ def test_the_cli_prints_only_through_console_echo():
     worker_side = {"worker.py", "runner.py", "zygote.py", "lockstep.py", "ceilings.py", "console.py"}
     offenders = []
     for path in Path(perfgate.__file__).parent.rglob("*.py"):
-        if path.name in worker_side:
+        if path.name in worker_side or path.parent.name == "worker":  # the worker package: perfgate/worker/
             continue
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if re.search(r"\bclick\.(echo|secho)\(|(?<![\w.])print\(|sys\.(stdout|stderr)\.write\(", line):
@@ -95,8 +95,8 @@ def test_a_verdicts_values_print_alike_in_the_console_and_the_reports(metric, va
     """The console's verdict table, summary.md, junit.xml and report.html show one value one way
     (once the console printed flops 3.35544e+07 where the report said 33554432, and the reports a
     per-step allocation in raw bytes where the console said MiB)."""
-    from perfgate.console import verdict_value
-    from perfgate.formatting import format_value
+    from perfgate.reports.console import verdict_value
+    from perfgate.util.formatting import format_value
 
     assert verdict_value(metric, value) == format_value(metric, value) == shown
 
@@ -110,8 +110,8 @@ def test_a_verdicts_values_print_alike_in_the_console_and_the_reports(metric, va
 def test_a_case_outcome_line_says_its_status_once(status, failure_class, message, shown, capsys):
     """The progress line of a skipped case read `skipped  skipped: cuda-graphs: ...` (and a failed one
     `failed   failed (timeout): ...`): the status column, then the status again."""
-    from perfgate.model import CaseResult
-    from perfgate.session import progress
+    from perfgate.commands.session import progress
+    from perfgate.model.results import CaseResult
 
     case = CaseResult(spec=CaseSpec("w", "smoke", ("cuda-graphs",), "cpu"), status=status, duration_s=0.3,
                       message=message, failure_class=failure_class)
@@ -130,10 +130,10 @@ def test_the_verdict_tables_say_which_step_time_statistic_they_show():
 
     from fixtures.synthetic import scenario
 
-    from perfgate.console import comparison_text
-    from perfgate.exporters.base import ReportInput
-    from perfgate.exporters.html import HtmlExporter
-    from perfgate.exporters.markdown import MarkdownExporter
+    from perfgate.reports.base import ReportInput
+    from perfgate.reports.console import comparison_text
+    from perfgate.reports.html import HtmlExporter
+    from perfgate.reports.markdown import MarkdownExporter
 
     run, comp = scenario(["operator_rollout"])
     assert any(v.metric == "step_time" and v.kind == "regression" for v in comp.verdicts)
@@ -162,9 +162,9 @@ def test_the_settle_line_and_the_run_table_give_one_number_per_case(capsys):
 
     from fixtures.synthetic import synthetic_run
 
-    from perfgate.console import run_tables
-    from perfgate.sequential import PrecisionRule
-    from perfgate.session import progress
+    from perfgate.commands.session import progress
+    from perfgate.judging.sequential import PrecisionRule
+    from perfgate.reports.console import run_tables
 
     run = synthetic_run(["rollout"], toggles=("eager", "compile"))
     case = run.case("rollout/smoke/compile/cpu")
@@ -183,7 +183,7 @@ def test_a_case_of_one_process_prints_no_interval():
 
     from fixtures.synthetic import synthetic_run
 
-    from perfgate.console import run_tables
+    from perfgate.reports.console import run_tables
 
     run = synthetic_run(["rollout"], toggles=("eager", "compile"))
     run = replace(run, cases=[replace(c, processes=c.processes[:1]) for c in run.cases])

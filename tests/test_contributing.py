@@ -21,8 +21,8 @@ else:
 @pytest.mark.parametrize("argv", [
     [sys.executable, "-m", "perfgate", "run", "--suite", "smoke"],
     [sys.executable, "-m", "perfgate", "compare", "a", "b"],
-    [sys.executable, "-m", "perfgate.worker", "--case", "spec.json", "--out", "out.json"],
-    [sys.executable, "-m", "perfgate.worker", "--zygote", "5", "--tag", "x"],
+    [sys.executable, "-m", "perfgate.worker.main", "--case", "spec.json", "--out", "out.json"],
+    [sys.executable, "-m", "perfgate.worker.main", "--zygote", "5", "--tag", "x"],
     ["/home/u/.venv/bin/perfgate", "report", "runs/1"],
     f"{sys.executable} -m perfgate run -w rollout",
     ["bash", "-c", "python -m perfgate run --suite smoke"],
@@ -48,8 +48,8 @@ def test_the_guard_lets_quick_processes_start(argv):
 
 def test_a_test_without_the_slow_mark_cannot_start_a_worker(request):
     """The guard stops the process before it starts and fails the test, naming what it started."""
-    with pytest.raises(pytest.fail.Exception, match="perfgate.worker.*not marked slow"):
-        subprocess.run([sys.executable, "-m", "perfgate.worker", "--probe"], capture_output=True, timeout=60)
+    with pytest.raises(pytest.fail.Exception, match="perfgate.worker.main.*not marked slow"):
+        subprocess.run([sys.executable, "-m", "perfgate.worker.main", "--probe"], capture_output=True, timeout=60)
     del request.node.stash[conftest._STARTED]  # this test's own failure was the point
 
 

@@ -1,4 +1,4 @@
-"""perfgate.decision: one step-time rule for every mode, and its verdicts never get worse as the evidence
+"""perfgate.judging.decision: one step-time rule for every mode, and its verdicts never get worse as the evidence
 gets better."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from perfgate.compare import TimeChange, judge_time
-from perfgate.decision import DECIDED, MARGIN_SHARE, MIN_EFFECT_SHARE, UNPAIRED_MIN_EFFECT_SHARE, decide
+from perfgate.judging.compare import TimeChange, judge_time
+from perfgate.judging.decision import DECIDED, MARGIN_SHARE, MIN_EFFECT_SHARE, UNPAIRED_MIN_EFFECT_SHARE, decide
 
 THRESHOLD = 0.05
 
@@ -29,7 +29,7 @@ def _shrunk(estimate: float, half: float, steps: int = 60) -> list[tuple[float, 
 def test_a_narrower_interval_around_the_same_estimate_never_undoes_a_verdict(paired, processes):
     """Around every estimate from -12% to +12%, intervals from +/-15% down to nothing, in every mode: once
     decided, the verdict stays the same verdict; it never goes back to inconclusive nor flips direction. The rule before
-    perfgate.decision failed this: +3% with CI [1.005, 1.055] was a regression, and +3% with CI [1.01,
+    perfgate.judging.decision failed this: +3% with CI [1.005, 1.055] was a regression, and +3% with CI [1.01,
     1.049] was unchanged."""
     for e in range(-120, 121, 3):
         estimate = math.log1p(e / 1000)

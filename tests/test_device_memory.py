@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import TEST_WORKLOADS, run_cli
 
-from perfgate.worker import cap_device_memory, capped_oom_message, memory_fraction
+from perfgate.worker.main import cap_device_memory, capped_oom_message, memory_fraction
 
 GIB = 2**30
 

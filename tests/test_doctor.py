@@ -1,4 +1,4 @@
-"""`perfgate doctor` (perfgate/doctor.py): the real command on this machine, a machine where torch is broken,
+"""`perfgate doctor` (perfgate/commands/doctor.py): the real command on this machine, a machine where torch is broken,
 and each check against a made-up machine (sysfs tree, PATH)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import cli_env, run_cli
 
-from perfgate import doctor
+from perfgate.commands import doctor
 
 CHECKS = {"python", "torch", "cuda", "toggles", "compiler", "threads", "clock", "tensorboard", "browser", "git"}
 
@@ -90,7 +90,7 @@ def test_threads_beyond_half_the_cores_warn():
 def test_the_allocator_line_says_what_workers_will_run_with(monkeypatch):
     """docs/gate.md, "The performance modes were the C allocator's": steady is ok; PERFGATE_MALLOC=system and
     a C library without glibc's parameters are warnings that say what follows."""
-    from perfgate import layout
+    from perfgate.protocol import layout
 
     monkeypatch.setenv(layout.MALLOC_ENV, "system")
     finding = doctor.check_allocator()
@@ -102,7 +102,7 @@ def test_the_allocator_line_says_what_workers_will_run_with(monkeypatch):
 
 
 def test_cpu_torch_next_to_an_nvidia_driver_is_named(monkeypatch):
-    monkeypatch.setattr("perfgate.environment.nvidia_driver", lambda: "550.54")
+    monkeypatch.setattr("perfgate.running.environment.nvidia_driver", lambda: "550.54")
     probe = {"environment": {"torch": "2.13.0+cpu", "torch_cuda": None, "cuda_available": False}, "toggles": []}
     cuda = [f for f in doctor.check_torch(probe, None) if f.check == "cuda"][0]
     assert cuda.status == "warn" and "CPU build of torch" in cuda.found and "CUDA build" in cuda.fix
@@ -114,7 +114,7 @@ def test_doctor_says_how_each_stored_baseline_will_be_judged(tmp_path):
     and the rest still checked."""
     import subprocess
 
-    from perfgate import config
+    from perfgate.model import config
 
     def git(*args):
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
@@ -127,8 +127,8 @@ def test_doctor_says_how_each_stored_baseline_will_be_judged(tmp_path):
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
     settings = config.load(cwd=tmp_path)
     assert [f.status for f in doctor.check_baselines(settings)] == ["ok"]  # none yet
-    from perfgate.baselines import from_run, write_baseline
-    from perfgate.model import CaseResult, CaseSpec, ProcessSamples, RunResult
+    from perfgate.judging.baselines import from_run, write_baseline
+    from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples, RunResult
 
     case = CaseResult(spec=CaseSpec(workload="w", size="smoke", toggles=("eager",), device="cpu"), status="ok",
                       processes=[ProcessSamples(samples_ns=[1000, 1000], process_index=0)])
@@ -153,9 +153,9 @@ def test_doctor_says_what_a_baselines_calibration_does_to_the_gate(tmp_path):
     """A stored calibration widens the gate per case (threshold, run-to-run term). A file whose figures let a
     2x slowdown pass (a hand-edited run_to_run of 0.5, the most a baseline may hold: every stored comparison
     of the case inconclusive, nothing ever fails) was silent in doctor; now it is a warning naming the case."""
-    from perfgate import config
-    from perfgate.baselines import from_run, write_baseline
-    from perfgate.model import CaseResult, CaseSpec, ProcessSamples, RunResult
+    from perfgate.judging.baselines import from_run, write_baseline
+    from perfgate.model import config
+    from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples, RunResult
 
     (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\n")
     settings = config.load(cwd=tmp_path)

@@ -1,4 +1,4 @@
-"""Expectations (perfgate/expect.py): the rule language, every comparison, CI-aware outcomes, results.json,
+"""Expectations (perfgate/judging/expect.py): the rule language, every comparison, CI-aware outcomes, results.json,
 the reports, and the gate's exit code through the real CLI (`perfgate compare --gate`, no workers)."""
 
 from __future__ import annotations
@@ -13,14 +13,16 @@ import xmlschema
 from conftest import run_cli
 from fixtures.synthetic import synthetic_run
 
-from perfgate import config, expect, runner
-from perfgate.config import ConfigError
-from perfgate.exporters.base import ReportInput
-from perfgate.exporters.html import HtmlExporter
-from perfgate.exporters.junit import JunitExporter
-from perfgate.exporters.markdown import MarkdownExporter
-from perfgate.model import RunResult, load_results
-from perfgate.rules import ExpectError, Rule, parse_rule_text, parse_rules
+from perfgate.judging import expect
+from perfgate.model import config
+from perfgate.model.config import ConfigError
+from perfgate.model.results import RunResult, load_results
+from perfgate.model.rules import ExpectError, Rule, parse_rule_text, parse_rules
+from perfgate.reports.base import ReportInput
+from perfgate.reports.html import HtmlExporter
+from perfgate.reports.junit import JunitExporter
+from perfgate.reports.markdown import MarkdownExporter
+from perfgate.running import runner
 
 ROOT = Path(__file__).resolve().parent.parent
 JUNIT_SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "data" / "junit-ant.xsd")
@@ -281,7 +283,7 @@ def test_the_writers_judge_the_cases_they_write_not_those_a_file_held(run, tmp_p
     """The outcomes a results.json or a baseline carries are those of the cases written with them: a run
     read back with its stored outcomes, then given fewer cases (the gate's head file, a merge), is judged
     again when written; the data model alone only carries them."""
-    from perfgate import baselines
+    from perfgate.judging import baselines
 
     runner.write_results(with_rules(run, RULES), tmp_path / "results.json")
     back = load_results(tmp_path)
@@ -315,7 +317,7 @@ def test_a_version_1_results_file_reads_with_no_rules(tmp_path):
 
 
 def test_a_tampered_rule_in_results_is_a_schema_error(run, tmp_path):
-    from perfgate.model import SchemaError
+    from perfgate.model.results import SchemaError
 
     data = json.loads(with_rules(run, RULES).dumps())
     data["expectations"]["rules"][0]["metric"] = "__import__('os')"
@@ -385,8 +387,8 @@ def test_the_console_banner_agrees_with_the_exit_code_when_only_an_expectation_f
     """A gate with no regression but a missed fail expectation exits 1. Before 2026-11-26 its console ended
     "Gate passed: no regression and no newly failing case." and only then listed the missed expectation:
     a log that read as a pass for a gate that failed. Now the banner says GATE FAILED and names it."""
-    from perfgate import gate
-    from perfgate.compare import GateSettings, compare_runs
+    from perfgate.gating import gate
+    from perfgate.judging.compare import GateSettings, compare_runs
 
     cur = with_rules(run, {"rollout/*/compile/cpu": ["speedup_vs_eager >= 1.5"]})
     comparison = compare_runs(cur, run, GateSettings(bootstrap_resamples=200))
@@ -406,7 +408,7 @@ def test_the_console_banner_agrees_with_the_exit_code_when_only_an_expectation_f
 def test_a_failure_without_a_class_is_an_error_as_shown():
     """A failed case whose result names no failure class shows as 'failed (error)'; `status == error` was
     missed on it (and `status != error` met), contradicting the value shown."""
-    from perfgate.model import CaseResult, CaseSpec
+    from perfgate.model.results import CaseResult, CaseSpec
 
     case = CaseResult(CaseSpec("w", "smoke", ("eager",), "cpu"), "failed", failure_class=None, message="boom")
     run = RunResult(run_id="r", suite="s", environment={}, cases=[case], started_at=None, finished_at=None,

@@ -9,12 +9,11 @@ from dataclasses import replace
 import pytest
 from fixtures.synthetic import scenario, synthetic_run
 
-from perfgate import console
-from perfgate.config import ConfigError
-from perfgate.exporters import RUN_FORMATS, parse_formats, registry, write_all, write_run_reports
-from perfgate.exporters.base import EAGER_DID_NOT_RUN, ReportInput, op_diff, recommend, tolerance_text
-from perfgate.model import CaseResult, CaseSpec, Comparison, ProcessSamples, RunResult, Verdict
-from perfgate.stats import Ratio
+from perfgate.model.config import ConfigError
+from perfgate.model.results import CaseResult, CaseSpec, Comparison, ProcessSamples, RunResult, Verdict
+from perfgate.reports import RUN_FORMATS, console, parse_formats, registry, write_all, write_run_reports
+from perfgate.reports.base import EAGER_DID_NOT_RUN, ReportInput, op_diff, recommend, tolerance_text
+from perfgate.util.stats import Ratio
 
 
 def test_registry_names_and_files():
@@ -112,7 +111,7 @@ def test_each_cases_band_is_its_own_threshold():
 def test_a_speedup_without_an_interval_is_not_judged_and_says_why():
     """One process a side gives no interval (stats.ratio_of): a 2x speedup is neither adopt nor avoid, and
     every table says so rather than printing a sample-pooled interval."""
-    from perfgate.exporters.html import speedup_chart
+    from perfgate.reports.html import speedup_chart
 
     rec = recommend(_ok("compile"), Ratio(2.0, None, None), None, threshold=0.05)
     assert rec.action == "neutral" and rec.reason == "2.00x (1 process: no interval): not judged"
@@ -125,7 +124,7 @@ def test_a_speedup_without_an_interval_is_not_judged_and_says_why():
     group = next(g for g in ReportInput(run).groups if any(r.key == row.key for r in g.rows))
     bar = speedup_chart(group).bars[-1]
     assert bar.css == "flat" and bar.lo == bar.hi == bar.x  # no error bar, no colour of a side of 1x
-    from perfgate.exporters.html import HtmlExporter
+    from perfgate.reports.html import HtmlExporter
 
     html = HtmlExporter().render(ReportInput(run)).decode()
     assert html.count("(1 process: no interval)") >= 4  # step time and speedup, matrix and pay-off table
@@ -242,7 +241,8 @@ def test_partial_run_reports_what_finished(tmp_path):
 
 def test_runner_after_case_leaves_a_report_when_the_run_dies(tmp_path, monkeypatch):
     """runner.execute calls after_case after each case; a crash in the second case keeps the first's report."""
-    from perfgate import config, runner
+    from perfgate.model import config
+    from perfgate.running import runner
 
     run = synthetic_run(["w"])
     done = iter(run.cases[:1])
@@ -267,7 +267,7 @@ def test_an_environment_entry_nothing_recorded_reads_none_not_null(tmp_path):
     table and its baseline difference say "none", never JSON's null or Python's None."""
     import re
 
-    from perfgate.model import Comparison
+    from perfgate.model.results import Comparison
 
     run, _ = scenario()
     run.environment.update(torch_cuda=None, nvidia_driver=None, git_commit=None)
@@ -315,8 +315,8 @@ def test_a_merge_missing_a_shard_says_so_in_every_banner():
     (exit 0), and every report said PASS without a word of the cases that never ran."""
     import xml.etree.ElementTree as ET
 
-    from perfgate import gate
-    from perfgate.compare import compare_runs
+    from perfgate.gating import gate
+    from perfgate.judging.compare import compare_runs
 
     run = synthetic_run(["w"], toggles=("eager", "compile", "amp-bf16"))
     missing = ["v/smoke/eager/cpu", "v/smoke/compile/cpu"]

@@ -1,4 +1,4 @@
-"""The cost line (perfgate/exporters/cost.py): wall time, device-minutes, cases measured, re-measured and
+"""The cost line (perfgate/reports/cost.py): wall time, device-minutes, cases measured, re-measured and
 skipped, per shard and in all, in summary.md and report.html."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from dataclasses import replace
 from fixtures.shards import suite_cases, write_shard_runs
 from fixtures.synthetic import synthetic_run
 
-from perfgate.exporters import write_run_reports
-from perfgate.exporters.cost import read_cost, run_cost, wall_seconds
-from perfgate.merge import merge_runs
-from perfgate.model import STATUS_SKIPPED, load_results
-from perfgate.runner import write_results
+from perfgate.gating.merge import merge_runs
+from perfgate.model.results import STATUS_SKIPPED, load_results
+from perfgate.reports import write_run_reports
+from perfgate.reports.cost import read_cost, run_cost, wall_seconds
+from perfgate.running.runner import write_results
 
 
 def _timed(run, seconds: float = 30.0):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from fixtures.synthetic import roofline_run, scenario, synthetic_comparison, synthetic_run
 
-from perfgate.exporters.base import ReportInput
-from perfgate.exporters.html import HtmlExporter
+from perfgate.reports.base import ReportInput
+from perfgate.reports.html import HtmlExporter
 
 REPO = Path(__file__).resolve().parent.parent
 SHOTS = REPO / "test-output" / "html-report"
@@ -172,8 +172,8 @@ def test_roofline_chart_bound_classes_and_expectations_in_a_real_browser(browser
 def test_sample_strips_mark_the_step_time_the_gate_compares(tmp_path):
     """Each process's bar sits at the quantile the gate judged it by (10th percentile by default, or what
     the run recorded as [tool.perfgate.gate] process_quantile), not at a statistic the gate never used."""
-    from perfgate.exporters.html import distribution_chart
-    from perfgate.stats import quantile
+    from perfgate.reports.html import distribution_chart
+    from perfgate.util.stats import quantile
 
     run, comp = scenario(["operator_rollout"])
     report = ReportInput(run, comp)
@@ -206,10 +206,10 @@ def test_sample_strips_mark_the_step_time_the_gate_compares(tmp_path):
 
 
 def test_each_process_shows_its_gpu_clocks_and_a_throttled_one_is_marked():
-    """Where the processes recorded their GPU's SM clock (NVML, perfgate.gpu_clocks), the toggle matrix shows
+    """Where the processes recorded their GPU's SM clock (NVML, perfgate.worker.gpu_clocks), the toggle matrix shows
     the range and how many throttled, and each process's sample strip says its clocks; a throttled process
     is labelled so. What NVML said (an error text) is untrusted and shown as text."""
-    from perfgate.exporters.html import distribution_chart
+    from perfgate.reports.html import distribution_chart
 
     run, comp = scenario(["operator_rollout"])
     report = ReportInput(run, comp)
@@ -264,7 +264,7 @@ def test_overview_fits_one_screen_and_no_table_scrolls_sideways(browser, tmp_pat
     the case's row; no table is wider than its place; at phone width only tables scroll, never the page."""
     from fixtures.synthetic import LONG_WORKLOADS, PR_TOGGLES, pr_scenario
 
-    from perfgate.exporters.base import VERDICT_DISPLAY
+    from perfgate.reports.base import VERDICT_DISPLAY
 
     run, comp = pr_scenario()
     report = ReportInput(run, comp, run_dir=Path("reports") / run.run_id)
@@ -328,7 +328,7 @@ def test_acknowledgements_repro_commands_and_trace_notes_fit_at_1300_and_on_a_ph
 
     from fixtures.synthetic import LONG_WORKLOADS, PR_TOGGLES, pr_scenario
 
-    from perfgate import acknowledge
+    from perfgate.model import acknowledge
 
     run, comp = pr_scenario()
     entries = (
@@ -367,7 +367,7 @@ def test_acknowledgements_repro_commands_and_trace_notes_fit_at_1300_and_on_a_ph
 
 def test_overview_without_a_comparison_shows_status_and_speedup():
     """No baseline: each cell says the case's status and its speedup against eager with the CI."""
-    from perfgate.exporters.base import build_overview
+    from perfgate.reports.base import build_overview
 
     run = synthetic_run(["operator_rollout"], fail={"operator_rollout/smoke/compile/cpu"})
     report = ReportInput(run)
@@ -399,9 +399,9 @@ def test_a_baseline_case_missing_from_the_run_shows_in_the_overview():
 def test_verdict_tone_and_word_come_from_one_mapping(monkeypatch):
     """Every verdict kind and case status has a tone and a word; a new kind is one entry in VERDICT_DISPLAY,
     and without one it still shows, as its own name in neutral grey."""
-    from perfgate import model
-    from perfgate.exporters import base
-    from perfgate.model import STATUSES, VERDICT_KINDS
+    from perfgate.model import results as model
+    from perfgate.model.results import STATUSES, VERDICT_KINDS
+    from perfgate.reports import base
 
     assert set(VERDICT_KINDS) | set(STATUSES) <= set(base.VERDICT_DISPLAY)
     assert {tone for tone, _ in base.VERDICT_DISPLAY.values()} <= {"bad", "good", "warn", "info", "neutral"}
@@ -421,7 +421,7 @@ def test_verdict_tone_and_word_come_from_one_mapping(monkeypatch):
 
 
 def test_element_ids_are_safe_and_tell_apart_names_that_slug_alike():
-    from perfgate.exporters.base import element_id
+    from perfgate.reports.base import element_id
 
     ids = {element_id("case", k) for k in ("a.b/s/eager/cpu", "a-b/s/eager/cpu", "a b/s/eager/cpu", EVIL, "", "é")}
     assert len(ids) == 6
@@ -461,7 +461,7 @@ def test_roofline_labels_of_piled_up_points_do_not_overlap(browser, tmp_path):
 def test_roofline_labels_stay_apart_when_names_cannot_fit():
     """Where no spot is free for a name the point is numbered and listed under the chart: the placement never
     gives two labels intersecting boxes."""
-    from perfgate.exporters.html import place_point_labels, text_width
+    from perfgate.reports.html import place_point_labels, text_width
 
     points = [(100.0 + (i % 3), 100.0 + (i % 2)) for i in range(30)]
     texts = [f"amp-fp16+channels-last-{i}" for i in range(30)]
@@ -479,7 +479,7 @@ def test_a_run_without_ceilings_says_how_to_measure_them_instead_of_an_empty_cha
     from fixtures.synthetic import crowded_roofline_run
 
     from perfgate.cli import main
-    from perfgate.exporters.html import CEILINGS_COMMAND
+    from perfgate.reports.html import CEILINGS_COMMAND
 
     path = write_report(tmp_path, ReportInput(crowded_roofline_run(ceilings=False), None, run_dir=tmp_path))
     page = Page(browser, path)
@@ -495,7 +495,7 @@ def test_a_run_without_ceilings_says_how_to_measure_them_instead_of_an_empty_cha
 
 @pytest.mark.slow
 def test_expectations_missed_and_unknown_first_met_folded_under_their_count(browser, tmp_path):
-    from perfgate.expect import parse_rules
+    from perfgate.judging.expect import parse_rules
 
     run = synthetic_run(["operator_rollout"], toggles=("eager", "compile", "amp-bf16", "channels-last"))
     run.expectations = [r.to_json() for r in parse_rules({

@@ -11,8 +11,8 @@ import xmlschema
 from fixtures.golden import assert_golden, fixed_run
 from fixtures.synthetic import synthetic_comparison, synthetic_run
 
-from perfgate.exporters.base import ReportInput
-from perfgate.exporters.junit import JunitExporter
+from perfgate.reports.base import ReportInput
+from perfgate.reports.junit import JunitExporter
 
 SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "data" / "junit-ant.xsd")
 
@@ -100,7 +100,7 @@ def test_a_failed_case_says_why_it_is_not_gated():
     """A case failing now that the baseline lacks (``new``) was a skipped test "still failing as in the baseline"."""
     from dataclasses import replace
 
-    from perfgate.compare import compare_runs
+    from perfgate.judging.compare import compare_runs
 
     run = synthetic_run(["w"], toggles=("eager", "compile", "torchscript"))  # torchscript fails (synthetic)
     baseline = synthetic_run(["w"], toggles=("eager", "compile", "torchscript"), seed=1)
@@ -143,7 +143,7 @@ def test_shard_text_issues_no_workflow_command_and_names_hold_no_markup():
 
 
 def test_plain_names_are_unchanged():
-    from perfgate.exporters.junit import safe_name
+    from perfgate.reports.junit import safe_name
 
     for plain in ("amp-bf16+compile step_time", "w/pr/eager/cuda speedup_vs(eager) >= 1.5 (warn)",
                   "rollout/smoke/compile/cpu kernels_per_step <= 12", "accuracy != ok"):

@@ -6,9 +6,9 @@ import pytest
 from fixtures.golden import assert_golden, fixed_run
 from fixtures.synthetic import synthetic_run
 
-from perfgate.exporters.base import ReportInput
-from perfgate.exporters.markdown import COMMENT_CUT, GITHUB_COMMENT_LIMIT, MarkdownExporter, comment_length
-from perfgate.model import Comparison, Verdict
+from perfgate.model.results import Comparison, Verdict
+from perfgate.reports.base import ReportInput
+from perfgate.reports.markdown import COMMENT_CUT, GITHUB_COMMENT_LIMIT, MarkdownExporter, comment_length
 
 
 def render(run, comp=None) -> str:
@@ -120,7 +120,7 @@ def test_free_text_cannot_mention_link_or_load_images_in_the_pr_comment():
 def test_a_failure_class_in_the_expectations_table_is_shown_as_text():
     """failure_class is any printable text in a results file; as the value of a `status` rule it reached the
     expectations table outside a code span, where GitHub rendered its mention, image and link."""
-    from perfgate import rules
+    from perfgate.model import rules
 
     run = synthetic_run(["rollout"], toggles=("eager", "compile"), fail={"rollout/smoke/compile/cpu"})
     run.cases[1].failure_class = "@octocat ![x](https://evil.example/p.png) [c](https://evil.example) #1"
@@ -188,7 +188,7 @@ def test_the_summary_says_what_the_workers_measured_under():
 
 
 def test_what_the_workers_reported_wins_over_what_was_asked_and_a_library_name_is_plain_text():
-    from perfgate.exporters.conditions import measured_under
+    from perfgate.reports.conditions import measured_under
 
     run = _measured(synthetic_run(["operator_rollout"]),
                     [{"malloc": "preloaded", "malloc_library": "/usr/lib/libjemalloc.so.2"},

@@ -10,8 +10,8 @@ import sys
 import pytest
 from conftest import REPO, TEST_WORKLOADS, run_cli
 
-from perfgate.model import CaseSpec
-from perfgate.runner import LOG_TAIL_BYTES, WorkerHandle, _bounded_message, _classify_death, case_from_results
+from perfgate.model.results import CaseSpec
+from perfgate.running.runner import LOG_TAIL_BYTES, WorkerHandle, _bounded_message, _classify_death, case_from_results
 
 EXPECTED = {
     "fault_raise": ("error", "ValueError: boom"),
@@ -105,7 +105,7 @@ def test_threads_a_workload_sets_in_build_are_pinned_back_and_recorded(fault_run
 
 def test_a_python_memory_error_under_the_cap_is_oom():
     """limit_memory() is what the worker applies for --max-memory-mb; a host MemoryError is then `oom`."""
-    code = ("from perfgate.worker import classify, limit_memory\n"
+    code = ("from perfgate.worker.main import classify, limit_memory\n"
             "limit_memory(256)\n"
             "try:\n    bytearray(2**30)\nexcept MemoryError as exc:\n    print(classify(exc))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)

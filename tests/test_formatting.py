@@ -1,10 +1,10 @@
-"""perfgate.formatting: how counts and names print in every message and report."""
+"""perfgate.util.formatting: how counts and names print in every message and report."""
 
 from __future__ import annotations
 
 import pytest
 
-from perfgate.formatting import plural
+from perfgate.util.formatting import plural
 
 
 @pytest.mark.parametrize("n, one, many, shown, text", [

@@ -21,16 +21,16 @@ from typing import Any
 import pytest
 from fixtures.synthetic import roofline_run, synthetic_comparison, synthetic_run
 
-from perfgate import baselines, console, expect, roofline
-from perfgate.compare import compare_runs, parse_gate
-from perfgate.config import ConfigError
-from perfgate.exporters import registry
-from perfgate.exporters.base import ReportInput
+from perfgate.gating.merge import check_compatible, read_comparison
 from perfgate.history.ingest import record_from_run
-from perfgate.merge import check_compatible, read_comparison
-from perfgate.model import RunResult, load_results
-from perfgate.plan import Catalog, load_costs, parse_probe_answer
-from perfgate.validation import SchemaError
+from perfgate.judging import baselines, expect, roofline
+from perfgate.judging.compare import compare_runs, parse_gate
+from perfgate.model.config import ConfigError
+from perfgate.model.results import RunResult, load_results
+from perfgate.reports import console, registry
+from perfgate.reports.base import ReportInput
+from perfgate.running.plan import Catalog, load_costs, parse_probe_answer
+from perfgate.util.validation import SchemaError
 
 REFUSALS = (SchemaError, ConfigError)
 NASTY: list[Any] = [None, "a", "", -1, 0, 1e308, 2**70, [], {}, True, "\ud800", ["a"], {"a": "b"}, math.nan]

@@ -100,9 +100,10 @@ def test_calibrate_writes_noise_figures_the_gate_uses(project, monkeypatch):
 
     from test_calibrate import rounds
 
-    from perfgate import calibrate, config
-    from perfgate.compare import GateSettings
-    from perfgate.model import CaseResult, CaseSpec
+    from perfgate.commands import calibrate
+    from perfgate.judging.compare import GateSettings
+    from perfgate.model import config
+    from perfgate.model.results import CaseResult, CaseSpec
 
     root, baseline = project
     few = run_cli("calibrate", "--rounds", "2", "--processes", "1", "--write", "--no-ceilings", cwd=root)
@@ -265,10 +266,13 @@ def test_a_screen_lockstep_could_not_settle_is_measured_with_the_full_sampler(tm
     import math
     import random
 
-    from perfgate import config, gate, runner, sequential
-    from perfgate.baselines import Baseline
-    from perfgate.compare import compare_runs, gate_settings
-    from perfgate.model import CaseResult, CaseSpec, ProcessSamples, RunResult
+    from perfgate.gating import gate
+    from perfgate.judging import sequential
+    from perfgate.judging.baselines import Baseline
+    from perfgate.judging.compare import compare_runs, gate_settings
+    from perfgate.model import config
+    from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples, RunResult
+    from perfgate.running import runner
 
     (tmp_path / "pyproject.toml").write_text(
         '[tool.perfgate]\nprocesses = 3\n[tool.perfgate.gate]\nthreshold = 0.05\nremeasure = false\n')
@@ -378,9 +382,10 @@ def test_the_baselines_commit_is_untrusted_input(tmp_path):
     """lockstep_commits reads the commits from the baseline file, its environment's and any a case names in
     its metadata: anything but a full hash of a clean commit this repository has is refused (never handed
     to git as an option or a ref), with the reason said."""
-    from perfgate import config, gate
-    from perfgate.baselines import Baseline
-    from perfgate.model import CaseResult, CaseSpec, RunResult
+    from perfgate.gating import gate
+    from perfgate.judging.baselines import Baseline
+    from perfgate.model import config
+    from perfgate.model.results import CaseResult, CaseSpec, RunResult
 
     repo = tmp_path / "r"
     repo.mkdir()
@@ -548,8 +553,9 @@ def test_compare_with_another_runs_results_that_share_no_case_is_refused(tmp_pat
     (exit 2), but before 2026-11-26 another run's results.json as BASELINE was not checked: every case came
     out `new` (which carries evidence) and the gate passed, exit 0, having compared nothing. Now both
     refuse it the same way; a results.json sharing a case is compared as before."""
-    from perfgate import config, gate
-    from perfgate.model import CaseResult, CaseSpec, ProcessSamples, RunResult, SchemaError
+    from perfgate.gating import gate
+    from perfgate.model import config
+    from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples, RunResult, SchemaError
 
     def results(path: Path, workload: str) -> str:
         spec = CaseSpec(workload, "smoke", ("eager",), "cpu")
@@ -569,7 +575,7 @@ def test_compare_with_another_runs_results_that_share_no_case_is_refused(tmp_pat
 def test_baseline_update_from_a_workload_filtered_run_is_refused_end_to_end(tmp_path):
     """`run --suite smoke -w tiny` within a suite of two workloads records settings.filters, and `baseline
     update` of that run is refused (exit 2) rather than dropping scaled_work's case from the baseline;
-    `--case` replaces tiny's case only (perfgate.baselines.refuse_dropping)."""
+    `--case` replaces tiny's case only (perfgate.judging.baselines.refuse_dropping)."""
     (tmp_path / "pyproject.toml").write_text(
         PYPROJECT.format(workloads=TEST_WORKLOADS).replace('["scaled_work"]', '["scaled_work", "tiny"]'))
     for cmd in (("run", "--out", "runs/all"), ("baseline", "update", "runs/all"),

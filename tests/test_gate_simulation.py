@@ -1,4 +1,4 @@
-"""The gate's false-alarm and power rates under a hierarchical simulation (perfgate.gatesim: run effect,
+"""The gate's false-alarm and power rates under a hierarchical simulation (perfgate.judging.gatesim: run effect,
 process effect, sample noise, optional performance modes), through the real looks and verdict. A change
 to the rule, the statistics or the sampling that costs accuracy fails here. Seeded: the same code always
 gives the same counts."""
@@ -10,8 +10,8 @@ import functools
 
 import pytest
 
-from perfgate.compare import GateSettings
-from perfgate.gatesim import Rates, Scenario, rates
+from perfgate.judging.compare import GateSettings
+from perfgate.judging.gatesim import Rates, Scenario, rates
 
 TRIALS = 20
 # the t interval widens the bootstrap's wherever it is narrower, so a small bootstrap decides the same

@@ -1,6 +1,6 @@
-"""perfgate/github.py: summary.md goes into $GITHUB_STEP_SUMMARY, appended, and only under Actions."""
+"""perfgate/running/github.py: summary.md goes into $GITHUB_STEP_SUMMARY, appended, and only under Actions."""
 
-from perfgate.github import append_step_summary, publish_summary, step_summary_path
+from perfgate.running.github import append_step_summary, publish_summary, step_summary_path
 
 
 def test_outside_actions_nothing_is_written(tmp_path):

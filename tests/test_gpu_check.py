@@ -88,7 +88,7 @@ def test_the_summary_rows_of_the_second_gpu_run_cuda_graphs_and_compile_on_the_r
     assert 1.0 < graphs["speedup_vs_eager"]["low"] < 1.3 < graphs["speedup_vs_eager"]["high"]
     assert compiled["status"] == "ok" and compiled["drift"]["verdict"] == "ok" and compiled["drift"]["amplified"]
     assert compiled["wall_s"] == pytest.approx(23.8, abs=0.1)
-    from perfgate.model import load_results
+    from perfgate.model.results import load_results
 
     clocks = [p.gpu_clocks for c in load_results(tmp_path / "results.json").cases for p in c.processes]
     assert len(clocks) == 6 and all(g["nvml_device"].startswith("pci ") and g["error"] is None for g in clocks)

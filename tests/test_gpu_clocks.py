@@ -1,4 +1,4 @@
-"""A CUDA process's GPU clocks around its timed samples (perfgate.gpu_clocks), recorded in results.json.
+"""A CUDA process's GPU clocks around its timed samples (perfgate.worker.gpu_clocks), recorded in results.json.
 
 There is no GPU on the machines these tests run on, so most of them hand perfgate a fake ``pynvml`` module
 through ``sys.modules``: they test perfgate's own wiring (which NVML calls it makes, when, what it records
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import gpu_clocks
-from perfgate.measure import PerfCounterTimer, measure, timer_for
-from perfgate.model import CaseResult, CaseSpec, ProcessSamples, RunResult, load_results
-from perfgate.validation import SchemaError
+from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples, RunResult, load_results
+from perfgate.util.validation import SchemaError
+from perfgate.worker import gpu_clocks
+from perfgate.worker.measure import PerfCounterTimer, measure, timer_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -215,7 +215,7 @@ def test_a_cpu_worker_records_no_gpu_clocks(tmp_path):
     cfg = {"spec": spec.to_json(), "workload_file": str(REPO / "tests" / "workloads" / "scaled_work.py"),
            "timing": {"samples": 3, "max_time_s": 2.0}}
     (tmp_path / "case.json").write_text(json.dumps(cfg))
-    subprocess.run([sys.executable, "-m", "perfgate.worker", "--case", str(tmp_path / "case.json"),
+    subprocess.run([sys.executable, "-m", "perfgate.worker.main", "--case", str(tmp_path / "case.json"),
                     "--out", str(tmp_path / "out.json")], check=True, cwd=REPO, timeout=300)
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["status"] == "ok", out

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.config import ConfigError
 from perfgate.history import bisect as bisect_mod
+from perfgate.model.config import ConfigError
 
 
 class Repo:

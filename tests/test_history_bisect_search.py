@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from perfgate import against, runner
 from perfgate.history import bisect as bisect_mod
 from perfgate.history.bisect import Measurement
+from perfgate.running import against, runner
 
 # what measure raises when the case fails at the measured commit (before: runner.InfrastructureError)
 Unmeasurable = getattr(bisect_mod, "Unmeasurable", runner.InfrastructureError)
@@ -71,7 +71,7 @@ def test_without_failures_the_search_is_unchanged(monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_workload_missing_at_bad_is_still_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from perfgate.config import ConfigError
+    from perfgate.model.config import ConfigError
 
     real = Unmeasurable
 

@@ -11,7 +11,7 @@ import pytest
 
 from perfgate.history.detect import DetectSettings, analyse, change_point_indices, qhat, render
 from perfgate.history.store import Point
-from perfgate.model import DERIVED_METRICS, METRICS
+from perfgate.model.results import DERIVED_METRICS, METRICS
 
 
 def points(values) -> list[Point]:  # noqa: ANN001

@@ -1,4 +1,4 @@
-"""A quiet host before timing (perfgate/host_quiet.py): what a worker reads as it starts timing (other
+"""A quiet host before timing (perfgate/protocol/host_quiet.py): what a worker reads as it starts timing (other
 processes' CPU time, NVML's other processes on the GPU), and the gate's rule that an unpaired step-time
 regression or win measured on a busy host is `inconclusive (host busy: ...)`."""
 
@@ -15,11 +15,11 @@ import pytest
 from conftest import REPO, TEST_WORKLOADS, cli_env, run_cli
 from fixtures.synthetic import synthetic_run
 
-from perfgate import host_quiet
-from perfgate.compare import GateSettings, judge_case, parse_gate
-from perfgate.config import ConfigError
-from perfgate.model import load_results
-from perfgate.runner import write_results
+from perfgate.judging.compare import GateSettings, judge_case, parse_gate
+from perfgate.model.config import ConfigError
+from perfgate.model.results import load_results
+from perfgate.protocol import host_quiet
+from perfgate.running.runner import write_results
 
 QUIET = {"cpus": 2, "threads": 1, "other_cpu": 0.1, "load_1m": 0.3, "window_s": 0.2}
 BUSY = {**QUIET, "other_cpu": 1.9}
@@ -106,7 +106,7 @@ FAKE_NVML = """
 def test_a_worker_side_reading_names_the_other_processes_a_fake_nvml_reports(tmp_path):
     (tmp_path / "pynvml.py").write_text(textwrap.dedent(FAKE_NVML))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    code = ("import json; from perfgate import gpu_clocks, host_quiet; "
+    code = ("import json; from perfgate.worker import gpu_clocks; from perfgate.protocol import host_quiet; "
             "print(json.dumps(host_quiet.read_host(1, gpu_clocks.other_gpu_processes('cuda:0'), 0.05)))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

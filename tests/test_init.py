@@ -1,4 +1,4 @@
-"""`perfgate init` (perfgate/init.py): what it writes into someone else's repository, what it refuses, and the
+"""`perfgate init` (perfgate/commands/init.py): what it writes into someone else's repository, what it refuses, and the
 first hour of a new user, run for real on a throwaway git repository made here (not perfgate's own)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import dev_tool, run_cli, zizmor_findings
 
-from perfgate import init
+from perfgate.commands import init
 
 # slow: runs perfgate init and the generated project's first run (the fast loop, pytest -m "not slow", leaves them to CI)
 pytestmark = pytest.mark.slow

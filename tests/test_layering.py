@@ -2,7 +2,7 @@
 from the source, imports inside functions included; docs/architecture.md has the table).
 
 The data model describes what was measured: it imports only the modules below it, which import no other
-part of perfgate. Judging (perfgate.expect, perfgate.roofline) and storing (perfgate.baselines) build on it,
+part of perfgate. Judging (perfgate.judging.expect, perfgate.judging.roofline) and storing (perfgate.judging.baselines) build on it,
 and no import circle runs through any of them.
 """
 
@@ -16,25 +16,26 @@ import pytest
 from conftest import REPO, cli_env
 from fixtures.import_graph import cycles, graph, reachable
 
-# What perfgate.model may import, directly or through another: its vocabulary, the rule language of the
+# What perfgate.model.results may import, directly or through another: its vocabulary, the rule language of the
 # expectations it stores, statistics and the reading of untrusted files.
-BELOW_MODEL = {"perfgate.vocabulary", "perfgate.rules", "perfgate.stats", "perfgate.validation"}
-JUDGING_AND_STORE = ("perfgate.model", "perfgate.expect", "perfgate.roofline", "perfgate.baselines")
+BELOW_MODEL = {"perfgate.util.vocabulary", "perfgate.model.rules", "perfgate.util.stats", "perfgate.util.validation"}
+JUDGING_AND_STORE = ("perfgate.model.results", "perfgate.judging.expect", "perfgate.judging.roofline", "perfgate.judging.baselines")
 
 
 @pytest.mark.slow
 def test_the_model_imports_nothing_above_it():
     g = graph()
-    assert reachable(g, "perfgate.model") <= BELOW_MODEL, reachable(g, "perfgate.model") - BELOW_MODEL
+    assert reachable(g, "perfgate.model.results") <= BELOW_MODEL, reachable(g, "perfgate.model.results") - BELOW_MODEL
     for module in BELOW_MODEL:  # and those import nothing of perfgate but each other
         assert reachable(g, module) <= BELOW_MODEL - {module}, module
 
 
 def test_importing_the_model_loads_only_the_modules_below_it():
-    code = "import sys, perfgate.model; print(' '.join(sorted(m for m in sys.modules if m.startswith('perfgate'))))"
+    code = "import sys, perfgate.model.results; print(' '.join(sorted(m for m in sys.modules if m.startswith('perfgate'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=REPO,
                          timeout=120, check=True).stdout.split()
-    assert set(out) == {"perfgate", "perfgate.version", "perfgate.model", *BELOW_MODEL}  # the package: its version
+    packages = {"perfgate", "perfgate.util", "perfgate.model"}  # the package (its version) and the two holding these
+    assert set(out) == {*packages, "perfgate.util.version", "perfgate.model.results", *BELOW_MODEL}
 
 
 @pytest.mark.slow
@@ -42,9 +43,9 @@ def test_no_import_circle_runs_through_the_model_the_judges_or_the_baseline_stor
     g = graph()
     for circle in cycles(g):
         assert not set(circle) & set(JUDGING_AND_STORE), circle
-    assert "perfgate.baselines" not in reachable(g, "perfgate.roofline")  # the ceilings path is perfgate.paths'
-    for module in ("perfgate.expect", "perfgate.roofline"):
-        assert "perfgate.model" in g[module] and module not in reachable(g, "perfgate.model")
+    assert "perfgate.judging.baselines" not in reachable(g, "perfgate.judging.roofline")  # the ceilings path is perfgate.util.paths'
+    for module in ("perfgate.judging.expect", "perfgate.judging.roofline"):
+        assert "perfgate.model.results" in g[module] and module not in reachable(g, "perfgate.model.results")
 
 
 def test_the_graph_counts_imports_inside_functions_and_finds_circles(tmp_path):

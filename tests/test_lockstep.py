@@ -1,4 +1,4 @@
-"""Lockstep sampling (perfgate.lockstep, runner.run_lockstep): the protocol over real pipes, then real
+"""Lockstep sampling (perfgate.protocol.lockstep, runner.run_lockstep): the protocol over real pipes, then real
 worker processes side by side, one of them failing or hanging."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import TEST_WORKLOADS
 
-from perfgate import lockstep, runner
-from perfgate.config import Settings, TimingSettings
-from perfgate.model import CaseSpec
+from perfgate.model.config import Settings, TimingSettings
+from perfgate.model.results import CaseSpec
+from perfgate.protocol import lockstep
+from perfgate.running import runner
 
 
 def pipe_pair() -> tuple[lockstep.Channel, lockstep.Channel]:

@@ -1,4 +1,4 @@
-"""perfgate.measure driven by a scripted timer and clock: exact warm-up, loop count and samples."""
+"""perfgate.worker.measure driven by a scripted timer and clock: exact warm-up, loop count and samples."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from perfgate.measure import PerfCounterTimer, measure, timer_for
+from perfgate.worker.measure import PerfCounterTimer, measure, timer_for
 
 
 class ScriptedTimer:

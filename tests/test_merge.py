@@ -10,12 +10,12 @@ import pytest
 from conftest import cli_env, run_cli
 from fixtures.shards import ENVIRONMENT, settings_for, suite_cases, write_shard_runs
 
-from perfgate.baselines import commit_of
-from perfgate.compare import environment_diff
-from perfgate.config import ConfigError
-from perfgate.merge import load_comparison_file, merge_runs, merged_comparison
-from perfgate.model import Comparison, SchemaError, Verdict, load_results
-from perfgate.runner import write_results
+from perfgate.gating.merge import load_comparison_file, merge_runs, merged_comparison
+from perfgate.judging.baselines import commit_of
+from perfgate.judging.compare import environment_diff
+from perfgate.model.config import ConfigError
+from perfgate.model.results import Comparison, SchemaError, Verdict, load_results
+from perfgate.running.runner import write_results
 
 
 @pytest.mark.parametrize("count", [1, 3, 8])
@@ -381,8 +381,8 @@ def test_rejudge_passes_an_unchanged_run(tmp_path):
 
 
 def test_rejudge_confirms_a_regression_only_with_both_sides_re_measured(tmp_path):
-    from perfgate.compare import GateSettings
-    from perfgate.merge import judge_against
+    from perfgate.gating.merge import judge_against
+    from perfgate.judging.compare import GateSettings
 
     paths = _against_shards(tmp_path, 3.0)
     out = tmp_path / "m"
@@ -433,7 +433,7 @@ def test_rejudge_fails_a_case_stopped_inconclusive_where_the_judge_would_look_ag
     stopped short of its design."""
     import random
 
-    from perfgate.merge import judge_against
+    from perfgate.gating.merge import judge_against
 
     rnd = random.Random(5)
     paths = write_shard_runs(tmp_path, suite_cases(workloads=1, toggles=1), 1)
@@ -465,7 +465,7 @@ def test_merge_expect_suite_fails_a_case_no_shard_measured(tmp_path):
     the pull request dropped from its suite, so that no shard measured it, fails the gate by name."""
     from conftest import TEST_WORKLOADS
 
-    from perfgate.model import CaseSpec
+    from perfgate.model.results import CaseSpec
 
     (tmp_path / "pyproject.toml").write_text(
         f'[tool.perfgate]\nworkloads_dirs = ["{TEST_WORKLOADS}"]\n'
@@ -532,7 +532,7 @@ def _paired_processes(rnd, scale, n=8, spread=0.01):
     """``n`` worker processes of about ``scale`` ms a step, each off by a ``spread`` of its own."""
     import math
 
-    from perfgate.model import ProcessSamples
+    from perfgate.model.results import ProcessSamples
 
     out = []
     for i in range(n):
@@ -543,8 +543,8 @@ def _paired_processes(rnd, scale, n=8, spread=0.01):
 
 
 def _honest_level(case):
-    from perfgate.compare import GateSettings
-    from perfgate.sequential import look_confidence
+    from perfgate.judging.compare import GateSettings
+    from perfgate.judging.sequential import look_confidence
 
     return look_confidence(GateSettings(), 2)(case)
 
@@ -580,7 +580,7 @@ def test_rejudge_takes_no_confidence_level_from_the_shards(tmp_path):
     """The shard's sampling record states the confidence its last look was judged at. A pull request's shard
     that writes 0.99999999 there would widen every interval until a 7% regression is inconclusive (exit 0);
     the merging perfgate recomputes each look's level from its own settings, so the verdict is the same."""
-    from perfgate.compare import GateSettings, case_time_change, judge_time
+    from perfgate.judging.compare import GateSettings, case_time_change, judge_time
 
     verdicts = {}
     for name, confidence in (("honest", None), ("tampered", 0.99999999)):

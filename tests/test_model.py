@@ -1,4 +1,4 @@
-"""perfgate.model: JSON round trip, schema errors, statistics derived from the raw samples. No torch."""
+"""perfgate.model.results: JSON round trip, schema errors, statistics derived from the raw samples. No torch."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from perfgate.model import (
+from perfgate.model.results import (
     SCHEMA,
     CaseResult,
     CaseSpec,
@@ -183,7 +183,7 @@ def test_a_profile_round_trips_with_the_keys_no_reader_checks(tmp_path):
 
 @pytest.mark.slow
 def test_the_data_model_imports_no_torch():
-    code = ("import sys, perfgate.model, perfgate.stats, perfgate.config, perfgate.plan, perfgate.runner, perfgate.cli; "
+    code = ("import sys, perfgate.model.results, perfgate.util.stats, perfgate.model.config, perfgate.running.plan, perfgate.running.runner, perfgate.cli; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -194,7 +194,7 @@ def test_a_declared_document_and_its_dataclass_agree_on_fields_and_defaults(docu
     """The readers build the dataclass from every field of its document: the two must not drift apart."""
     import dataclasses
 
-    from perfgate import model
+    from perfgate.model import results as model
 
     doc, cls = getattr(model, document), getattr(model, dataclass)
     fields = {f.name: f.default for f in dataclasses.fields(cls)}
@@ -212,8 +212,9 @@ def test_a_runs_bookkeeping_imports_no_torch(tmp_path):
     code = f"""
 import shutil, sys
 from pathlib import Path
-from perfgate import cli, session
-from perfgate.model import load_results
+from perfgate import cli
+from perfgate.commands import session
+from perfgate.model.results import load_results
 run_dir = Path({str(tmp_path)!r})
 shutil.copyfile({str(reports / "current.json")!r}, run_dir / "results.json")
 for args in (["compare", str(run_dir), {str(reports / "baseline.json")!r}], ["report", str(run_dir)]):

@@ -15,7 +15,7 @@ from conftest import REPO, TEST_WORKLOADS, cli_env, run_cli
 
 import perfgate
 from perfgate.history.store import HistoryError
-from perfgate.validation import SchemaError
+from perfgate.util.validation import SchemaError
 
 EAGER = "scaled_work/smoke/eager/cpu"
 SKIPPED = "scaled_work/smoke/cuda-graphs/cpu"  # needs CUDA: skipped on this CPU run, no samples

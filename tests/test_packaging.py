@@ -127,7 +127,7 @@ def _floors() -> dict[str, tuple[int, ...]]:
     """pyproject.toml's runtime floors, {lowercase name: version}, torch and Python-version-only ones aside."""
     import re
 
-    from perfgate.config import read_toml
+    from perfgate.model.config import read_toml
 
     floors = {}
     for dep in read_toml(REPO / "pyproject.toml")["project"]["dependencies"]:

@@ -10,11 +10,11 @@ import pytest
 from conftest import run_cli
 from fixtures.synthetic import synthetic_run
 
-from perfgate.baselines import baseline_path
-from perfgate.exporters.tensorboard import case_dir
-from perfgate.model import CaseResult, CaseSpec, SchemaError
-from perfgate.paths import component, contained
-from perfgate.profiling import trace_dir_for
+from perfgate.judging.baselines import baseline_path
+from perfgate.model.results import CaseResult, CaseSpec, SchemaError
+from perfgate.reports.tensorboard import case_dir
+from perfgate.util.paths import component, contained
+from perfgate.worker.profiling import trace_dir_for
 
 
 def _files(root: Path) -> set[str]:

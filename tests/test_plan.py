@@ -1,12 +1,12 @@
-"""perfgate.plan: suites -> cases on a hand-made catalog (what a worker probe reports). No torch."""
+"""perfgate.running.plan: suites -> cases on a hand-made catalog (what a worker probe reports). No torch."""
 
 from __future__ import annotations
 
 import pytest
 
-from perfgate import toggles
-from perfgate.config import ConfigError, Suite
-from perfgate.plan import Catalog, canonical_toggles, plan_cases, resolve_device, select_workloads
+from perfgate.model.config import ConfigError, Suite
+from perfgate.running.plan import Catalog, canonical_toggles, plan_cases, resolve_device, select_workloads
+from perfgate.worker import toggles
 
 SIZES = {"smoke": {"T": 4}, "pr": {"T": 50}, "full": {"T": 500}}
 

@@ -1,4 +1,4 @@
-"""The profile pass (perfgate/profiling.py), end to end through the real CLI on tiny test workloads."""
+"""The profile pass (perfgate/worker/profiling.py), end to end through the real CLI on tiny test workloads."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_drift_detected_for_lower_precision(profiled_run):
 
 def test_compile_graph_breaks_kernels_and_cold_warm_compile(tmp_path):
     """The one compile test: two processes share the case's fresh inductor cache (cold, then warm)."""
-    from perfgate.toggles import skip_reason
+    from perfgate.worker.toggles import skip_reason
 
     reason = skip_reason(("compile",), "cpu", {})
     if reason:
@@ -123,7 +123,7 @@ def test_compile_graph_breaks_kernels_and_cold_warm_compile(tmp_path):
 
 def test_cuda_peaks_are_absent_on_cpu_and_measured_on_cuda():
     torch = pytest.importorskip("torch")
-    from perfgate.profiling import cuda_peaks_over
+    from perfgate.worker.profiling import cuda_peaks_over
 
     assert cuda_peaks_over(lambda: None, "cpu") == {}
     if not torch.cuda.is_available():
@@ -140,8 +140,8 @@ def test_cuda_peaks_are_absent_on_cpu_and_measured_on_cuda():
 def _accuracy_of(workload, params: dict, toggle_set: tuple[str, ...]) -> dict:
     """reference_check run in this process, as process 0 of a case does after its samples."""
     torch = pytest.importorskip("torch")
-    from perfgate import profiling, toggles
-    from perfgate.model import CaseSpec
+    from perfgate.model.results import CaseSpec
+    from perfgate.worker import profiling, toggles
 
     spec = CaseSpec(workload.name, "smoke", toggle_set, "cpu", tuple(sorted(params.items())))
     torch.manual_seed(0)
@@ -205,7 +205,7 @@ def test_real_numerical_damage_stays_drift(kind, reason):
 
 
 def test_an_error_growing_faster_than_the_dynamics_is_drift():
-    from perfgate.profiling import judge_drift
+    from perfgate.worker.profiling import judge_drift
 
     end = {"verdict": "drift", "rel_l2": 0.5, "max_abs": 1.0}
     rows = [{"step": 1, "rel_l2": 1e-4, "floor": 1e-7}, {"step": 2, "rel_l2": 1e-1, "floor": 2e-7},

@@ -1,4 +1,4 @@
-"""The pytest plugin (perfgate/pytest_plugin.py): a user's test file run by a real pytest in a subprocess,
+"""The pytest plugin (perfgate/worker/pytest_plugin.py): a user's test file run by a real pytest in a subprocess,
 through the ``pytest11`` entry point an installed perfgate registers. Compiles use backend="eager"."""
 
 from __future__ import annotations
@@ -228,7 +228,7 @@ def test_a_graph_break_record_of_an_unknown_form_falls_back_to_dynamos_explain(p
     """Where dynamo's graph-break log says nothing perfgate can read, torch._dynamo.explain names the line."""
     import torch
 
-    from perfgate import pytest_plugin
+    from perfgate.worker import pytest_plugin
 
     assert pytest_plugin._breaks_from_log(["Graph break somewhere, in a form not known"]) is None
     monkeypatch.setattr(pytest_plugin, "GRAPH_BREAK_LOGGER", "perfgate.test.nothing_logs_here")
@@ -247,7 +247,7 @@ def test_a_graph_break_record_of_an_unknown_form_falls_back_to_dynamos_explain(p
 def test_a_case_is_the_callables_structure_and_the_inputs_shapes_not_their_values():
     import torch
 
-    from perfgate.pytest_plugin import _callable_key, _shape_key
+    from perfgate.worker.pytest_plugin import _callable_key, _shape_key
 
     def model() -> torch.nn.Module:  # other random weights each time
         return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.1))
@@ -261,6 +261,6 @@ def test_a_case_is_the_callables_structure_and_the_inputs_shapes_not_their_value
     assert _shape_key((torch.zeros(2, 3),)) == _shape_key((torch.ones(2, 3),)) != _shape_key((torch.ones(3, 2),))
     assert _shape_key((torch.zeros(2),)) != _shape_key((torch.zeros(2, dtype=torch.float64),))
     with pytest.raises(ValueError, match="steps must be a positive whole number, not 0"):
-        from perfgate.pytest_plugin import CountsCache, CountsFixture
+        from perfgate.worker.pytest_plugin import CountsCache, CountsFixture
 
         CountsFixture(CountsCache(), Path.cwd())(torch.relu, torch.ones(2), steps=0)

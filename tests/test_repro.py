@@ -1,4 +1,4 @@
-"""perfgate.repro and `perfgate repro CASE`: the command printed under a regression reproduces its verdict
+"""perfgate.reports.repro and `perfgate repro CASE`: the command printed under a regression reproduces its verdict
 when run for real; it is narrowed to the case, carries the run's settings, quotes every piece, and names
 the base commit the comparison recorded (or a placeholder); a pattern that matches nothing is exit 2."""
 
@@ -16,8 +16,8 @@ import pytest
 from conftest import run_cli
 from fixtures.against import CASE
 
-from perfgate import repro
-from perfgate.model import CaseResult, CaseSpec, Comparison, RunResult, Verdict
+from perfgate.model.results import CaseResult, CaseSpec, Comparison, RunResult, Verdict
+from perfgate.reports import repro
 
 
 def _commands(stdout: str) -> list[str]:
@@ -195,7 +195,7 @@ def test_confirmed_wins_against_a_stored_baseline_print_the_refresh_command(tmp_
 
 
 def test_the_console_prints_a_repro_under_each_regression_and_the_refresh_under_wins(tmp_path, monkeypatch):
-    from perfgate import console
+    from perfgate.reports import console
 
     monkeypatch.chdir(tmp_path)
     keys = ["a/smoke/eager/cpu", "b/smoke/eager/cpu", "c/smoke/eager/cpu"]

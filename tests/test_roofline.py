@@ -1,4 +1,4 @@
-"""Roofline and bound class (perfgate/roofline.py): the rule on given evidence, the ceilings it reads,
+"""Roofline and bound class (perfgate/judging/roofline.py): the rule on given evidence, the ceilings it reads,
 and the classes of three workloads built here to be compute-, memory- and overhead-bound on CPU, from
 real profiles of real worker processes (`perfgate run`)."""
 
@@ -10,9 +10,9 @@ import textwrap
 import pytest
 from conftest import run_cli
 
-from perfgate import roofline
-from perfgate.model import CaseResult, CaseSpec, load_results
-from perfgate.roofline import Roof, case_bound, classify, roof_for, spec_sheet
+from perfgate.judging import roofline
+from perfgate.judging.roofline import Roof, case_bound, classify, roof_for, spec_sheet
+from perfgate.model.results import CaseResult, CaseSpec, load_results
 
 N_MATMUL = 384
 N_CHAIN = 1 << 20
@@ -228,7 +228,7 @@ def test_ceilings_for_run_reads_the_machine_file_and_ignores_a_bad_one(tmp_path)
 def test_the_recommendation_says_what_the_eager_bound_predicted():
     from fixtures.synthetic import roofline_run
 
-    from perfgate.exporters.base import ReportInput
+    from perfgate.reports.base import ReportInput
 
     rows = {r.spec.toggle_name: r for r in ReportInput(roofline_run()).rows}
     assert rows["eager"].bound.bound == "memory-bound" and rows["compile"].bound.bound == "overhead-bound"
@@ -326,8 +326,8 @@ def test_overhead_evidence_still_classifies_a_case_without_flops():
 def test_an_unclassified_eager_predicts_no_toggle_in_the_report_or_the_expectations():
     from fixtures.synthetic import roofline_run
 
-    from perfgate import expect
-    from perfgate.exporters.base import ReportInput
+    from perfgate.judging import expect
+    from perfgate.reports.base import ReportInput
 
     run = roofline_run()
     eager = run.case("operator_rollout/smoke/eager/cpu")
@@ -348,7 +348,7 @@ def test_an_unclassified_eager_predicts_no_toggle_in_the_report_or_the_expectati
 
 
 def test_the_worker_stores_no_intensity_for_a_flop_count_that_failed():
-    from perfgate.profiling import roofline_metrics
+    from perfgate.worker.profiling import roofline_metrics
 
     assert "arithmetic_intensity" not in roofline_metrics(None, 1e7, 0.01)  # before: 0.0, read memory-bound
     assert roofline_metrics(None, 1e7, 0.01) == {"bytes_per_step": 1e7, "achieved_bytes_per_s": 1e9}
@@ -367,8 +367,8 @@ def test_ceilings_no_device_has_are_ignored_and_the_report_still_draws(flops, ba
     with OverflowError. Figures no device has are now ignored like any tampered value."""
     from fixtures.synthetic import roofline_run
 
-    from perfgate.exporters import html
-    from perfgate.exporters.base import ReportInput
+    from perfgate.reports import html
+    from perfgate.reports.base import ReportInput
 
     ceilings = {"cpu": {"flops": {"float32": flops}, "bandwidth": {"copy": bandwidth}}}
     assert roof_for(ceilings, "cpu").source == "default ridge"
@@ -424,8 +424,8 @@ def test_a_damaged_ceilings_file_is_named_not_silently_dropped(tmp_path):
 def test_the_report_says_why_stored_ceilings_were_not_used():
     from fixtures.synthetic import roofline_run
 
-    from perfgate.exporters import html
-    from perfgate.exporters.base import ReportInput
+    from perfgate.reports import html
+    from perfgate.reports.base import ReportInput
 
     run = roofline_run()
     run.ceilings = {"not_used": ["cpu: measured with 1 thread(s), this run uses 4", "cuda: measured on X"]}

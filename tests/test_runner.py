@@ -1,4 +1,4 @@
-"""perfgate.runner: a killed orchestrator leaves a valid results.json and no worker; run folders."""
+"""perfgate.running.runner: a killed orchestrator leaves a valid results.json and no worker; run folders."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, TEST_WORKLOADS, cli_env
 
-from perfgate import layout, runner
-from perfgate.model import load_results
-from perfgate.runner import latest_run_dir, mark_latest, new_run_id, unique_run_dir, worker_env
+from perfgate.model.results import load_results
+from perfgate.protocol import layout
+from perfgate.running import runner
+from perfgate.running.runner import latest_run_dir, mark_latest, new_run_id, unique_run_dir, worker_env
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -185,7 +186,7 @@ def test_latest_names_only_a_run_folder_of_the_reports_folder(tmp_path, latest):
 @pytest.mark.parametrize("text, fixed", [("42", True), ("\u00b2", False), ("\u0664\u0662", False), ("x", False)])
 def test_a_layout_seed_that_is_no_plain_integer_draws_one(monkeypatch, text, fixed):
     """PERFGATE_LAYOUT_SEED='²' passed str.isdigit() and then failed int(): exit 3 at the run's first layout."""
-    from perfgate import layout
+    from perfgate.protocol import layout
 
     monkeypatch.setenv(layout.LAYOUT_SEED_ENV, text)
     monkeypatch.setattr(layout, "_seed", [])
@@ -201,7 +202,7 @@ def test_worker_env_pins_threads():
 
 
 def test_workers_get_the_allow_list_and_what_the_config_names_not_secrets(monkeypatch):
-    from perfgate import runner
+    from perfgate.running import runner
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cret")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_x")
@@ -307,7 +308,7 @@ def _heapspy_project(root: Path, *env_names: str) -> None:
 def test_a_request_too_large_for_the_fork_server_is_spawned_instead(tmp_path):
     """The zygote takes requests of up to REQUEST_MAX bytes into a buffer it made once; a worker whose
     environment is larger is spawned, with a line that says why, and measures all the same."""
-    from perfgate.zygote import REQUEST_MAX
+    from perfgate.running.zygote import REQUEST_MAX
 
     if not sys.platform.startswith("linux"):
         pytest.skip("the fork server is Linux only")
@@ -329,7 +330,7 @@ def test_a_request_too_large_for_the_fork_server_is_spawned_instead(tmp_path):
 def test_the_fork_server_serves_on_after_a_request_too_large_for_it(tmp_path):
     """The zygote numbers requests as it receives them; one refused before sending must not shift the
     numbers, or every later worker would wait a minute for an answer under another number."""
-    from perfgate.zygote import REQUEST_MAX, Zygote, ZygoteUnavailable
+    from perfgate.running.zygote import REQUEST_MAX, Zygote, ZygoteUnavailable
 
     if not sys.platform.startswith("linux"):
         pytest.skip("the fork server is Linux only")
@@ -353,7 +354,7 @@ GLIBC_STEADY = "steady" if GLIBC else "unavailable"  # what a worker's steady_ma
 # mmap threshold), so every step faults them in again; with the steady thresholds they stay (docs/gate.md)
 THRASH = r"""
 import ctypes, json, resource
-from perfgate import layout
+from perfgate.protocol import layout
 state = layout.steady_malloc()
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
@@ -404,7 +405,7 @@ MALLOC_SHIM = """
 extern void *__libc_malloc(size_t);
 void *malloc(size_t n) { return __libc_malloc(n); }
 """
-ALLOCATOR_STATE = ("from perfgate import layout\n"
+ALLOCATOR_STATE = ("from perfgate.protocol import layout\n"
                    "print(layout.steady_malloc(), layout.malloc_state(), layout.preloaded_malloc())\n")
 
 
@@ -433,7 +434,7 @@ def test_a_preloaded_allocator_is_recorded_as_preloaded_and_left_alone(tmp_path)
 
 USER_THRESHOLD_PROBE = """
 import ctypes, json
-from perfgate import layout
+from perfgate.protocol import layout
 held = layout.hold_malloc()
 libc = ctypes.CDLL("libc.so.6")
 class Info(ctypes.Structure):
@@ -470,7 +471,7 @@ def test_a_users_own_malloc_threshold_is_kept_and_recorded(knob):
 
 
 def test_layout_draws_are_seeded_per_process_and_spread():
-    from perfgate import layout
+    from perfgate.protocol import layout
 
     draws = [layout.draw(i, seed=7, which="drawn") for i in range(64)]
     assert draws == [layout.draw(i, seed=7, which="drawn") for i in range(64)]  # a seed and index: one layout
@@ -491,7 +492,7 @@ def test_layout_draws_are_seeded_per_process_and_spread():
 def test_the_none_layout_policy_draws_nothing_and_keeps_aslr_off(monkeypatch):
     """PERFGATE_LAYOUT=none switches the drawn layouts off (benchmarks/gate_ablation.py): no heap offset, no
     reserved pages, and still no address-space randomisation, so only the draws differ from the default."""
-    from perfgate import layout
+    from perfgate.protocol import layout
 
     monkeypatch.setenv(layout.LAYOUT_ENV, "none")
     assert layout.policy() == "none"
@@ -502,11 +503,11 @@ def test_the_none_layout_policy_draws_nothing_and_keeps_aslr_off(monkeypatch):
 @pytest.mark.slow
 def test_each_worker_lands_where_its_drawn_layout_puts_it(tmp_path):
     """A worker forked after the k-th request must not inherit a heap that handling k requests shaped, and
-    each process draws its own layout from the run's seed (perfgate.layout): with one seed, index i's
+    each process draws its own layout from the run's seed (perfgate.protocol.layout): with one seed, index i's
     allocations sit where they sat in the last run relative to index 0's, whatever the run folder is
     called (at one length: a name of another length moves the heap, docs/gate.md) or how many processes run;
     another seed moves them; results.json records every draw."""
-    from perfgate import layout
+    from perfgate.protocol import layout
 
     if not sys.platform.startswith("linux"):
         pytest.skip("the fork server is Linux only")
@@ -556,7 +557,7 @@ def test_a_worker_sampling_three_layouts_builds_the_workload_on_each(tmp_path):
     """``[tool.perfgate.timing] layouts = 3``: each process takes its samples in three groups, the workload
     built anew on another drawn layout for each (what it allocates lands elsewhere), and records the groups
     and the layouts it moved to."""
-    from perfgate import layout
+    from perfgate.protocol import layout
 
     if not sys.platform.startswith("linux"):
         pytest.skip("the fork server is Linux only")
@@ -643,8 +644,8 @@ def test_peak_memory_does_not_count_one_model_per_layout_and_page_faults_show_fr
 
 
 def test_compile_cache_is_fresh_per_case_unless_a_persistent_one_is_named(tmp_path):
-    from perfgate.model import CaseSpec
-    from perfgate.runner import case_from_results, compile_cache_env
+    from perfgate.model.results import CaseSpec
+    from perfgate.running.runner import case_from_results, compile_cache_env
 
     spec = CaseSpec("w", "smoke", ("compile",), "cpu")
     env, state = compile_cache_env(tmp_path / "run", spec)
@@ -662,7 +663,7 @@ def test_compile_cache_is_fresh_per_case_unless_a_persistent_one_is_named(tmp_pa
     assert compile_cache_env(tmp_path / "run", spec, keep)[1] == "persistent-warm"
     assert (Path(env["TORCHINDUCTOR_CACHE_DIR"]) / "fxgraph").exists()  # kept between runs
 
-    from perfgate.against import side_compile_caches
+    from perfgate.running.against import side_compile_caches
 
     # --against: base and head never share a cache, so neither side's first compile finds the other's
     for persistent in (None, keep):
@@ -716,7 +717,7 @@ def test_workers_start_with_the_same_stack_whatever_their_argv_and_environment_s
 
 def test_layout_padding_fills_the_exec_strings_to_a_page():
     for extra in (0, 1, 4095, 4096, 5000):
-        cmd = ["python", "-m", "perfgate.worker", "x" * extra]
+        cmd = ["python", "-m", "perfgate.worker.main", "x" * extra]
         env = layout.padded_env(cmd, {"A": "1", layout.LAYOUT_PAD_ENV: "stale"})
         size = sum(len(a) + 1 for a in cmd) + sum(len(k) + len(v) + 2 for k, v in env.items())
         assert size % 4096 == 0 and (len(cmd) + len(env)) % 64 == 0 and env["A"] == "1"
@@ -1011,7 +1012,7 @@ def test_a_private_process_environment_is_unreadable_to_a_child_of_the_same_user
             pytest.skip(f"no Python that uid {NOBODY} can run")
     child = ("import os\ntry:\n    data = open(f'/proc/{os.getppid()}/environ', 'rb').read()\n"
              "    print('read', " + repr(SECRET.encode()) + " in data)\nexcept OSError as exc:\n    print('refused', exc.errno)\n")
-    parent = ("import subprocess, sys\nfrom perfgate.reaper import keep_environment_private\n"
+    parent = ("import subprocess, sys\nfrom perfgate.protocol.reaper import keep_environment_private\n"
               "private = keep_environment_private()\n"
               "out = subprocess.run([sys.executable, '-c', sys.argv[1]], env={}, capture_output=True, text=True)\n"
               "print(private, out.stdout.strip(), out.stderr.strip())\n")
@@ -1071,7 +1072,8 @@ def test_a_workload_reading_its_ancestors_environment_gets_nothing_secret(start)
 def test_two_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, monkeypatch):
     """Two `perfgate run`s into one reports folder within the same second (two terminals, shards side by side):
     each reserves its run folder, so neither writes into the other's (results.json overwritten)."""
-    from perfgate import config, session
+    from perfgate.commands import session
+    from perfgate.model import config
 
     (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\n")
     settings = config.load(cwd=tmp_path)
@@ -1094,7 +1096,8 @@ def test_two_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, 
 def test_a_first_run_creates_its_folder_and_the_missing_reports_folders(tmp_path):
     """run_folder says which folders it made (removed again after a usage error): the run's, reserved, and the
     reports folder's missing parents; with --out, that folder and its missing parents."""
-    from perfgate import config, session
+    from perfgate.commands import session
+    from perfgate.model import config
 
     (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nreports_dir = "out/reports"\n')
     settings = config.load(cwd=tmp_path)
@@ -1118,7 +1121,7 @@ def test_an_interrupt_while_a_worker_runs_ends_it_and_all_it_started(tmp_path, m
     with the interpreter (PR_SET_PDEATHSIG never fires while the caller lives on)."""
     import threading
 
-    from perfgate.model import CaseSpec
+    from perfgate.model.results import CaseSpec
 
     pids_file = tmp_path / "pids"
     monkeypatch.setenv("PERFGATE_TEST_PIDS_FILE", str(pids_file))
@@ -1193,7 +1196,7 @@ def test_a_timed_out_forked_worker_is_ended_by_its_fork_server_not_by_a_pid_reus
     """The fork server reaps a worker the moment it exits, so by the time a timeout kills it its pid may be
     another process's. The kill goes through the fork server, which ends only a child it has not reaped: a
     process that took the number since is left alone (it was stopped and killed)."""
-    from perfgate.zygote import Zygote
+    from perfgate.running.zygote import Zygote
 
     z = Zygote(worker_env(1, None), None, tmp_path)
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
@@ -1221,7 +1224,7 @@ def test_workers_started_from_a_short_lived_thread_outlive_it(tmp_path, monkeypa
     import threading
 
     monkeypatch.setenv(runner.WORKER_START_ENV, start)
-    from perfgate.model import CaseSpec
+    from perfgate.model.results import CaseSpec
 
     cfg = {"spec": CaseSpec("tiny", "smoke", ("eager",), "cpu", params=(("steps", 2), ("n", 8))).to_json(),
            "workload_file": str(TEST_WORKLOADS / "faults.py"), "process_index": 0,

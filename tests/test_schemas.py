@@ -1,4 +1,4 @@
-"""perfgate.schemas: the JSON Schemas in docs/schemas/ are the ones the declared models generate, and what
+"""perfgate.commands.schemas: the JSON Schemas in docs/schemas/ are the ones the declared models generate, and what
 perfgate writes passes them."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 from conftest import REPO
 from fixtures.synthetic import synthetic_comparison, synthetic_run
 
-from perfgate import baselines, roofline, schemas
+from perfgate.commands import schemas
+from perfgate.judging import baselines, roofline
 
 PUBLISHED = REPO / "docs" / "schemas"
 
@@ -19,12 +20,12 @@ PUBLISHED = REPO / "docs" / "schemas"
 @pytest.mark.parametrize("name", list(schemas.SCHEMAS))
 def test_the_published_schema_is_the_generated_one(name):
     assert (PUBLISHED / name).read_text(encoding="utf-8") == schemas.rendered()[name], (
-        f"docs/schemas/{name} is stale: run `python -m perfgate.schemas`")
+        f"docs/schemas/{name} is stale: run `python -m perfgate.commands.schemas`")
 
 
 @pytest.mark.slow
 def test_the_check_command_names_a_stale_file_and_regenerates_it(tmp_path):
-    run = [sys.executable, "-m", "perfgate.schemas"]
+    run = [sys.executable, "-m", "perfgate.commands.schemas"]
     assert subprocess.run([*run, "--check"], cwd=REPO, capture_output=True, timeout=120).returncode == 0
     (tmp_path / "results.schema.json").write_text("{}\n")
     proc = subprocess.run([*run, "--check", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
@@ -46,7 +47,7 @@ def test_what_perfgate_writes_passes_the_published_schemas():
         "results.schema.json": run.to_json(),
         "baseline.schema.json": json.loads(baselines.from_run(synthetic_run(["operator_rollout"])).dumps()),
         "comparison.schema.json": synthetic_comparison(run, run).to_json(),
-        # as perfgate.ceilings.measure returns it and write_ceilings stores it
+        # as perfgate.worker.ceilings.measure returns it and write_ceilings stores it
         "ceilings.schema.json": {"schema": roofline.CEILINGS_SCHEMA, "cpu": {
             "flops": {"float32": 1.2e11, "bfloat16": 3e10}, "bandwidth": {"copy": 1e10, "triad": 1.1e10},
             "threads": 1, "matmul_n": 512, "stream_bytes": 1 << 26, "device_name": None, "torch": "2.13.0+cpu",

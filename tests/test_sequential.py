@@ -1,4 +1,4 @@
-"""perfgate.sequential: the look schedule, alpha spending, and the rules that stop sampling, driven with
+"""perfgate.judging.sequential: the look schedule, alpha spending, and the rules that stop sampling, driven with
 seeded synthetic processes (no workers: the statistics alone)."""
 
 from __future__ import annotations
@@ -9,10 +9,8 @@ import statistics
 
 import pytest
 
-from perfgate.compare import GateSettings, parse_gate
-from perfgate.config import ConfigError
-from perfgate.model import CaseResult, CaseSpec, ProcessSamples
-from perfgate.sequential import (
+from perfgate.judging.compare import GateSettings, parse_gate
+from perfgate.judging.sequential import (
     Budget,
     ComparisonRule,
     Decision,
@@ -24,6 +22,8 @@ from perfgate.sequential import (
     sampling_text,
     spent_alpha,
 )
+from perfgate.model.config import ConfigError
+from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples
 
 SPEC = CaseSpec(workload="w", size="smoke", toggles=("eager",), device="cpu")
 GATE = GateSettings(bootstrap_resamples=400)
@@ -183,7 +183,7 @@ def test_sequential_looks_keep_false_alarms_rare_and_catch_a_clear_regression(pa
 def test_spending_alpha_is_what_keeps_repeated_looks_honest():
     """The same A/A data judged at the nominal 95% at every look raises more false alarms than with the
     error rate spent over the looks: the test fails if spending is switched off. Lockstep pairs, whose
-    minimum effect is half the threshold (perfgate.decision), so that alarms are possible at all; every
+    minimum effect is half the threshold (perfgate.judging.decision), so that alarms are possible at all; every
     look may settle there, as spending is about the early looks."""
     spent = simulate(0.0, 0.03, True, trials=80, seed=21, unpaired_min_processes=1)
     naive = simulate(0.0, 0.03, True, trials=80, seed=21, rule_alpha=False, unpaired_min_processes=1)
@@ -243,7 +243,7 @@ def sampler_looks_first(gate: GateSettings, base: CaseResult) -> str:
 
 
 def test_a_screen_is_one_look_at_the_full_error_rate():
-    """settle_in_lockstep's screen (perfgate.gate.sampler_factory): one look of the first processes, judged
+    """settle_in_lockstep's screen (perfgate.gating.gate.sampler_factory): one look of the first processes, judged
     at the whole alpha since no look follows, and its stop says it screened."""
     rnd = random.Random(3)
     gate = GateSettings(bootstrap_resamples=300)
@@ -275,7 +275,7 @@ def test_the_judge_recomputes_each_looks_level_from_its_own_settings(stop, max_s
     """look_confidence replays the design from the judge's settings: at whichever look a case stopped (a
     settled look, the process budget, the time budget), it gives the level the sampler judged that look at;
     and the level the case's record states is not read."""
-    from perfgate.sequential import look_confidence
+    from perfgate.judging.sequential import look_confidence
 
     gate = GateSettings(bootstrap_resamples=300, max_case_s=max_seconds)
     rnd = random.Random(5)
@@ -297,9 +297,9 @@ def test_the_judge_recomputes_each_looks_level_from_its_own_settings(stop, max_s
 
 
 def test_the_command_lines_sampling_goes_into_the_gate_table(tmp_path):
-    from perfgate.compare import gate_settings
-    from perfgate.config import load
-    from perfgate.sequential import sampling_plan, with_sampling
+    from perfgate.judging.compare import gate_settings
+    from perfgate.judging.sequential import sampling_plan, with_sampling
+    from perfgate.model.config import load
 
     (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\nprocesses = 3\n")
     settings = load(str(tmp_path / "pyproject.toml"))
@@ -318,10 +318,10 @@ def test_a_run_to_become_a_baseline_measures_to_half_a_plain_runs_precision_from
     """`run --baseline-precision`: a plain run stopped a case at 2-5 processes once its CI was within half the
     threshold, and that thin run became the baseline. A baseline's run settles a quiet case only from
     ``unpaired_min_processes`` and at half a plain run's half-width; with --gate or --against it is refused."""
-    from perfgate import config
-    from perfgate.config import ConfigError
-    from perfgate.gate import sampler_factory
-    from perfgate.session import RunOptions
+    from perfgate.commands.session import RunOptions
+    from perfgate.gating.gate import sampler_factory
+    from perfgate.model import config
+    from perfgate.model.config import ConfigError
 
     (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\n")
     settings = config.load(cwd=tmp_path)

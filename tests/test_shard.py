@@ -8,9 +8,9 @@ import pytest
 from conftest import run_cli
 from fixtures.shards import suite_cases
 
-from perfgate.config import ConfigError
-from perfgate.model import load_results
-from perfgate.plan import (
+from perfgate.model.config import ConfigError
+from perfgate.model.results import load_results
+from perfgate.running.plan import (
     Shard,
     costs_from_results,
     estimated_cost_s,

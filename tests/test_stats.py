@@ -1,4 +1,4 @@
-"""perfgate.stats: the median CI against published rank tables, summarize, ratio_of, formatting."""
+"""perfgate.util.stats: the median CI against published rank tables, summarize, ratio_of, formatting."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from perfgate.stats import (
+from perfgate.util.stats import (
     SampleSummary,
     format_seconds,
     median_ci_ranks,
@@ -61,7 +61,7 @@ def test_large_n_uses_the_normal_approximation_and_stays_symmetric():
 
 
 def test_quantile_names_read_as_words():
-    from perfgate.stats import quantile_name
+    from perfgate.util.stats import quantile_name
 
     assert [quantile_name(q) for q in (0.5, 0.1, 0.01, 0.02, 0.03, 0.11, 0.21, 0.125)] == [
         "median", "10th percentile", "1st percentile", "2nd percentile", "3rd percentile", "11th percentile",

@@ -1,4 +1,4 @@
-"""perfgate/storage.py: atomic writes leave files with the usual umask modes, not mkstemp's 0600."""
+"""perfgate/util/storage.py: atomic writes leave files with the usual umask modes, not mkstemp's 0600."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, cli_env
 from fixtures.synthetic import synthetic_run
 
-from perfgate.storage import atomic_write_json, atomic_write_text, current_umask
+from perfgate.util.storage import atomic_write_json, atomic_write_text, current_umask
 
 
 def _mode(path) -> int:
@@ -53,7 +53,7 @@ def test_reports_and_baselines_written_by_the_cli_are_world_readable_under_umask
 
 
 def test_a_write_the_disk_refuses_is_one_line_naming_the_file_and_leaves_no_temporary(tmp_path, monkeypatch):
-    from perfgate.storage import UnwritableError
+    from perfgate.util.storage import UnwritableError
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")

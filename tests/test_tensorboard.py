@@ -1,5 +1,5 @@
 """TensorBoard: scalars written after a run, read back with TensorBoard's own event reader, and a real
-TensorBoard process serving the run (perfgate/exporters/tensorboard.py, perfgate/tbserver.py): with the
+TensorBoard process serving the run (perfgate/reports/tensorboard.py, perfgate/commands/tbserver.py): with the
 PyTorch Profiler plugin (torch-tb-profiler, the `tensorboard` extra) every case's trace and a regression's
 base and head through the plugin's own HTTP API, and without it (an environment that lacks it) the line
 that says how to get it."""
@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from conftest import REPO, cli_env, run_cli
 
-from perfgate import tbserver
-from perfgate.model import load_results
+from perfgate.commands import tbserver
+from perfgate.model.results import load_results
 
 # slow: a profiled run and a TensorBoard server (the fast loop, pytest -m "not slow", leaves them to CI)
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""perfgate.toggles: requirements -> skip reasons, and what prepare() does to a workload (torch, in process)."""
+"""perfgate.worker.toggles: requirements -> skip reasons, and what prepare() does to a workload (torch, in process)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from perfgate import toggles
+from perfgate.worker import toggles
 from perfgate.workload import Built, Workload
 
 
@@ -242,7 +242,7 @@ def test_only_cuda_generators_are_registered_with_the_graph():
 
 
 def test_a_torch_without_generator_registration_is_unsupported_not_an_error():
-    from perfgate.worker import classify
+    from perfgate.worker.main import classify
 
     with pytest.raises(toggles.ToggleUnsupported, match="register_generator_state") as info:
         toggles.register_generators(object(), (_FakeGenerator("cuda"),))
@@ -281,7 +281,7 @@ def test_cuda_graphs_replay_draws_the_same_random_numbers_as_eager():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: captures a real CUDA graph")
 def test_an_undeclared_generator_makes_cuda_graphs_unsupported_with_the_reason():
-    from perfgate.worker import classify
+    from perfgate.worker.main import classify
     from workloads.operator_rollout import OperatorRollout
 
     class Undeclared(OperatorRollout):

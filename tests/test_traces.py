@@ -1,4 +1,4 @@
-"""perfgate.traces: both traces of a regression, their kernel (op) difference, `perfgate trace CASE`.
+"""perfgate.reports.traces: both traces of a regression, their kernel (op) difference, `perfgate trace CASE`.
 
 End to end on a real `perfgate run --against HEAD~1` in a throwaway git repository whose head commit runs
 30 times the matmuls per step (tests/workloads/scaled_work.py) and adds a workload its base lacks
@@ -22,12 +22,12 @@ from conftest import run_cli
 from fixtures.against import CASE, NEW_CASE
 from fixtures.synthetic import scenario
 
-from perfgate import traces
-from perfgate.config import ConfigError
-from perfgate.exporters.base import ReportInput
-from perfgate.exporters.html import HtmlExporter
-from perfgate.exporters.markdown import MarkdownExporter
-from perfgate.validation import SchemaError
+from perfgate.model.config import ConfigError
+from perfgate.reports import traces
+from perfgate.reports.base import ReportInput
+from perfgate.reports.html import HtmlExporter
+from perfgate.reports.markdown import MarkdownExporter
+from perfgate.util.validation import SchemaError
 
 
 def _hrefs(html: str) -> list[str]:
@@ -74,13 +74,13 @@ def test_a_regression_links_both_real_traces_and_shows_the_ops_that_moved(agains
 
 
 def _load(run_dir: Path):
-    from perfgate.model import load_results
+    from perfgate.model.results import load_results
 
     return load_results(run_dir)
 
 
 def _comparison(run_dir: Path):
-    from perfgate.merge import read_comparison
+    from perfgate.gating.merge import read_comparison
 
     comparison = read_comparison(run_dir / "comparison.json")
     return replace(comparison, baseline=_load(run_dir / "base"))
@@ -442,7 +442,7 @@ def test_kernels_are_linked_to_their_launch_by_flow_events_too(tmp_path):
 
 
 def test_a_trace_pair_notes_the_kernels_left_out(tmp_path):
-    from perfgate.model import CaseResult, CaseSpec
+    from perfgate.model.results import CaseResult, CaseSpec
 
     run_dir = tmp_path / "run"
     rel = "tb/w/smoke/eager/w.pt.trace.json"
@@ -450,7 +450,7 @@ def test_a_trace_pair_notes_the_kernels_left_out(tmp_path):
     case = CaseResult(CaseSpec("w", "smoke", ("eager",), "cuda"), "ok", profile={"trace_file": rel})
     base_dir = tmp_path / "base"
     _write(base_dir / rel, _gpu_step_trace())
-    from perfgate.model import RunResult
+    from perfgate.model.results import RunResult
 
     bases = [traces.BaseRun(base_dir, RunResult("b", None, {}, cases=[case]), "the base")]
     pair = traces.trace_pair(case, bases, run_dir)

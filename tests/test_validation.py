@@ -12,12 +12,13 @@ from click.testing import CliRunner
 from conftest import cli_env, run_cli
 from fixtures.synthetic import synthetic_comparison, synthetic_run
 
-from perfgate import baselines, cli
-from perfgate.config import ConfigError
-from perfgate.exporters import registry
-from perfgate.exporters.base import ReportInput
-from perfgate.plan import parse_probe_answer
-from perfgate.validation import SchemaError, depth, parse_json, read_json_file
+from perfgate import cli
+from perfgate.judging import baselines
+from perfgate.model.config import ConfigError
+from perfgate.reports import registry
+from perfgate.reports.base import ReportInput
+from perfgate.running.plan import parse_probe_answer
+from perfgate.util.validation import SchemaError, depth, parse_json, read_json_file
 
 DATA = Path(__file__).parent / "data" / "reports"
 
@@ -163,7 +164,7 @@ def test_an_unexpected_exception_is_one_line_and_exit_3(tmp_path, monkeypatch):
     def broken(*_a, **_k):
         raise KeyError("surprise\nsecond line")
 
-    monkeypatch.setattr("perfgate.exporters.write_all", broken)
+    monkeypatch.setattr("perfgate.reports.write_all", broken)
     out = CliRunner().invoke(cli.main, ["report", str(results)])
     assert out.exit_code == 3
     lines = out.output.strip().splitlines()

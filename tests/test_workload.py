@@ -266,7 +266,7 @@ def test_a_broken_workload_file_is_one_error_naming_it_never_a_failed_probe(tmp_
 
 def test_a_variant_named_like_a_toggle_is_an_error_of_the_probe(tmp_path):
     """A case's toggles hold registry toggles and variants alike: a variant 'compile' was run as the toggle."""
-    from perfgate.worker import probe
+    from perfgate.worker.main import probe
 
     write(tmp_path / "w.py", "class W(Workload):\n    name = 'w'\n    description = 'd'\n    sizes = SIZES\n"
                              "    variants = {'compile': 'x'}\n")

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import REPO, run_cli
 
-from perfgate import toggles
+from perfgate.worker import toggles
 from perfgate.workload import discover
 
 WORKLOADS = discover([REPO / "workloads"])
@@ -49,8 +49,8 @@ def test_the_standard_workloads_are_all_found():
 
 
 def test_the_projects_suites_plan_every_workload_and_the_extra_sizes_where_defined():
-    from perfgate import config
-    from perfgate.plan import Catalog, plan_cases
+    from perfgate.model import config
+    from perfgate.running.plan import Catalog, plan_cases
 
     settings = config.load(str(REPO / "pyproject.toml"))
     catalog = Catalog(workloads={n: WORKLOADS.workloads[n][0].describe() for n in NAMES},

@@ -1,6 +1,6 @@
 """``perfgate bisect GOOD BAD -w CASE``: the first commit of a step in one case's step time.
 
-Every commit measured is checked out in a temporary git worktree (perfgate.against.checkout, detached:
+Every commit measured is checked out in a temporary git worktree (perfgate.running.against.checkout, detached:
 no branch is created or moved, the user's checkout is never touched) and removed afterwards, also on
 Ctrl-C or SIGTERM. A measurement is one ``--against`` pair: GOOD's and the commit's worker processes side
 by side, sampling in lockstep (runner.run_lockstep), judged by the gate's paired statistic
@@ -26,11 +26,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from perfgate import against, runner
-from perfgate.compare import gate_settings, judge_case
-from perfgate.config import ConfigError, Settings, Suite
-from perfgate.model import STATUS_OK, CaseResult, CaseSpec, Verdict
-from perfgate.plan import Catalog, plan_cases
+from perfgate.judging.compare import gate_settings, judge_case
+from perfgate.model.config import ConfigError, Settings, Suite
+from perfgate.model.results import STATUS_OK, CaseResult, CaseSpec, Verdict
+from perfgate.running import against, runner
+from perfgate.running.plan import Catalog, plan_cases
 
 Echo = Callable[[str], None]
 

@@ -7,10 +7,10 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from perfgate.config import Settings
 from perfgate.history import ingest
 from perfgate.history import show as show_mod
 from perfgate.history.store import HistoryError, open_store, resolve_url
+from perfgate.model.config import Settings
 
 
 def _url(settings: Settings, override: str | None) -> str:
@@ -73,7 +73,7 @@ def report(settings: Settings, url: str | None, patterns: Sequence[str], metric:
     from perfgate.history import detect as detect_mod
     from perfgate.history import report as report_mod
     from perfgate.history.store import metrics as store_metrics
-    from perfgate.storage import atomic_write_text
+    from perfgate.util.storage import atomic_write_text
 
     with open_store(_url(settings, url), create=False) as store:
         chosen = store_metrics(store) if all_metrics else [metric]
@@ -119,9 +119,9 @@ def bisect(settings: Settings, good: str, bad: str, case: str, metric: str, proc
 def add_from_run(settings: Settings, run_dir: Path) -> list[str]:
     """`perfgate run --history`: add the run, write history.html beside it (the trends of its cases on
     its machine), and render its reports again so that each case links to its trend."""
-    from perfgate.exporters import write_run_reports
-    from perfgate.merge import load_comparison_file
-    from perfgate.model import load_results
+    from perfgate.gating.merge import load_comparison_file
+    from perfgate.model.results import load_results
+    from perfgate.reports import write_run_reports
 
     lines = add(settings, [str(run_dir)], None, None, None)
     run = load_results(run_dir)

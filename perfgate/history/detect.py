@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from perfgate.formatting import format_value
 from perfgate.history.store import Point
-from perfgate.model import higher_is_better
+from perfgate.model.results import higher_is_better
+from perfgate.util.formatting import format_value
 
 # A transient's edges are tested at this share of significance_per_test: two edges are searched for, not
 # one, and at the full level the search tripled the false change points on noise (100-point series, 3%

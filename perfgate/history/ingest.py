@@ -1,6 +1,6 @@
 """Runs into the history: a run folder, a results.json or a merged CI run -> a RunRecord.
 
-results.json is read with perfgate.model.load_results (the one reader of results files); what a run
+results.json is read with perfgate.model.results.load_results (the one reader of results files); what a run
 lacks (its commit or branch) comes from git at ingest, and ``--commit/--branch`` override both.
 No torch here.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.history.store import MAX_MAGNITUDE, HistoryError, RunRecord, Store, add_run
-from perfgate.model import STATUS_OK, CaseResult, RunResult, load_results
+from perfgate.model.results import STATUS_OK, CaseResult, RunResult, load_results
 
 # accuracy entries kept as metrics, under these names
 DRIFT_METRICS = {"max_abs": "drift_max_abs", "mean_abs": "drift_mean_abs", "rel_l2": "drift_rel_l2"}

@@ -13,9 +13,9 @@ from typing import Any
 
 import jinja2
 
-from perfgate.formatting import format_value, trend_anchor
 from perfgate.history.detect import SeriesAnalysis, step_range, step_text
 from perfgate.history.store import Point
+from perfgate.util.formatting import format_value, trend_anchor
 
 WIDTH, HEIGHT = 760, 240
 LEFT, RIGHT, TOP, BOTTOM = 78, 16, 14, 34

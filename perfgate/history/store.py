@@ -41,7 +41,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
-from perfgate.config import ConfigError
+from perfgate.model.config import ConfigError
 
 DEFAULT_URL = "sqlite:///.perfgate/history.db"
 URL_ENV = "PERFGATE_HISTORY_URL"

@@ -1,0 +1,1 @@
+"""What both sides of the process split share (the fork server's protocol, memory layouts, lockstep pairing, the reaper of stray processes, the quiet-host reading), importing nothing else of perfgate."""

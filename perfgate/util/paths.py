@@ -1,0 +1,59 @@
+"""Paths built from names perfgate did not choose: a machine key or suite from results.json, a workload,
+size or toggle name from a workload file. No torch.
+
+Each name becomes one safe path component (``component``), and the joined path must still resolve inside
+its root (``contained``): ``../``, an absolute name or a symlinked folder cannot move a baseline or a
+trace folder, or the profiler's cleanup of old traces, out of ``baselines/`` or ``tb/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from perfgate.util.validation import SchemaError
+
+# A machine's measured ceilings (perfgate.judging.roofline), beside its baselines in baselines/<machine-key>/
+CEILINGS_FILE = "ceilings.json"
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
+MAX_COMPONENT = 100
+
+
+def component(name: str) -> str:
+    """``name`` as one path component: letters, digits and ``. _ + -`` kept, anything else ``_``; no
+    leading dot (so never ``.`` or ``..``), never empty. A name that had to change, or was longer than
+    100 characters, gets a short hash of the original so that two different names stay two folders."""
+    text = str(name)
+    safe = _UNSAFE.sub("_", text)
+    if safe.startswith(".") or not safe:
+        safe = "_" + safe
+    if safe != text or len(safe) > MAX_COMPONENT:
+        digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        safe = f"{safe[:MAX_COMPONENT - 9]}-{digest}"
+    return safe
+
+
+def contained(root: Path, *names: str, what: str = "path") -> Path:
+    """``root`` joined with each name made a ``component``; SchemaError (exit 2) if the result, symlinks
+    resolved, is not inside ``root`` (a folder under root that is a link to elsewhere)."""
+    path = Path(root).joinpath(*(component(n) for n in names))
+    real_root = Path(root).resolve()
+    real = path.resolve()
+    if real != real_root and real_root not in real.parents:
+        raise SchemaError(f"{what} {path} resolves to {real}, outside {real_root}; perfgate writes only inside it "
+                          "(a symbolic link in the folder?)")
+    return path
+
+
+def case_tb_dir(tb_dir: Path, workload: str, size: str, toggle_name: str) -> Path:
+    """``tb/<workload>/<size>/<toggles>/``: a case's trace and TensorBoard run folder, inside ``tb_dir``."""
+    return contained(tb_dir, workload, size, toggle_name, what="trace folder")
+
+
+def ceilings_path(baselines_dir: Path, machine_key: str) -> Path:
+    """``<baselines_dir>/<machine-key>/ceilings.json``: written by `perfgate calibrate --write`, beside the
+    machine's baselines and committed with them; the machine key may come from a results.json, so it is made
+    a safe path component and the path must stay inside ``baselines_dir`` (SchemaError otherwise)."""
+    return contained(Path(baselines_dir), machine_key, CEILINGS_FILE, what="baseline")

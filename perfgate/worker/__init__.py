@@ -1,0 +1,1 @@
+"""Everything that runs inside a measured process, the only code here that imports torch (the worker's main, its fork server, timing, profiling, toggles, GPU clocks and ceilings, and the pytest plugin that counts inside a test's own process)."""
