@@ -1239,3 +1239,21 @@ def test_workers_started_from_a_short_lived_thread_outlive_it(tmp_path, monkeypa
     finally:
         runner.close_zygotes()
     assert outcome.result["status"] == "ok", outcome.result
+
+
+def test_a_base_perfgate_of_either_layout_runs_its_own_worker_module(tmp_path):
+    """An --against base from before the modules moved into packages has perfgate/worker.py, not
+    perfgate/worker/main.py: its workers (and its probe) must run the module its own perfgate has, or the
+    base side could not start (and a base without either runs with this perfgate)."""
+    flat, packaged, none = tmp_path / "flat", tmp_path / "packaged", tmp_path / "none"
+    (flat / "perfgate").mkdir(parents=True)
+    (flat / "perfgate" / "worker.py").write_text("")
+    (packaged / "perfgate" / "worker").mkdir(parents=True)
+    (packaged / "perfgate" / "worker" / "main.py").write_text("")
+    none.mkdir()
+    assert runner.worker_module(flat) == "perfgate.worker"
+    assert runner.worker_module(packaged) == runner.WORKER_MODULE == "perfgate.worker.main"
+    assert runner.worker_module(none) is None
+    assert runner._worker_module_for({"PYTHONPATH": os.pathsep.join([str(flat), str(packaged)])}) == "perfgate.worker"
+    assert runner._worker_module_for({"PYTHONPATH": str(none)}) == runner.WORKER_MODULE
+    assert runner._worker_module_for(None) == runner.WORKER_MODULE

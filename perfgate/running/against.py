@@ -215,7 +215,7 @@ def checkout(settings: Settings, ref: str) -> BaseCheckout:
     notes = []
     pkg_parent = Path(runner.package_parent())
     mapped_pkg = _map_into(pkg_parent, repo_top, path)
-    if mapped_pkg is not None and (mapped_pkg / "perfgate" / "worker.py").is_file():
+    if mapped_pkg is not None and runner.worker_module(mapped_pkg) is not None:  # REF's own perfgate, either layout
         python_path = base_python_path(str(mapped_pkg))
     else:
         python_path = base_python_path(str(pkg_parent))

@@ -227,6 +227,8 @@ def run_worker_command(args: Sequence[str], threads: int, timeout_s: float, env_
     (perfgate.protocol.reaper: it ends its descendants, and what it leaves when it dies comes back to perfgate).
     Output goes to files, not pipes, so a process that keeps them open cannot hold perfgate up. Raises
     subprocess.TimeoutExpired past ``timeout_s``, after killing it and all it started."""
+    if list(args[:2]) == ["-m", WORKER_MODULE]:  # a probe: of the perfgate this worker will import
+        args = ["-m", _worker_module_for(env_extra), *args[2:]]
     cmd = [sys.executable, *args]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         reaper.adopt_orphans()
@@ -251,9 +253,32 @@ def run_worker_command(args: Sequence[str], threads: int, timeout_s: float, env_
                                            err.read().decode(errors="replace"))
 
 
+WORKER_MODULE = "perfgate.worker.main"
+# the worker of a perfgate from before its modules moved into packages (an --against base that old)
+FLAT_WORKER_MODULE = "perfgate.worker"
+
+
+def worker_module(package_parent: str | Path) -> str | None:
+    """The module a worker runs as in the perfgate package under ``package_parent``: this layout's, the flat
+    one's before the package move, or None where that folder holds no perfgate package."""
+    pkg = Path(package_parent) / "perfgate"
+    if (pkg / "worker" / "main.py").is_file():
+        return WORKER_MODULE
+    if (pkg / "worker.py").is_file():
+        return FLAT_WORKER_MODULE
+    return None
+
+
+def _worker_module_for(env_extra: dict[str, str] | None) -> str:
+    """The worker module of the perfgate a worker will import: the one first on the PYTHONPATH it is given
+    (an --against base's own perfgate), else this one."""
+    first = (env_extra or {}).get("PYTHONPATH", "").split(os.pathsep)[0]
+    return (worker_module(first) if first else None) or WORKER_MODULE
+
+
 def probe_args(workloads_dirs: Sequence[Path | str]) -> list[str]:
     """The worker's command line for a probe of ``workloads_dirs``."""
-    args = ["-m", "perfgate.worker.main", "--probe"]
+    args = ["-m", WORKER_MODULE, "--probe"]
     for d in workloads_dirs:
         args += ["--workloads-dir", str(d)]
     return args
@@ -518,7 +543,7 @@ def _start_worker(spec_path: str, threads: int, work_dir: Path, env_extra: dict[
             return WorkerHandle(proc, spec_path, out_path, log_path, time.perf_counter())
         except zygote.ZygoteUnavailable as exc:
             print(f"perfgate: {exc}; spawning this worker instead", file=sys.stderr)
-    cmd = [sys.executable, "-m", "perfgate.worker.main", "--case", spec_path, "--out", out_path]
+    cmd = [sys.executable, "-m", _worker_module_for(env_extra), "--case", spec_path, "--out", out_path]
     reaper.adopt_orphans()  # what a spawned worker leaves when it dies comes back here (perfgate.protocol.reaper)
     try:
         with open(log_path, "wb") as log:
