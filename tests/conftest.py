@@ -127,10 +127,10 @@ def heavy_process(args) -> str | None:
     return None
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item, nextitem):
+def _guarded(item):
     """Outside the `slow` mark, starting a heavy process fails the test (setup included: a session fixture
-    that measures is set up by its first test)."""
+    that measures is set up by its first test). Teardown is not guarded: a module's fixture that a slow test
+    set up (a PostgreSQL server) ends after the module's last test, which may be a quick one."""
     if item.get_closest_marker("slow") is not None:
         return (yield)
     real = subprocess.Popen._execute_child  # type: ignore[attr-defined]
@@ -148,6 +148,16 @@ def pytest_runtest_protocol(item, nextitem):
         return (yield)
     finally:
         subprocess.Popen._execute_child = real  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _guarded(item))
 
 
 _STARTED = pytest.StashKey[str]()

@@ -97,3 +97,21 @@ def test_the_dev_extra_pins_the_checkers_ci_runs():
 def test_ruff_check_is_clean():
     proc = subprocess.run([dev_tool("ruff"), "check", "."], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def ends_with_a_heavy_process():
+    """Like the PostgreSQL fixture: set up by a slow test, ended (pg_ctl stop) after the module's last test."""
+    yield
+    subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_a_slow_test_sets_a_module_fixture_up(ends_with_a_heavy_process):
+    assert ends_with_a_heavy_process is None
+
+
+def test_the_modules_last_quick_test_is_not_failed_by_a_fixtures_teardown(ends_with_a_heavy_process):
+    """The guard watches setup and the test itself, not teardown: ending a module's server after a quick
+    last test failed that test (test_history_store.py's last test, in CI on 2026-11-28). Keep this test last."""
+    assert ends_with_a_heavy_process is None
