@@ -58,8 +58,13 @@ def test_counts_identical_across_two_runs_of_the_same_eager_case(profiled_run, t
     a, b = _case(first, EAGER), _case(second, EAGER)
     for name in ("aten_ops_per_step", "flops_per_step", "cpu_bytes_allocated_per_step"):
         assert a["metrics"][name] == b["metrics"][name], name
-    assert {r["name"]: r["count_per_step"] for r in a["profile"]["top_ops"]} == \
-        {r["name"]: r["count_per_step"] for r in b["profile"]["top_ops"]}
+    # top_ops are the 15 ops with the most time: the last places can trade (aten::to for aten::reshape, both
+    # twice a step, in CI on 2026-11-28); every op both lists name has the same count
+    ca = {r["name"]: r["count_per_step"] for r in a["profile"]["top_ops"]}
+    cb = {r["name"]: r["count_per_step"] for r in b["profile"]["top_ops"]}
+    shared = ca.keys() & cb.keys()
+    assert len(shared) >= len(ca) - 3, (ca, cb)
+    assert {k: ca[k] for k in shared} == {k: cb[k] for k in shared}
 
 
 def test_a_toggle_that_changes_the_op_sequence_changes_the_counts(profiled_run):
