@@ -186,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", default=None, help="size of the workloads chosen with -w")
     ap.add_argument("--dir", default=None, help="where the runs go (default: a new folder under reports/)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds one run may take")
+    ap.add_argument("--run-arg", action="append", default=[], metavar="ARG",
+                    help="an option passed on to every `perfgate run` (repeatable): --run-arg=--device=cuda")
     ap.add_argument("--analyze", nargs="+", default=None, metavar="RUN_DIR",
                     help="analyse these run folders (or results.json files) instead of running")
     ap.add_argument("--out", default="interval_coverage.json", help="the JSON written")
@@ -203,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         if not selection:
             selection += [f"--workload={w}" for w in args.workload] + [f"--toggles={t}" for t in args.toggle]
             selection += [f"--size={args.size}"] if args.size else []
+        selection += args.run_arg
         root = Path(args.dir) if args.dir else Path("reports") / time.strftime("interval-coverage-%Y%m%d-%H%M%S")
         root.mkdir(parents=True, exist_ok=True)
         print(f"interval_coverage: {args.runs} runs of `perfgate run {' '.join(selection)}` into {root}", flush=True)
