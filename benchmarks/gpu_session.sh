@@ -3,7 +3,11 @@
 # step under its own timeout, everything that comes back in at most 8 files under $OUT (a tarball of the
 # run folders without traces). docs/gpu.md, "In one bounded call".
 #
-#   OUT=/path/to/out [WHEELS=.whl] [STEPS="tests check spread"] [CHECK_ARGS=...] bash benchmarks/gpu_session.sh
+#   OUT=/path/to/out [WHEELS=.whl] [STEPS="tests check spread"] [CHECK_ARGS=...] [EXTRA=file] bash benchmarks/gpu_session.sh
+#
+# STEPS may also name `coverage` (benchmarks/interval_coverage.py on CUDA: COVERAGE_ARGS, default 3 runs of the
+# rollout and wave_field at pr, eager and amp-bf16, 12 s a case) and `extra`: every line of the file EXTRA is
+# `NAME SECONDS COMMAND...`, run from the repository root under that timeout, its output in $OUT/extra.log.
 #
 # WHEELS: a folder of wheels to install first (packages the machine's image lacks: pydantic, SQLAlchemy,
 # Alembic and their dependencies on the 2026-11 images), into /tmp/site, put on PYTHONPATH.
@@ -31,8 +35,24 @@ for step in $STEPS; do
     spread) timeout 240 python3 benchmarks/gpu_spread.py --processes 8 --seconds 2 --out "$OUT/gpu-spread.json" \
               > "$OUT/gpu-spread.log" 2>&1
             echo "gpu_spread rc=$? at $(el)s" >> "$OUT/gpu-spread.log" ;;
-    *) echo "unknown step $step (valid: tests check spread)" >&2; exit 2 ;;
+    coverage) timeout "${COVERAGE_S:-240}" python3 benchmarks/interval_coverage.py --dir /tmp/gpu-coverage \
+                --out "$OUT/gpu-coverage.json" ${COVERAGE_ARGS:---runs 3 -w operator_rollout -w wave_field -t eager \
+                -t amp-bf16 --size pr --run-arg=--device=cuda --run-arg=--max-case-s=12} > "$OUT/gpu-coverage.log" 2>&1
+              echo "interval_coverage rc=$? at $(el)s" >> "$OUT/gpu-coverage.log"
+              # a run cut short by the timeout: analyse the runs that finished
+              [ -f "$OUT/gpu-coverage.json" ] || python3 benchmarks/interval_coverage.py --out "$OUT/gpu-coverage.json" \
+                --analyze /tmp/gpu-coverage/run-* >> "$OUT/gpu-coverage.log" 2>&1 ;;
+    extra) : "${EXTRA:?set EXTRA to a file of NAME SECONDS COMMAND lines}"
+           while read -r name secs cmd; do
+             [ -z "$name" ] || [ "${name#\#}" != "$name" ] && continue
+             echo "=== $name (timeout $secs s) at $(el)s: $cmd" >> "$OUT/extra.log"
+             timeout "$secs" bash -c "$cmd" >> "$OUT/extra.log" 2>&1 < /dev/null
+             echo "=== $name rc=$? at $(el)s" >> "$OUT/extra.log"
+           done < "$EXTRA" ;;
+    *) echo "unknown step $step (valid: tests check spread coverage extra)" >&2; exit 2 ;;
   esac
 done
-[ -d /tmp/gpu-check ] && tar czf "$OUT/gpu-check-runs.tgz" --exclude='*trace*' -C /tmp gpu-check
+# the run folders, without traces, in one tarball (extra steps write theirs under /tmp/extra)
+dirs=""; for d in gpu-check gpu-coverage extra; do [ -d "/tmp/$d" ] && dirs="$dirs $d"; done
+[ -n "$dirs" ] && tar czf "$OUT/runs.tgz" --exclude='*trace*' --exclude='*.pt.trace.json*' --exclude='.work' -C /tmp $dirs
 echo "gpu_session: $STEPS in $(el)s"

@@ -4,7 +4,7 @@ Runs one selection K times as separate `perfgate run` invocations (each its own 
 pinned as perfgate pins them, `[tool.perfgate]` of the current directory), then, for every ordered pair of
 runs (i, j), i != j, and every case both ran:
 
-- **case coverage**: run i's printed 95% step-time interval holds run j's median (target >= 80%);
+- **case coverage**: run i's printed 95% step-time interval holds run j's step time (target >= 80%);
 - **speedup coverage**: run i's speedup-against-eager interval holds run j's speedup (target >= 85%);
 - **advice flips**: for every unordered pair, whether report.html's adopt/avoid/neutral advice differs,
   and whether it reverses (adopt in one run, avoid in the other; target: never).
@@ -44,7 +44,7 @@ SPEEDUP_TARGET = 0.85
 
 
 def figures(run: RunResult) -> dict[str, dict[str, Any]]:
-    """Per ok case of ``run``: its median step time and printed interval, its speedup against eager and
+    """Per ok case of ``run``: its step time (``median_s``: the figure the tables print) and printed interval, its speedup against eager and
     that interval (None where there is none), and the advice report.html gives (adopt, avoid, neutral...)."""
     out: dict[str, dict[str, Any]] = {}
     for row in ReportInput(run).rows:
@@ -53,7 +53,7 @@ def figures(run: RunResult) -> dict[str, dict[str, Any]]:
             continue
         eager = row.spec.toggles == ("eager",)
         out[row.key] = {
-            "median_s": st.median, "ci_low_s": st.ci_low, "ci_high_s": st.ci_high, "processes": st.n_processes,
+            "median_s": st.value, "ci_low_s": st.ci_low, "ci_high_s": st.ci_high, "processes": st.n_processes,
             "speedup": None if sp is None or eager else sp.value,
             "speedup_low": None if sp is None or eager else sp.low,
             "speedup_high": None if sp is None or eager else sp.high,
@@ -137,7 +137,7 @@ def report_text(summary: dict[str, Any]) -> str:
 
     lines = [
         f"{summary['runs']} runs",
-        f"case interval holds another run's median: {c['held']}/{c['pairs']} = {_pct(c['coverage'])} "
+        f"case interval holds another run's step time: {c['held']}/{c['pairs']} = {_pct(c['coverage'])} "
         f"({verdict(c['coverage'], c['target'])}; {c['without_interval']} pair(s) without an interval)",
         f"speedup interval holds another run's speedup: {s['held']}/{s['pairs']} = {_pct(s['coverage'])} "
         f"({verdict(s['coverage'], s['target'])}; {s['without_interval']} pair(s) without an interval)",

@@ -92,7 +92,9 @@ def test_update_refuses_failures_and_reports_changes():
         baselines.refuse_failed(run, "results.json")
     new = baselines.from_run(run, old)
     lines = "\n".join(baselines.changes(old, new))
-    assert "scaled_work/smoke/eager/cpu: step time" in lines and "(+99.5%)" in lines
+    # the change is the case's step time (geometric mean of its processes' step times), old to new
+    before, after = old.run.cases[0].step_time().value, 2e-3
+    assert "scaled_work/smoke/eager/cpu: step time" in lines and f"(+{(after / before - 1) * 100:.1f}%)" in lines
     assert "scaled_work/smoke/compile/cpu: added (failed)" in lines
 
 

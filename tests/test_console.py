@@ -140,11 +140,11 @@ def test_the_verdict_tables_say_which_step_time_statistic_they_show():
     text = comparison_text(comp, run=run)
     lines = text.splitlines()
     at = next(i for i, line in enumerate(lines) if JUDGED in line)
-    assert "step_time baseline and current are" in lines[at] and "median of all its samples" in lines[at]
+    assert "step_time baseline and current are" in lines[at] and "geometric mean of the same per-process figures" in lines[at]
     assert lines[at - 1].startswith("regression ") and "step_time" in lines[at - 1]  # right under the table
     assert text.count(JUDGED) == 1  # once, not under every table
     summary = MarkdownExporter().render(ReportInput(run, comp)).decode()
-    assert JUDGED in summary and "median of all its samples" in summary
+    assert JUDGED in summary and "geometric mean of the same per-process figures" in summary
     html = unescape(HtmlExporter().render(ReportInput(run, comp)).decode())
     section = html[html.index('<section id="regressions">'):]
     assert JUDGED in section[:section.index("</section>")]

@@ -64,7 +64,7 @@ def test_the_summary_rows_of_the_first_gpu_run(tmp_path):
     assert eager["sampling_stopped"].startswith("settled")
     assert 5.8e-4 < eager["step_time_s"]["median"] < 6.1e-4
     assert fp16["processes"] == 16 and fp16["sampling_stopped"].startswith("budget: 16 processes")
-    assert fp16["speedup_vs_eager"]["value"] == pytest.approx(0.661, abs=1e-3)
+    assert fp16["speedup_vs_eager"]["value"] == pytest.approx(0.662, abs=1e-3)
     assert fp16["drift"]["verdict"] == "drift" and fp16["drift"]["rel_l2"] == pytest.approx(0.835, abs=1e-3)
     assert graphs["status"] == "failed" and graphs["failure_class"] == "error"
     assert graphs["message"] == "RuntimeError: Attempt to increase offset for a CUDA generator not in capture mode."
@@ -82,7 +82,7 @@ def test_the_summary_rows_of_the_second_gpu_run_cuda_graphs_and_compile_on_the_r
     assert list(rows) == ["eager", "cuda-graphs", "compile-reduce-overhead"]
     graphs, compiled = rows["cuda-graphs"], rows["compile-reduce-overhead"]
     assert graphs["status"] == "ok" and graphs["drift"]["verdict"] == "ok" and graphs["drift"]["rel_l2"] == 0.0
-    assert graphs["speedup_vs_eager"]["value"] == pytest.approx(1.33, abs=0.01)
+    assert graphs["speedup_vs_eager"]["value"] == pytest.approx(1.29, abs=0.01)
     # two processes a case: the interval over processes (Welch t, 1 dof a side) with the GPU's 3% run-to-run
     # term is wide, but it still says cuda-graphs pays
     assert 1.0 < graphs["speedup_vs_eager"]["low"] < 1.3 < graphs["speedup_vs_eager"]["high"]

@@ -300,4 +300,4 @@ def test_load_gives_the_reports_intervals_and_nan_where_one_process_gives_none(t
     assert (df.loc[compile_.key, "speedup_low"], df.loc[compile_.key, "speedup_high"]) == (
         pytest.approx(sp.low), pytest.approx(sp.high))
     assert math.isnan(df.loc[one.key, "step_time_ci_low_s"]) and math.isnan(df.loc[one.key, "speedup_high"])
-    assert df.loc[one.key, "step_time_s"] == pytest.approx(run.step_time(one).median)
+    assert df.loc[one.key, "step_time_s"] == pytest.approx(run.step_time(one).value)

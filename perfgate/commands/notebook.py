@@ -138,7 +138,7 @@ def load(path: str | os.PathLike[str]) -> pd.DataFrame:
         }
         rec.update({f"param.{k}": c.spec.param_dict.get(k) for k in params})
         rec.update({
-            "step_time_s": st.median if st else math.nan,
+            "step_time_s": st.value if st else math.nan,
             "step_time_ci_low_s": _number(st.ci_low) if st else math.nan,
             "step_time_ci_high_s": _number(st.ci_high) if st else math.nan,
             "step_time_q1_s": st.q1 if st else math.nan,
@@ -151,7 +151,7 @@ def load(path: str | os.PathLike[str]) -> pd.DataFrame:
             "samples": st.n if st else None,
             "processes": st.n_processes if st else None,
             "between_process_spread": st.between_process_spread if st else math.nan,
-            "throughput_steps_per_s": 1.0 / st.median if st and st.median > 0 else math.nan,
+            "throughput_steps_per_s": 1.0 / st.value if st and st.value > 0 else math.nan,
             "first_call_s": _number(c.first_call_s),
             "speedup_vs_eager": _number(sp.value) if sp else math.nan,
             "speedup_low": _number(sp.low) if sp else math.nan,

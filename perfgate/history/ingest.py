@@ -64,9 +64,9 @@ def case_measurements(case: CaseResult, run: RunResult | None = None) -> list[di
 
     st = run.step_time(case) if run is not None else case.step_time()
     if st is not None:
-        put("step_time", st.median, st.ci_low, st.ci_high, st.n)
-        if st.median > 0:
-            put("throughput_steps_per_s", 1.0 / st.median, 1.0 / st.ci_high if st.ci_high else None,
+        put("step_time", st.value, st.ci_low, st.ci_high, st.n)
+        if st.value > 0:
+            put("throughput_steps_per_s", 1.0 / st.value, 1.0 / st.ci_high if st.ci_high else None,
                 1.0 / st.ci_low if st.ci_low else None, st.n)
         put("first_call_s", case.first_call_s)
     for name, value in sorted(case.metrics.items()):

@@ -455,7 +455,7 @@ def write_baseline(baseline: Baseline, path: Path) -> Path:
 
 def _median_step(case: Any) -> float | None:
     st = case.step_time() if case is not None else None
-    return st.median if st else None
+    return st.value if st else None
 
 
 def changes(previous: Baseline | None, new: Baseline, only: Sequence[str] | None = None) -> list[str]:

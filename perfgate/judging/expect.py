@@ -142,7 +142,7 @@ def _measure(rule: Rule, case: CaseResult, run: RunResult) -> tuple[float | None
         st = run.step_time(case)
         if st is None:
             return None, None, None, "no step-time samples"
-        return st.median, st.ci_low, st.ci_high, "" if st.ci_low is not None else f"the step time's {NO_INTERVAL}"
+        return st.value, st.ci_low, st.ci_high, "" if st.ci_low is not None else f"the step time's {NO_INTERVAL}"
     if metric == "first_call_s":
         firsts = [p.first_call_s for p in case.processes if p.first_call_s is not None]
         return (max(firsts), min(firsts), max(firsts), "") if firsts else (None, None, None, "no first call timed")

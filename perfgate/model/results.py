@@ -495,7 +495,7 @@ class CaseResult:
             return {}
         return {
             "step_time_s": st.to_json(),
-            "throughput_steps_per_s": 1.0 / st.median if st.median > 0 else None,
+            "throughput_steps_per_s": 1.0 / st.value if st.value > 0 else None,
             "first_call_s": self.first_call_s,
         }
 

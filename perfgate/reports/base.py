@@ -254,7 +254,7 @@ class CaseRow:
         st = self.step_time
         if st is None:
             return "-"
-        return f"{format_seconds(st.median)} {st.interval_text('±')}"
+        return f"{format_seconds(st.value)} {st.interval_text('±')}"
 
     @property
     def sampling_text(self) -> str:

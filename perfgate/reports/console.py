@@ -51,12 +51,12 @@ def progress_line(k: int, n: int, spec: CaseSpec, elapsed: float, done: int) -> 
 
 
 def step_time_text(case: CaseResult, run: RunResult | None = None) -> str:
-    """The case's median step time and its interval as the run tables print it (``RunResult.step_time``:
-    meant to hold another run's median); without ``run``, the processes' interval alone."""
+    """The case's step time and its interval as the run tables print it (``RunResult.step_time``: meant to
+    hold another run's); without ``run``, the processes' interval alone."""
     st = run.step_time(case) if run is not None else case.step_time()
     if st is None:
         return "-"
-    return f"{format_seconds(st.median)} {st.interval_text()}"
+    return f"{format_seconds(st.value)} {st.interval_text()}"
 
 
 def outcome_text(case: CaseResult, run: RunResult | None = None) -> str:

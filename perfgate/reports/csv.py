@@ -24,6 +24,7 @@ class CsvExporter:
                 "device": r.spec.device,
                 "status": r.case.status,
                 "failure_class": r.case.failure_class,
+                "step_time_s": st.value if st else None,
                 "step_time_median_s": st.median if st else None,
                 "step_time_ci_low_s": st.ci_low if st else None,
                 "step_time_ci_high_s": st.ci_high if st else None,

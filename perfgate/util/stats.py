@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 # What a case's step-time interval means, for readers of results.json and the exporters' JSON
-CI_MEANS = ("95% interval of this case's median step time in another run on this machine: a t interval over "
-            "its worker processes' step times plus the run-to-run term; none with one process")
+CI_MEANS = ("95% interval of this case's step time (the geometric mean over its worker processes of each "
+            "process's step time) in another run on this machine: a t interval over its worker processes' step times plus "
+            "the run-to-run term; none with one process")
 # ... and a speedup's
 RATIO_MEANS = ("95% interval of this speedup in another run on this machine: a Welch t interval over both "
                "cases' worker processes plus the run-to-run term (the cases ran at different times)")
@@ -27,8 +28,11 @@ NO_INTERVAL = "1 process: no interval"
 
 @dataclass(frozen=True)
 class SampleSummary:
-    """A case's step-time samples: the median, quartiles, mean and range of every sample, and the interval
-    from its worker processes (``ci_low``/``ci_high``: None with one process, which gives no interval)."""
+    """A case's step-time samples: its step time (``estimate``: the geometric mean over its worker processes
+    of each process's step time, ``process_step_time``), the interval around it from the same processes
+    (``ci_low``/``ci_high``: None with one process, which gives no interval), and the median, quartiles, mean
+    and range of every sample pooled. The estimate and its interval are one statistic: a pooled median is
+    not what the interval was measured for (it held another run's in half the pairs, docs/lab-record.md)."""
 
     n: int
     median: float
@@ -50,6 +54,17 @@ class SampleSummary:
     # figure a plain run settles on (perfgate.judging.sequential.PrecisionRule); None with one process
     process_half_width: float | None = None
     run_to_run: float = 0.0  # the run-to-run term (relative sd) in ci_low/ci_high
+    # the case's step time, the centre of ci_low/ci_high (None given: the pooled median, as before it existed)
+    estimate: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.estimate is None:
+            object.__setattr__(self, "estimate", self.median)
+
+    @property
+    def value(self) -> float:
+        """The case's step time (``estimate``), typed as the float it always is after construction."""
+        return self.median if self.estimate is None else self.estimate
 
     @property
     def iqr(self) -> float:
@@ -57,13 +72,13 @@ class SampleSummary:
 
     @property
     def ci_half_width_rel(self) -> float | None:
-        """The +/- a person reads, relative to the median: the interval is symmetric in log space,
-        [median / (1 + h), median * (1 + h)], and this is h; None without an interval."""
+        """The +/- a person reads, relative to the step time: the interval is symmetric in log space,
+        [estimate / (1 + h), estimate * (1 + h)], and this is h; None without an interval."""
         if self.ci_low is None or self.ci_high is None:
             return None
-        if self.median == 0:
+        if self.value == 0:
             return 0.0
-        return self.ci_high / self.median - 1
+        return self.ci_high / self.value - 1
 
     def interval_text(self, plus_minus: str = "+/-") -> str:
         """"+/- 3.1%", or "(1 process: no interval)": the case's interval as tables print it."""
@@ -103,16 +118,16 @@ def quantile_name(q: float, plural: bool = False) -> str:
 
 def judged_step_time(q: float) -> str:
     """What a step_time verdict's baseline and current values are, in words, for a note beside a verdict
-    table: the statistic the gate judges, which is not the median of all samples a run table shows."""
+    table: the statistic the gate judges (the run tables show the geometric mean of the same figures)."""
     return f"the median over worker processes of each process's {quantile_name(q)} step time"
 
 
 # The note under a verdict table that shows step_time values (the console's, report.html's); {judged} is
 # judged_step_time's words. summary.md's tables show the ratio only: JUDGED_RATIO_NOTE.
-JUDGED_NOTE = ("step_time baseline and current are {judged}, the statistic the gate judges; a case's step time "
-               "in the run tables is the median of all its samples")
-JUDGED_RATIO_NOTE = ("step_time ratios compare {judged}, the statistic the gate judges; a case's step time in "
-                     "the case table is the median of all its samples")
+JUDGED_NOTE = ("step_time baseline and current are {judged}, the statistic the gate judges; a case's step time in "
+               "the run tables is the geometric mean of the same per-process figures")
+JUDGED_RATIO_NOTE = ("step_time ratios compare {judged}, the statistic the gate judges; a case's step time in the "
+                     "case table is the geometric mean of the same per-process figures")
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -210,9 +225,9 @@ def summarize(
     run_to_run: float = 0.0,
 ) -> SampleSummary:
     """Summary of ``samples``; ``groups`` (one list per worker process, ``layouts`` its samples per memory
-    layout) give the between-process spread and the interval: from the processes' step times (the
-    ``quantile_of_process`` of each, ``process_step_time``) by ``process_half_width``, with ``run_to_run``
-    added, around the median of all samples. No groups, or one: no interval (ci_low/ci_high None)."""
+    layout) give the step time and its interval: the processes' step times (the ``quantile_of_process`` of
+    each, ``process_step_time``), their geometric mean the ``estimate``, and ``process_half_width`` around it with
+    ``run_to_run`` added. No groups: the samples are one process's. One process: no interval."""
     if not samples:
         raise ValueError("summarize() needs at least one sample")
     xs = sorted(samples)
@@ -225,10 +240,12 @@ def summarize(
         spread = (max(medians) - min(medians)) / med
     times = [process_step_time(g, quantile_of_process, lay) for g, lay in kept]
     logs = [math.log(t) for t in times if t > 0]
+    # the centre of the t interval is the mean log: the geometric mean of the processes' step times
+    estimate = math.exp(statistics.fmean(logs)) if logs else process_step_time(xs, quantile_of_process)
     this_run = process_half_width(times, confidence)
     any_run = process_half_width(times, confidence, run_to_run)
-    # the half-width is symmetric in log space: [median / (1 + h), median * (1 + h)]
-    ci_low, ci_high = (None, None) if any_run is None else (med / (1 + any_run), med * (1 + any_run))
+    # the half-width is symmetric in log space: [estimate / (1 + h), estimate * (1 + h)]
+    ci_low, ci_high = (None, None) if any_run is None else (estimate / (1 + any_run), estimate * (1 + any_run))
     return SampleSummary(
         n=n,
         median=med,
@@ -246,12 +263,13 @@ def summarize(
         process_log_sd=statistics.stdev(logs) if len(logs) > 1 else 0.0,
         process_half_width=this_run,
         run_to_run=run_to_run,
+        estimate=estimate,
     )
 
 
 @dataclass(frozen=True)
 class Ratio:
-    """``numerator / denominator`` of two medians with its interval (None without one: a side of one process)."""
+    """``numerator / denominator`` of two step times with its interval (None without one: a side of one process)."""
 
     value: float
     low: float | None
@@ -268,16 +286,16 @@ class Ratio:
 
 def ratio_of(numerator: SampleSummary | None, denominator: SampleSummary | None,
              run_to_run: float = 0.0) -> Ratio | None:
-    """Ratio of medians, with a Welch t interval over both sides' log per-process step times and
+    """Ratio of step times (``SampleSummary.estimate``), with a Welch t interval over both sides' log per-process step times and
     ``run_to_run`` (relative sd) added in quadrature once per side: the two cases were measured at different
     times, not side by side, so each moves on its own. No interval (low, high None) where a side has one
     process.
     None where a side is missing or its median is 0: a step time of 0 is a broken timer, not an infinitely
     fast step (eager at 0 ns once made every toggle "0.00x: slower than eager"); None too where the ratio
     overflows (times no timer gives, from an untrusted results.json: its chart crashed report.html)."""
-    if numerator is None or denominator is None or numerator.median <= 0 or denominator.median <= 0:
+    if numerator is None or denominator is None or numerator.value <= 0 or denominator.value <= 0:
         return None
-    value = numerator.median / denominator.median
+    value = numerator.value / denominator.value
     if not math.isfinite(value):
         return None
     if numerator.n_processes < 2 or denominator.n_processes < 2:
@@ -303,7 +321,7 @@ def speedup_of(eager: SampleSummary | None, case: SampleSummary | None, same_cas
     """The speedup of a case against eager (eager time / case time, ``ratio_of``); eager against itself
     (``same_case``) is 1 by definition, not a noisy ratio."""
     if same_case:
-        return Ratio(1.0, 1.0, 1.0) if eager is not None and eager.median > 0 else None
+        return Ratio(1.0, 1.0, 1.0) if eager is not None and eager.value > 0 else None
     return ratio_of(eager, case, run_to_run)
 
 
