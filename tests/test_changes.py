@@ -322,9 +322,8 @@ class W(Workload):
 '''
 
 
-@pytest.mark.slow
-def test_run_changed_since_measures_the_touched_workload_and_reports_the_others_skipped(tmp_path):
-    repo = tmp_path
+def _two_workload_repo(repo: Path) -> Path:
+    """main: workloads one (depends on src/sim/) and two; branch pr: src/sim/kernel.py changed."""
     (repo / "workloads").mkdir()
     (repo / "src" / "sim").mkdir(parents=True)
     (repo / "pyproject.toml").write_text(
@@ -341,7 +340,12 @@ def test_run_changed_since_measures_the_touched_workload_and_reports_the_others_
     git(repo, "checkout", "-qb", "pr")
     (repo / "src" / "sim" / "kernel.py").write_text("K = 2\n")
     git(repo, "commit", "-qam", "sim")
+    return repo
 
+
+@pytest.mark.slow
+def test_run_changed_since_measures_the_touched_workload_and_reports_the_others_skipped(tmp_path):
+    repo = _two_workload_repo(tmp_path)
     proc = run_cli("run", "--changed-since", "main", "--processes", "1", "--out", str(repo / "runs" / "a"), cwd=repo)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert ("perfgate: --changed-since main: 1 of 2 case(s) skipped: unchanged by this pull request since main; "
@@ -515,3 +519,19 @@ def test_a_merge_of_nothing_but_unchanged_cases_passes_saying_so(tmp_path):
     # the same shards before a judge given no selection: every skip is newly failing, and the gate fails
     doubted = checked_skips(judge_against(tmp_path / "m", run, settings_for(tmp_path)), run, None)
     assert {v.kind for v in doubted.verdicts} == {"newly-failing"} and doubted.gate_failed
+
+
+@pytest.mark.slow
+def test_against_with_changed_since_judges_the_skipped_case_skipped_not_dropped_from_the_suite(tmp_path):
+    """REF's own plan has both cases; the head skipped one as unchanged: not `newly-failing` (gone), not missing."""
+    repo = _two_workload_repo(tmp_path)
+    proc = run_cli("run", "--against", "main", "--changed-since", "main", "--gate", "--processes", "1",
+                   "--out", str(repo / "runs" / "ab"), cwd=repo)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    comparison = json.loads((repo / "runs" / "ab" / "comparison.json").read_text())
+    status = {v["case_key"]: v for v in comparison["verdicts"] if v["metric"] == "status"}
+    assert status["two/smoke/eager/cpu"]["kind"] == "skipped"
+    assert status["two/smoke/eager/cpu"]["rule"].startswith("skipped: unchanged by this pull request")
+    assert not any(v["kind"] == "newly-failing" for v in comparison["verdicts"])
+    base = json.loads((repo / "runs" / "ab" / "base" / "results.json").read_text())
+    assert [c["key"] for c in base["cases"]] == ["one/smoke/eager/cpu"]  # REF measured only what the head did
