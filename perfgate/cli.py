@@ -209,6 +209,12 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
 @click.option("--baseline-precision", "baseline_precision", is_flag=True,
               help="Measure each case to a baseline's precision (half a plain run's CI, from "
                    "unpaired_min_processes processes): a run to become a baseline. Not with --gate or --against.")
+@click.option("--changed-since", "changed_since", default=None, metavar="REF",
+              help="Run only the cases of the workloads whose files (or depends_on files) changed since the "
+                   "merge base with REF; everything when perfgate's configuration, a dependency file or a shared "
+                   "file changed, or git cannot tell. The rest are skipped as unchanged.")
+@click.option("--all", "run_all", is_flag=True,
+              help="With --changed-since: run every case whatever changed (a CI label's override).")
 @handle_errors
 def run_cmd(config: str | None, **options: Any) -> None:
     """Run a suite (or a selection) and write results.json with a table of step times per toggle."""
@@ -386,26 +392,40 @@ def calibrate_cmd(config: str | None, **options: Any) -> None:
 @click.option("--expect-suite", "expect_suite", default=None, metavar="SUITE",
               help="With --rejudge: plan SUITE from this perfgate's configuration and workloads; a case of it "
                    "that no shard measured fails the gate.")
+@click.option("--changed-since", "changed_since", default=None, metavar="REF",
+              help="With --rejudge: a case a shard skipped as unchanged passes only when this perfgate's own "
+                   "selection since REF (its workloads, git) skips it too; without it no such skip is taken.")
+@click.option("--head", "head", default=None, metavar="COMMIT",
+              help="With --changed-since: the pull request's commit (default: this checkout's working tree).")
+@click.option("--changes", "changes_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="With --changed-since: the pull request's files as GitHub lists them (a JSON list of objects "
+                   "with status, filename, previous_filename), instead of asking git.")
+@click.option("--all", "run_all", is_flag=True, help="With --changed-since: this judge's selection is every case.")
 @handle_errors
 def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool, baseline_file: str | None,
-              strict_env: bool, rejudge: bool, expect_suite: str | None) -> None:
+              strict_env: bool, rejudge: bool, expect_suite: str | None, changed_since: str | None,
+              head: str | None, changes_file: str | None, run_all: bool) -> None:
     """Join shard results (files, run folders, or a folder of downloaded run folders) into one run.
 
     Refuses shards of different suites, environments, settings or schema versions, and a case twice.
     With --gate (or --baseline) the merged run is judged as one: the shards' own verdicts from
     `run --against` when they have them, else a comparison with the stored baseline. With --rejudge the
-    shards' verdicts are not read: this perfgate judges their raw --against samples again. Under --gate,
-    summary.md is appended to $GITHUB_STEP_SUMMARY when set."""
+    shards' verdicts are not read: this perfgate judges their raw --against samples again, and with
+    --changed-since takes a shard's skip of an unchanged case only where its own selection skips it too.
+    Under --gate, summary.md is appended to $GITHUB_STEP_SUMMARY when set."""
     from perfgate.gating import merge
 
     if rejudge and baseline_file:
         raise ConfigError("perfgate merge: --rejudge judges the shards' --against runs; it takes no --baseline")
-    if expect_suite and not rejudge:
-        raise ConfigError("perfgate merge: --expect-suite checks the shards --rejudge judges; add --rejudge")
+    for given, name in ((expect_suite, "--expect-suite"), (changed_since, "--changed-since")):
+        if given and not rejudge:
+            raise ConfigError(f"perfgate merge: {name} checks the shards --rejudge judges; add --rejudge")
+    selection = merge.JudgeSelection(changed_since, head, changes_file, run_all)
     run = merge.merge_into(results, Path(out))
     settings = load_settings(config) if (gate or baseline_file or rejudge) else None
     sys.exit(merge.judge_merged(run, results, Path(out), settings, gate=gate, baseline_file=baseline_file,
-                                strict_env=strict_env, rejudge=rejudge, expect_suite=expect_suite))
+                                strict_env=strict_env, rejudge=rejudge, expect_suite=expect_suite,
+                                selection=selection))
 
 
 # ---------------------------------------------------------------- perfgate report

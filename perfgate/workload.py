@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.model.rules import ExpectError, parse_rules
+from perfgate.util.paths import bad_project_glob
 
 REQUIRED_SIZES = ("smoke", "pr", "full")
 
@@ -70,6 +71,11 @@ class Workload:
                    times): perfgate then sets ``self.compile_mode`` ("default", "reduce-overhead",
                    "max-autotune", or None for no compile toggle) before ``build`` and does not wrap
                    ``built.model``
+      depends_on   ("src/sim/**", "kernels/*.cu"): files this workload's cases depend on besides its own file,
+                   as glob patterns relative to the project's root (the folder of its pyproject.toml; ``*``
+                   within a folder, ``**`` across folders, a trailing ``/`` for everything below a folder).
+                   `perfgate run --changed-since REF` runs a workload's cases when its file or one of these
+                   changed, and skips them when only other workloads' files did (docs/ci.md)
 
     Methods a subclass implements:
       build(params, device, dtype, variants) -> Built
@@ -91,6 +97,7 @@ class Workload:
     applies_compile: bool = False
     compile_mode: str | None = None
     expectations: dict[str, Any] = {}
+    depends_on: tuple[str, ...] = ()
 
     def build(self, params: dict[str, Any], device: Any, dtype: Any, variants: frozenset[str]) -> Built:
         raise NotImplementedError(f"{type(self).__name__}.build")
@@ -224,6 +231,7 @@ class Workload:
             "unsupported_toggles": dict(cls.unsupported_toggles),
             "applies_compile": cls.applies_compile,
             "expectations": cls.own_expectations(),
+            "depends_on": list(cls.depends_on),
         }
 
 
@@ -288,6 +296,26 @@ def _bad_name(value: Any, what: str, separators: str) -> str | None:
     return None
 
 
+MAX_DEPENDS_ON = 100  # patterns a workload may declare
+
+
+def bad_depends_on(value: Any) -> str | None:
+    """Why ``value`` cannot be a workload's ``depends_on``, or None: a tuple (or list) of at most
+    MAX_DEPENDS_ON glob patterns, each relative to the project's root and kept inside it
+    (perfgate.util.paths.bad_project_glob)."""
+    valid = ("depends_on must be a tuple of glob patterns relative to the project's root, "
+             "e.g. (\"src/sim/**\", \"kernels/*.cu\")")
+    if isinstance(value, str) or not isinstance(value, (tuple, list)):
+        return f"{valid}, not {type(value).__name__} {str(value)[:60]!r}"
+    if len(value) > MAX_DEPENDS_ON:
+        return f"{valid}; {len(value)} patterns is more than {MAX_DEPENDS_ON}"
+    for pattern in value:
+        problem = bad_project_glob(pattern, "depends_on pattern")
+        if problem:
+            return problem
+    return None
+
+
 def _validate(cls: type[Workload], path: Path) -> str | None:
     problem = _bad_name(cls.name, "workload", "/")
     if problem:
@@ -306,6 +334,9 @@ def _validate(cls: type[Workload], path: Path) -> str | None:
         problem = _bad_name(variant, "variant", "/+,")
         if problem:
             return f"{path}: workload {cls.name!r}: {problem}"
+    problem = bad_depends_on(cls.depends_on)
+    if problem:
+        return f"{path}: workload {cls.name!r}: {problem}"
     missing = [s for s in REQUIRED_SIZES if s not in cls.sizes]
     if missing:
         return f"{path}: workload {cls.name!r} lacks sizes {', '.join(missing)} (needs {', '.join(REQUIRED_SIZES)})"

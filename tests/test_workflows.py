@@ -649,7 +649,7 @@ def test_merge_job_reads_shard_artifacts_as_data_only(gpu_wf):
     # judged again from the raw samples by the base's rules: the shards' own verdicts are not read
     assert 'python -m perfgate merge "${shards[@]}" --out reports/pr --gate --rejudge' in gate["run"]
     # the judge plans the shards' suite itself: a case no shard measured (dropped by the pull request) fails
-    assert "--rejudge --expect-suite pr\n" in gate["run"]
+    assert "--rejudge --expect-suite pr \\\n" in gate["run"]
     # the report the comment job posts comes from this job (the base's code), not from a shard: by the id
     # this job's upload answered, never by a name another job could also upload under
     comment = gpu_wf["jobs"]["comment"]
@@ -1356,3 +1356,47 @@ def test_the_sandbox_hides_the_sockets_in_run_but_nvidias(gpu_wf, runner_layout,
         sockets[1].unlink(missing_ok=True)
         if made_nvidia:
             nvidia.rmdir()
+
+
+# ---------------------------------------------------------------- change-aware selection (docs/ci.md)
+
+def _list_files(gpu_wf, fake_gh, tmp_path, pages, changed_files, live_head=HEAD_SHA):
+    answer, _, env = fake_gh
+    answer("repos/org/perfgate/pulls/7/files", pages)
+    answer("repos/org/perfgate/pulls/7", {"head": {"sha": live_head}, "changed_files": changed_files})
+    step = _step(gpu_wf["jobs"]["approve"], "list the files the pull request changes")
+    return _run_step(step, {**env, "REPO": "org/perfgate", "PR_NUMBER": "7", "HEAD_SHA": HEAD_SHA, "GH_TOKEN": "x"},
+                     tmp_path)
+
+
+def test_approve_lists_the_pull_requests_files_for_the_judge_as_one_line_of_json(gpu_wf, fake_gh, tmp_path):
+    pages = [[{"status": "modified", "filename": "workloads/a.py", "sha": "1", "patch": "..."}],
+             [{"status": "renamed", "filename": "x\necho=evil", "previous_filename": "y.py"}]]
+    proc, out = _list_files(gpu_wf, fake_gh, tmp_path, pages, 2)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(out["changes"]) == [
+        {"status": "modified", "filename": "workloads/a.py", "previous_filename": None},
+        {"status": "renamed", "filename": "x\necho=evil", "previous_filename": "y.py"}]
+    assert "echo" not in out  # a newline in a file name set no output of its own
+    assert gpu_wf["jobs"]["approve"]["outputs"]["changes"] == "${{ steps.files.outputs.changes }}"
+
+
+def test_an_incomplete_list_leaves_the_judge_none_and_a_moved_head_is_refused(gpu_wf, fake_gh, tmp_path):
+    proc, out = _list_files(gpu_wf, fake_gh, tmp_path, [[{"status": "added", "filename": "a"}]], 3001)
+    assert proc.returncode == 0 and out["changes"] == ""
+    assert "GitHub listed 1 of the 3001 files the pull request changes: every case runs" in proc.stdout
+    proc, _ = _list_files(gpu_wf, fake_gh, tmp_path, [[]], 0, live_head="f" * 40)
+    assert proc.returncode == 1 and "the head moved" in proc.stdout
+
+
+def test_shards_measure_what_changed_and_the_base_judges_which_skips_stand(gpu_wf):
+    assert gpu_wf["env"]["PERFGATE_ALL"] == (
+        "${{ contains(github.event.pull_request.labels.*.name, 'perf-gate-all') && '1' || '' }}")
+    run = _step(gpu_wf["jobs"]["gpu"], "pr suite, shard")["run"]
+    assert '--changed-since "$BASE_SHA" ${PERFGATE_ALL:+--all}' in run
+    assert "PERFGATE_ALL SHARD BASE_SHA; do" in run  # the label reaches the sandbox
+    gate = _step(gpu_wf["jobs"]["merge"], "merge shards and gate")
+    assert gate["env"]["CHANGES"] == "${{ needs.approve.outputs.changes }}"
+    assert 'selection=(--changed-since "$BASE_SHA" --all)' in gate["run"]
+    assert 'if [[ -n "$CHANGES" && -z "$PERFGATE_ALL" ]]; then' in gate["run"]
+    assert re.search(r'--expect-suite pr \\\n\s*"\$\{selection\[@\]\}"\n', gate["run"])

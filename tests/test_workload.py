@@ -274,3 +274,26 @@ def test_a_variant_named_like_a_toggle_is_an_error_of_the_probe(tmp_path):
     assert "w" not in catalog["workloads"]
     (err,) = catalog["workload_errors"]
     assert err["error"] == f"{tmp_path / 'w.py'}: workload 'w': variant 'compile' has the name of a perfgate toggle"
+
+
+@pytest.mark.parametrize("depends_on, needle", [
+    ("'src/**'", "depends_on must be a tuple of glob patterns relative to the project's root"),
+    ("('../outside/**',)", "depends_on pattern '../outside/**' leaves the project"),
+    ("('/etc/passwd',)", "depends_on pattern '/etc/passwd' leaves the project"),
+    ("('src/*.py', 3)", "depends_on pattern 3 is not a printable string"),
+    ("tuple(f'f{i}' for i in range(101))", "101 patterns is more than 100"),
+])
+def test_a_depends_on_outside_the_project_or_of_the_wrong_shape_is_an_error_naming_the_file(tmp_path, depends_on,
+                                                                                             needle):
+    bad = write(tmp_path / "bad.py", f"class W(Workload):\n    name = 'w'\n    description = 'd'\n    sizes = SIZES\n"
+                                     f"    depends_on = {depends_on}\n")
+    (err,) = discover([tmp_path]).errors
+    assert err["file"] == str(bad) and needle in err["error"] and "workload 'w'" in err["error"]
+
+
+def test_depends_on_is_in_the_description_the_probe_reports(tmp_path):
+    write(tmp_path / "w.py", "class W(Workload):\n    name = 'w'\n    description = 'd'\n    sizes = SIZES\n"
+                             "    depends_on = ('src/sim/**', 'kernels/*.cu')\n")
+    cls, _ = discover([tmp_path]).workloads["w"]
+    assert cls.describe()["depends_on"] == ["src/sim/**", "kernels/*.cu"]
+    assert Workload.depends_on == ()

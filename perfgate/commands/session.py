@@ -28,7 +28,7 @@ from perfgate.model.results import STATUS_OK, CaseSpec, RunResult, SchemaError, 
 from perfgate.protocol import layout
 from perfgate.reports import console
 from perfgate.reports.console import echo
-from perfgate.running import against, environment, runner
+from perfgate.running import against, changes, environment, runner
 from perfgate.running.github import publish_summary
 from perfgate.running.plan import Catalog, Shard, parse_shard, plan_cases
 from perfgate.util.storage import check_writable_dir
@@ -67,9 +67,17 @@ class RunOptions:
     strict_env: bool = False
     history: bool = False
     baseline_precision: bool = False
+    changed_since: str | None = None
+    run_all: bool = False
 
     def __post_init__(self) -> None:
         self.shard_part()  # a bad --shard fails before the slow probe
+        if self.changed_since is not None and (not self.changed_since.strip() or self.changed_since.startswith("-")):
+            raise ConfigError(f"--changed-since {self.changed_since!r}: not a git ref; give a branch, tag or commit "
+                              "(e.g. --changed-since origin/main)")
+        if self.changed_since and self.baseline_precision:
+            raise ConfigError("--baseline-precision records a run to become a baseline, which holds every case: drop "
+                              "--changed-since")
         if self.baseline_precision and (self.gate or self.against_ref):
             raise ConfigError("--baseline-precision records a run to become a baseline; it judges nothing: drop "
                               f"{'--gate' if self.gate else '--against'} (gate later runs against the baseline it makes)")
@@ -230,6 +238,20 @@ def select_shard(cases: list[CaseSpec], shard: Shard, options: RunOptions, setti
     return cases
 
 
+def select_changed(settings: Settings, options: RunOptions, catalog: Catalog, cases: list[CaseSpec],
+                   record: RunResult) -> tuple[list[CaseSpec], RunResult]:
+    """`--changed-since REF`: the cases of the workloads the change touches (perfgate.running.changes), the
+    others recorded in ``record`` as skipped, unchanged, and the selection in ``settings.changed_since``."""
+    if not options.changed_since:
+        return cases, record
+    selection = changes.selection_for_run(settings.root, settings.source, catalog.workloads, options.changed_since,
+                                          options.run_all)
+    chosen, skipped = changes.split_cases(cases, selection)
+    echo(f"perfgate: --changed-since {options.changed_since}: {selection.summary(len(skipped), len(cases))}")
+    settings_json = {**record.settings, "changed_since": selection.to_json()}
+    return chosen, replace(record, settings=settings_json, cases=skipped)
+
+
 def progress(event: str, k: int, n: int, spec: Any, result: Any, elapsed: float, run: RunResult | None = None) -> None:
     """The run's progress lines: one as a case starts, one with its outcome (its step time with the
     interval ``run``'s tables print)."""
@@ -310,13 +332,21 @@ def _run_in(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path
         with removed_on_error(run_dir, created):
             stored = gate_mod.load_stored(settings, record,
                                           Path(options.baseline_file) if options.baseline_file else None)
+    cases, record = select_changed(settings, options, catalog, cases, record)
     shard = options.shard_part()
     if shard:
         cases = select_shard(cases, shard, options, settings, record)
-        if not cases:
-            runner.write_results(replace(record, finished_at=now()), run_dir / "results.json")
-            echo(f"perfgate: nothing to run in shard {shard.text}; results: {run_dir / 'results.json'}")
-            return EXIT_OK
+        if shard.index > 1:  # the skipped cases are shard 1's to record: merge takes each case from one shard
+            record = replace(record, cases=[])
+    if not cases:
+        runner.write_results(replace(record, finished_at=now()), run_dir / "results.json")
+        where = f"in shard {shard.text}" if shard else "that this change touches"
+        echo(f"perfgate: nothing to run {where}; results: {run_dir / 'results.json'}")
+        if record.cases:  # cases skipped as unchanged: their reports say so, and the job summary
+            reports_writer(run_dir)(record)
+            if options.gate:
+                publish_summary(run_dir)
+        return EXIT_OK
     echo(f"perfgate: {len(cases)} case(s) of {record.what_ran} on {cases[0].device}, "
          f"{sampling_plan(settings)}, {settings.threads} thread(s) -> {run_dir}")
     if options.baseline_precision:

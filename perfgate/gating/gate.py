@@ -403,7 +403,7 @@ def gone_at_head(base: Any, settings: Settings, run: RunResult, cases: list[Case
     if planned is None:
         echo(f"perfgate: warning: the cases {base.ref} has and this tree lacks cannot be seen: {why}")
         return []
-    have = {c.key for c in cases}
+    have = {c.key for c in cases} | {c.key for c in run.cases}  # run.cases: those skipped as unchanged
     where = f"{base.ref} ({base.commit[:12]})"
     return [Verdict(s.key, STATUS, "newly-failing",
                     rule=f"in suite {run.suite!r} at {where}, not in it now: a change dropped the case (a toggle set "

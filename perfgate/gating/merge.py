@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,10 @@ from perfgate.model.results import (
 )
 from perfgate.reports import console, write_run_reports
 from perfgate.reports.cost import read_cost
-from perfgate.running import runner
+from perfgate.running import changes, runner
+from perfgate.running.changes import Selection
 from perfgate.running.github import publish_summary
-from perfgate.running.plan import Shard, costs_from_results, expected_costs, load_costs, partition_cases
+from perfgate.running.plan import Catalog, Shard, costs_from_results, expected_costs, load_costs, partition_cases
 from perfgate.running.runner import write_results
 from perfgate.util.formatting import format_environment
 from perfgate.util.storage import check_writable_dir
@@ -285,7 +286,10 @@ def merge_runs(paths: Sequence[str | Path], out_dir: str | Path) -> tuple[RunRes
     for sub in SUB_RUNS:
         subs = [f.parent / sub / "results.json" for f, _, _ in runs]
         present = [f for f in subs if f.is_file()]
-        if present and len(present) != len(subs):
+        # a shard that measured nothing (no case drawn, or each skipped as unchanged) ran no base side either
+        measured = [f.parent / sub / "results.json" for f, r, _ in runs
+                    if any(not c.skipped_as_unchanged for c in r.cases)]
+        if present and any(not f.is_file() for f in measured):
             raise ConfigError(f"cannot merge: only some shards have a {sub}/ run "
                               f"(e.g. {present[0].parent.parent}); run every shard with the same options")
         if present:
@@ -415,10 +419,14 @@ def judge_against(out_dir: str | Path, run: RunResult, settings: Settings) -> Co
 
     out = Path(out_dir)
     base_file = out / "base" / "results.json"
-    if not base_file.is_file():
+    if not base_file.is_file() and all(c.skipped_as_unchanged for c in run.cases):
+        # nothing measured on either side: each case is skipped as unchanged, which checked_skips then judges
+        base_run = RunResult(run_id=f"{run.run_id}-base", suite=run.suite, environment={}, cases=[])
+    elif not base_file.is_file():
         raise ConfigError("perfgate merge --rejudge needs each shard's base/ run: run the shards with "
                           "`perfgate run --against REF`")
-    base_run = load_results(base_file)
+    else:
+        base_run = load_results(base_file)
     ref = run.settings.get("against") or base_run.environment.get("git_ref") or "base"
     source = f"git:{ref} ({str(base_run.environment.get('git_commit', ''))[:12]}), judged again by this perfgate"
     gs = gate_settings(settings)
@@ -464,14 +472,20 @@ def below_floor(comparison: Comparison, run: RunResult, base_run: RunResult, set
     return replace(comparison, verdicts=[*comparison.verdicts, *added]) if added else comparison
 
 
-def expected_cases(settings: Settings, suite: str, run: RunResult) -> list[CaseSpec]:
-    """The cases of ``suite`` as this judge plans it: its own configuration and workloads (a worker probe of
-    its workloads folders), on the device the shards measured where the suite says ``auto``."""
-    from perfgate.running.plan import Catalog, plan_cases
-
+def judge_catalog(settings: Settings) -> Catalog:
+    """This judge's own workloads (a worker probe of its workloads folders); ConfigError for a broken one."""
     catalog = Catalog.from_probe(runner.run_probe(settings.workloads_dirs, settings.threads))
     if catalog.errors:
         raise ConfigError(catalog.errors[0]["error"])
+    return catalog
+
+
+def expected_cases(settings: Settings, suite: str, run: RunResult, catalog: Catalog | None = None) -> list[CaseSpec]:
+    """The cases of ``suite`` as this judge plans it: its own configuration and workloads (a worker probe of
+    its workloads folders), on the device the shards measured where the suite says ``auto``."""
+    from perfgate.running.plan import plan_cases
+
+    catalog = catalog or judge_catalog(settings)
     chosen = settings.suite(suite)
     device = run.cases[0].spec.device if chosen.device == "auto" and run.cases else None
     return plan_cases(chosen, catalog, device=device)
@@ -489,6 +503,63 @@ def unmeasured(comparison: Comparison, run: RunResult, expected: Sequence[CaseSp
                      advice="none of the case's regressions can be seen: restore the case, or rerun the missing shard")
              for s in expected if s.key not in have]
     return replace(comparison, verdicts=[*comparison.verdicts, *added]) if added else comparison
+
+
+def checked_skips(comparison: Comparison, run: RunResult, selection: Selection | None) -> Comparison:
+    """``comparison`` with each case the shards skipped as unchanged (``run --changed-since``) that this judge's
+    own ``selection`` runs made ``newly-failing``: which cases a change leaves alone is decided by the judge
+    (its workloads, its reading of git), never by the shards, which ran the pull request's code. Without a
+    selection (no ``--changed-since``) no such skip is taken."""
+    from perfgate.judging.compare import STATUS
+
+    doubted = {c.key: c for c in run.cases if c.skipped_as_unchanged
+               and (selection is None or selection.runs(c.spec.workload))}
+    if not doubted:
+        return comparison
+    why = ("this judge was given no --changed-since, so it runs every case" if selection is None else
+           f"this judge's selection since {selection.since} runs it ({selection.describe()})")
+    kept = [v for v in comparison.verdicts if v.case_key not in doubted]
+    added = [Verdict(key, STATUS, "newly-failing",
+                     rule=f"skipped by its shard as unchanged by this pull request, but {why}"[:600],
+                     advice="run the shards with the judge's --changed-since REF (or --all), so that they measure "
+                            "what the judge expects")
+             for key in doubted]
+    return replace(comparison, verdicts=[*kept, *added])
+
+
+@dataclass(frozen=True)
+class JudgeSelection:
+    """`merge --changed-since SINCE [--head COMMIT | --changes FILE] [--all]`: how this judge reads a change."""
+
+    since: str | None = None
+    head: str | None = None
+    changes_file: str | None = None
+    run_all: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.head or self.changes_file or self.run_all) and not self.since:
+            raise ConfigError("perfgate merge: --head, --changes and --all choose this judge's --changed-since "
+                              "selection; add --changed-since REF")
+        if self.head and self.changes_file:
+            raise ConfigError("perfgate merge: --changes lists the pull request's files, --head reads them from git; "
+                              "give one")
+        if self.changes_file:  # bad input is said before anything is merged or written
+            found = changes.read_pull_request_files(Path(self.changes_file), Path.cwd())
+            if isinstance(found, str):
+                raise ConfigError(f"perfgate merge --changes: {found}")
+
+
+def judge_selection(settings: Settings, catalog: Catalog, chosen: JudgeSelection) -> Selection | None:
+    """The cases this judge lets a change skip, from its own workloads and git (or the files GitHub lists for
+    the pull request); None without --changed-since."""
+    since = chosen.since
+    if not since:
+        return None
+    listed = Path(chosen.changes_file) if chosen.changes_file else None
+    selection = changes.selection_for_run(settings.root, settings.source, catalog.workloads, since, chosen.run_all,
+                                          chosen.head, listed)
+    console.echo(f"perfgate: this judge's selection since {since}: {selection.describe()}")
+    return selection
 
 
 def _cases_by_key(path: Path) -> dict[str, CaseResult]:
@@ -513,19 +584,26 @@ def merge_into(results: Sequence[str], out_dir: Path) -> RunResult:
 
 
 def judge_merged(run: RunResult, results: Sequence[str], out_dir: Path, settings: Settings | None, *, gate: bool,
-                 baseline_file: str | None, strict_env: bool, rejudge: bool, expect_suite: str | None = None) -> int:
+                 baseline_file: str | None, strict_env: bool, rejudge: bool, expect_suite: str | None = None,
+                 selection: JudgeSelection | None = None) -> int:
     """`perfgate merge` from the judging on; ``settings`` None when nothing is to be judged. With --rejudge,
     the shards' raw --against samples judged again; else the shards' own verdicts, or with a baseline (or
     shards that compared nothing) the stored comparison. Then the merged reports, and under --gate the job
     summary. With ``expect_suite`` (--rejudge only), a case of that suite as this judge plans it that no shard
-    measured is ``newly-failing``. Returns the exit code; gate.NoEvidence (exit 3) only once the reports are
-    written."""
+    measured is ``newly-failing``; so is a case a shard skipped as unchanged that this judge's own
+    ``selection`` runs (every case without --changed-since). Returns the exit code; gate.NoEvidence (exit 3)
+    only once the reports are written."""
     code, no_evidence = gate_mod.EXIT_OK, None
+    selection = selection or JudgeSelection()
     if settings is not None:
         if rejudge:
             comparison = judge_against(out_dir, run, settings)
+            catalog = judge_catalog(settings) if expect_suite or selection.since else None
             if expect_suite:
-                comparison = unmeasured(comparison, run, expected_cases(settings, expect_suite, run), expect_suite)
+                comparison = unmeasured(comparison, run, expected_cases(settings, expect_suite, run, catalog),
+                                        expect_suite)
+            comparison = checked_skips(comparison, run, judge_selection(settings, catalog, selection)
+                                       if catalog else None)
         else:
             comparison = None if baseline_file else merged_comparison(results)  # type: ignore[assignment]  # None: judged below
         try:

@@ -281,6 +281,8 @@ def updated(run: RunResult, previous: Baseline | None, source: str, patterns: Se
     if previous is not None and previous.suite and run.suite and previous.suite != run.suite:
         raise ConfigError(f"{previous.path or 'the baseline'} is the baseline of suite {previous.suite!r}, and {source} "
                           f"a run of suite {run.suite!r}; name a baseline of suite {run.suite!r}, or leave out --baseline")
+    # a case `run --changed-since` skipped as unchanged measured nothing: never a baseline's entry
+    run = replace(run, cases=[c for c in run.cases if not c.skipped_as_unchanged])
     if not patterns:
         if not allow_failed:
             refuse_failed(run, source)

@@ -990,6 +990,10 @@ def _lost_to_error(v: Verdict, errors: Sequence[Any]) -> Verdict:
 
 def _status_verdict(key: str, base: CaseResult | None, cur: CaseResult | None) -> Verdict | None:
     """The verdict on a case's status when it did not run ok on both sides; None when it did."""
+    if cur is not None and cur.skipped_as_unchanged:  # `run --changed-since`: not run, and not gone either
+        return Verdict(key, STATUS, "skipped", rule=(cur.message or "skipped: unchanged by this pull request")[:300],
+                       advice="nothing this case's workload depends on changed; `perfgate run` without "
+                              "--changed-since (or with --all) measures it")
     if cur is None:
         return Verdict(key, STATUS, "missing", rule="case in the baseline, not run now",
                        advice="run the full suite (or the same selection) to compare this case")

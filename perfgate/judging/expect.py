@@ -172,6 +172,8 @@ def _string_value(rule: Rule, case: CaseResult, run: RunResult) -> tuple[str | N
 
 
 def evaluate_case(rule: Rule, case: CaseResult, run: RunResult) -> Outcome:
+    if case.skipped_as_unchanged:  # `run --changed-since` left it out: no claim about it is met or missed
+        return Outcome(rule, case.key, "unknown", reason=(case.message or "skipped: unchanged")[:200])
     if rule.metric in STRING_METRICS:
         shown, equal, why = _string_value(rule, case, run)
         if shown is None:

@@ -59,6 +59,7 @@ from perfgate.util.vocabulary import DERIVED_METRICS as DERIVED_METRICS
 from perfgate.util.vocabulary import FAILURE_CLASSES as FAILURE_CLASSES
 from perfgate.util.vocabulary import METRIC_KINDS as METRIC_KINDS
 from perfgate.util.vocabulary import METRICS as METRICS
+from perfgate.util.vocabulary import SKIPPED_UNCHANGED as SKIPPED_UNCHANGED
 from perfgate.util.vocabulary import STATUS_FAILED as STATUS_FAILED
 from perfgate.util.vocabulary import STATUS_OK as STATUS_OK
 from perfgate.util.vocabulary import STATUS_SKIPPED as STATUS_SKIPPED
@@ -452,6 +453,12 @@ class CaseResult:
         return self.spec.key
 
     @property
+    def skipped_as_unchanged(self) -> bool:
+        """Skipped by `run --changed-since`: nothing its workload depends on changed (perfgate.running.changes)."""
+        return self.status == STATUS_SKIPPED and isinstance(self.metadata, dict) \
+            and self.metadata.get("skipped_as") == SKIPPED_UNCHANGED
+
+    @property
     def step_samples_s(self) -> list[float]:
         """Every step-time sample of every process, in seconds per step."""
         return [t for p in self.processes for t in p.step_times_s]
@@ -562,7 +569,12 @@ class RunResult:
             if isinstance(missing, list) and missing:
                 return f"a merge missing {len(missing)} planned case(s)"
         chosen = settings.get("selection") or settings.get("filters")
-        return f"a selection ({chosen})" if chosen else ""
+        if chosen:
+            return f"a selection ({chosen})"
+        changed = settings.get("changed_since")  # `run --changed-since` chose workloads (not everything)
+        if isinstance(changed, dict) and isinstance(changed.get("workloads"), list):
+            return f"the cases a change since {str(changed.get('since'))[:100]} touches"
+        return ""
 
     def gate_setting(self, key: str, default: float, low: float, high: float) -> float:
         """A number from the run's recorded ``[tool.perfgate.gate]`` (``settings["gate"]``): a results.json is
@@ -806,6 +818,7 @@ class Evidence:
     carried: int
     compared: int
     skipped: int  # of those that carried none
+    unchanged: int = 0  # cases `run --changed-since` skipped: not among ``cases``, evidence of nothing either way
 
     @property
     def unjudged(self) -> str:
@@ -815,7 +828,10 @@ class Evidence:
     @property
     def none_compared(self) -> str:
         """Why a gate on this evidence cannot pass ('' when it can): no case ran to be judged, or none was
-        compared with the base (each new to it, or fixed: nothing says how the head's figures compare)."""
+        compared with the base (each new to it, or fixed: nothing says how the head's figures compare). A run
+        whose every case was skipped as unchanged by the change has nothing to pass on and nothing to doubt."""
+        if self.cases == 0 and self.unchanged:
+            return ""
         if self.carried == 0:
             return f"none of the {self.cases} case(s) ran to be judged ({self.unjudged})"
         if self.compared == 0:
@@ -834,7 +850,9 @@ def evidence(run: RunResult, comparison: Comparison) -> Evidence:
     """The evidence ``comparison`` of ``run`` rests on (Evidence)."""
     failing = {v.case_key for v in comparison.verdicts if v.fails_gate}
     compared = {v.case_key for v in comparison.verdicts if v.metric != "status"}
-    none = [c for c in run.cases if c.status != STATUS_OK and c.key not in failing]
-    return Evidence(cases=len(run.cases), carried=len(run.cases) - len(none),
-                    compared=sum(1 for c in run.cases if c.key in compared),
-                    skipped=sum(1 for c in none if c.status == STATUS_SKIPPED))
+    cases = [c for c in run.cases if not c.skipped_as_unchanged or c.key in failing]
+    none = [c for c in cases if c.status != STATUS_OK and c.key not in failing]
+    return Evidence(cases=len(cases), carried=len(cases) - len(none),
+                    compared=sum(1 for c in cases if c.key in compared),
+                    skipped=sum(1 for c in none if c.status == STATUS_SKIPPED),
+                    unchanged=len(run.cases) - len(cases))

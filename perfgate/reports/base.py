@@ -817,11 +817,33 @@ def planned_gap(run: RunResult) -> str:
     return f"no result for {plural(len(missing), 'planned case')} ({which})"
 
 
+def change_selection(run: RunResult) -> str:
+    """What `run --changed-since REF` chose, in one line ('every case runs: pyproject.toml changed ...', or
+    '12 case(s) skipped: unchanged by this pull request since origin/main; runs workload(s) a: ...'), from
+    ``settings.changed_since`` (results.json is untrusted: anything else of that shape is left out); '' when
+    the run chose by no change."""
+    chosen = run.settings.get("changed_since") if isinstance(run.settings, dict) else None
+    if not isinstance(chosen, dict) or not isinstance(chosen.get("since"), str):
+        return ""
+    reasons = [str(r) for r in chosen.get("reasons") or [] if isinstance(r, str)] \
+        if isinstance(chosen.get("reasons"), list) else []
+    since = chosen["since"][:100]
+    workloads = chosen.get("workloads")
+    if not isinstance(workloads, list):
+        return f"Changed since {since}: every case runs ({'; '.join(reasons)[:600]})"
+    unchanged = sum(1 for c in run.cases if c.skipped_as_unchanged)
+    names = ", ".join(str(w) for w in workloads[:20]) or "none"
+    return (f"Changed since {since}: {plural(unchanged, 'case')} skipped: unchanged by this pull request; "
+            f"runs the cases of workload(s) {names} ({'; '.join(reasons)[:600] or 'no workload file changed'})")
+
+
 def banner(report: ReportInput) -> Banner:
     comp = report.comparison
     st = report.status_counts
     gap = planned_gap(report.run)
-    runs = f"{st['ok']} ok, {st['skipped']} skipped, {st['failed']} failed" + (f"; {gap}" if gap else "")
+    unchanged = sum(1 for c in report.run.cases if c.skipped_as_unchanged)
+    skipped = f"{st['skipped']} skipped" + (f" ({unchanged} unchanged by this pull request)" if unchanged else "")
+    runs = f"{st['ok']} ok, {skipped}, {st['failed']} failed" + (f"; {gap}" if gap else "")
     ev = report.expectations
     exp = f"; {ev.headline}" if ev.rules else ""
     if comp is None:
@@ -837,6 +859,9 @@ def banner(report: ReportInput) -> Banner:
     if comp.gate_failed or ev.gate_failed:
         return Banner("fail", f"FAIL: {parts} ({runs}){exp}", c)
     found = report.evidence
+    if found is not None and found.cases == 0 and found.unchanged:
+        return Banner("pass", f"PASS: nothing to measure: every one of the {plural(found.unchanged, 'case')} is "
+                              f"skipped: unchanged by this pull request{exp}", c)
     if found is not None and found.none_compared:  # `--gate` exits 3: nothing it could pass on
         return Banner("no-evidence", f"NO EVIDENCE: {found.none_compared}; the gate cannot "
                                      f"pass{f'; {gap}' if gap else ''}{exp}", c)

@@ -24,6 +24,7 @@ from perfgate.reports.base import (
     CaseRow,
     Group,
     ReportInput,
+    change_selection,
     process_clocks_text,
     verdict_display,
 )
@@ -429,6 +430,7 @@ class HtmlExporter:
             judged_note=JUDGED_NOTE.format(judged=report.judged_step_time),
             environment=_environment_rows(report.run.environment),
             measured_under=measured_under(report.run),
+            change_selection=change_selection(report.run),
             cost_line=read_cost(report.run, report.run_dir).text(),
             threshold=report.threshold,
             tensorboard_command=f"perfgate tensorboard {shlex.quote(run_dir)}",

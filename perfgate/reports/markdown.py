@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from perfgate.model.acknowledge import match_text
 from perfgate.model.results import Acknowledgement, Comparison, Verdict
 from perfgate.reports import traces
-from perfgate.reports.base import CaseRow, ReportInput
+from perfgate.reports.base import CaseRow, ReportInput, change_selection
 from perfgate.reports.conditions import measured_under
 from perfgate.reports.cost import read_cost
 from perfgate.util.formatting import format_ratio, format_value
@@ -224,6 +224,10 @@ class MarkdownExporter:
         if conditions:
             out.add(cell(conditions), force=True)
         out.add(cell(read_cost(run, report.run_dir).text()), force=True)
+        chosen = change_selection(run)
+        if chosen:
+            out.add("", force=True)
+            out.add(cell(chosen), force=True)
         out.add("", force=True)
         comp = report.comparison
         found = report.evidence

@@ -57,3 +57,46 @@ def ceilings_path(baselines_dir: Path, machine_key: str) -> Path:
     machine's baselines and committed with them; the machine key may come from a results.json, so it is made
     a safe path component and the path must stay inside ``baselines_dir`` (SchemaError otherwise)."""
     return contained(Path(baselines_dir), machine_key, CEILINGS_FILE, what="baseline")
+
+
+# ---------------------------------------------------------------- globs over a project's files
+
+MAX_GLOB = 200  # characters in one pattern of a workload's depends_on
+
+
+def bad_project_glob(pattern: object, what: str = "pattern") -> str | None:
+    """Why ``pattern`` cannot be a glob over a project's files, or None: a printable string of 1 to MAX_GLOB
+    characters, relative to the project's root and kept inside it (no leading ``/``, no drive, no ``\\``,
+    no ``..``, ``.`` or empty part). A pattern comes from a workload file: untrusted."""
+    if not isinstance(pattern, str) or not pattern or len(pattern) > MAX_GLOB or not pattern.isprintable():
+        shown = repr(pattern) if len(repr(pattern)) <= 60 else repr(pattern)[:57] + "..."
+        return f"{what} {shown} is not a printable string of 1 to {MAX_GLOB} characters"
+    parts = (pattern[:-1] if pattern.endswith("/") else pattern).split("/")
+    if pattern.startswith("/") or "\\" in pattern or pattern[1:2] == ":" or any(p in ("..", ".", "") for p in parts):
+        return (f"{what} {pattern!r} leaves the project or is not in its plain form: write it relative to the "
+                "project's root, parts joined by '/', with no '..', '.' or empty part (e.g. \"src/sim/**\")")
+    return None
+
+
+def project_glob(pattern: str) -> re.Pattern[str]:
+    """``pattern`` (checked by bad_project_glob) as a regular expression over a path relative to the project's
+    root, parts joined by ``/``: ``**`` any number of whole folders (``src/**`` everything below src),
+    ``*`` anything within one part, ``?`` one character within one part, anything else itself; a trailing
+    ``/`` stands for everything below that folder."""
+    if pattern.endswith("/"):
+        pattern += "**"
+    out = []
+    parts = pattern.split("/")
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "**":
+            out.append(".*" if last else "(?:[^/]+/)*")
+            continue
+        text = "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in part)
+        out.append(text if last else text + "/")
+    return re.compile("".join(out))
+
+
+def matches_project_glob(pattern: str, path: str) -> bool:
+    """Does ``path`` (relative to the project's root, parts joined by ``/``) match ``pattern``?"""
+    return project_glob(pattern).fullmatch(path) is not None

@@ -12,6 +12,9 @@ STATUS_SKIPPED = "skipped"
 STATUS_FAILED = "failed"
 STATUSES = (STATUS_OK, STATUS_SKIPPED, STATUS_FAILED)
 
+# a skipped case's metadata["skipped_as"] when `run --changed-since` left it out: nothing it depends on changed
+SKIPPED_UNCHANGED = "unchanged"
+
 FAILURE_CLASSES = ("oom", "compile-error", "unsupported", "timeout", "crash", "error")
 
 
