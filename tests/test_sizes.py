@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from conftest import run_cli
 
 from perfgate.commands.sizes import (
@@ -260,6 +261,8 @@ def test_a_size_in_another_regime_is_named_and_the_size_that_keeps_it_recorded_a
 
 
 TWO_SIZES = '\n[tool.perfgate.suites.smoke]\nsizes = ["smoke", "pr"]\ndevice = "cpu"\n'
+ON_CUDA = '\n[tool.perfgate.suites.gpu]\nsizes = ["pr"]\ndevice = "cuda"\n'
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the check would run there")
 
 
 @pytest.mark.slow
@@ -274,7 +277,10 @@ TWO_SIZES = '\n[tool.perfgate.suites.smoke]\nsizes = ["smoke", "pr"]\ndevice = "
      "regime_step: 'm' is not an integer parameter of size 'pr'; valid: n, steps"),
     (("calibrate", "--sizes", "--suite", "gate"), "\n[tool.perfgate.suites.gate.size_params.cpu]\ngone = { n = 64 }\n",
      "names workload 'gone', which is not found"),
-], ids=["rounds", "budget-alone", "two-sizes", "budget-0", "negative", "unknown-parameter", "unknown-workload"])
+    pytest.param(("calibrate", "--sizes", "--suite", "gpu"), ON_CUDA,
+                 "suite 'gpu' measures on cuda and this machine has no CUDA device torch can use", marks=NO_CUDA),
+], ids=["rounds", "budget-alone", "two-sizes", "budget-0", "negative", "unknown-parameter", "unknown-workload",
+        "no-cuda"])
 def test_bad_input_is_one_line_and_exit_2_before_measuring(tmp_path, args, extra, needle):
     _project(tmp_path, extra)
     before = (tmp_path / "pyproject.toml").read_text()
@@ -284,3 +290,22 @@ def test_bad_input_is_one_line_and_exit_2_before_measuring(tmp_path, args, extra
     assert len(lines) == 1 and lines[0].startswith("perfgate: error: ") and needle in lines[0], proc.stderr
     assert (tmp_path / "pyproject.toml").read_text() == before
     assert not (tmp_path / "reports" / "size-check-cpu.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_check_classifies_from_the_kernels_and_records_per_device_kind(tmp_path):
+    """On a GPU the idle fraction is the kernels' share of the step's wall time; a record --write makes lands
+    in the suite's cuda table, which a CPU run of the suite leaves alone."""
+    _project(tmp_path, ON_CUDA)
+    proc = run_cli("calibrate", "--sizes", "--suite", "gpu", "--budget-s", "120", "--write", "--out", "check.json",
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    check = json.loads((tmp_path / "check.json").read_text())
+    assert check["complete"] and check["device"].startswith("cuda")
+    for row in check["workloads"]:
+        for m in (row["current"], row["full"]):
+            assert m["status"] == "ok" and m["bound"] and 0 <= m["device_idle_fraction"] <= 1, row
+    recorded = config.load(tmp_path / "pyproject.toml").suite("gpu").size_params or {}
+    assert set(recorded) <= {"cuda"}
+    assert recorded.get("cuda", {}) == {r["workload"]: r["suggested"] for r in check["workloads"] if r["suggested"]}
