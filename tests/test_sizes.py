@@ -94,6 +94,10 @@ def test_a_spent_budget_stops_the_search_with_a_size_that_still_keeps_the_regime
     assert note == "the budget was spent before n=16 to n=32 was tried" and len(done) == 1
     failed = smallest_keeping(rungs, "compute-bound", lambda p: Measurement(p, "failed", reason="oom: 9 GB"))
     assert rungs[failed[0]]["n"] == 256 and failed[2] == "n=48 did not run (oom: 9 GB): searched no further"
+    wave = ladder({"points": 512, "sources": 10, "vortices": 3, "steps": 8},
+                  {"points": 8192, "sources": 50, "vortices": 3, "steps": 8}, ["points", "sources"])
+    assert smallest_keeping(wave, "memory-bound", lambda p: None)[2] == \
+        "the budget was spent before points=1024, sources=10 to points=5632, sources=40 was tried"
 
 
 PYPROJECT = """\
@@ -258,6 +262,45 @@ def test_a_size_in_another_regime_is_named_and_the_size_that_keeps_it_recorded_a
     assert run.returncode == 0, run.stdout + run.stderr
     case = json.loads((tmp_path / "r" / "results.json").read_text())["cases"][0]
     assert case["spec"]["params"] == {"n": n, "steps": 2} and case["spec"]["size"] == "pr"
+
+
+SLEEPER = '''\
+import time
+
+from perfgate.workload import Built, Workload
+
+
+class Sleeper(Workload):
+    name = "sleeper"
+    description = "a build that takes two minutes: longer than the check's budget"
+    sizes = {"smoke": {"n": 1}, "pr": {"n": 1}, "full": {"n": 2}}
+    channels_last_applies = False
+
+    def build(self, params, device, dtype, variants):
+        time.sleep(120)
+        return Built(model=None, state=None)
+
+    def step(self, model, state, built, params):
+        return state
+'''
+
+
+@pytest.mark.slow
+def test_a_worker_is_stopped_at_the_budget_and_what_did_not_fit_is_said(tmp_path):
+    _project(tmp_path)
+    (tmp_path / "wl" / "sleeper.py").write_text(SLEEPER)
+    proc = run_cli("calibrate", "--sizes", "--suite", "gate", "-w", "sleeper", "-w", "regime_step", "--budget-s", "30",
+                   "--out", "check.json", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    check = json.loads((tmp_path / "check.json").read_text())
+    assert check["complete"] and check["spent_s"] < 45  # the budget, and the moments it takes to stop a worker
+    sleeper, other = check["workloads"]
+    assert sleeper["current"]["status"] == "failed" and sleeper["current"]["reason"].startswith(
+        "timeout: not done in the ") and sleeper["current"]["reason"].endswith(" s left of the budget")
+    assert sleeper["full"] is None and sleeper["note"].startswith("the size did not run: timeout")
+    assert other["current"] is None and other["note"] == "the size not measured: the budget was spent"
+    table = proc.stdout[proc.stdout.index("workload "):]
+    assert "sleeper " in table and "timeout" in table and "regime_step  not measured" in table
 
 
 TWO_SIZES = '\n[tool.perfgate.suites.smoke]\nsizes = ["smoke", "pr"]\ndevice = "cpu"\n'

@@ -74,7 +74,7 @@ class Measurement:
     @property
     def text(self) -> str:
         if self.status != STATUS_OK:
-            return self.status
+            return self.reason.split(":")[0] if self.reason.startswith("timeout") else self.status
         idle = "-" if self.idle is None else f"{self.idle * 100:.0f}%"
         return f"{self.bound or 'no class'} (idle {idle})"
 
@@ -158,15 +158,20 @@ def smallest_keeping(rungs: list[dict[str, Any]], target: str,
     The answer always keeps the regime; with the budget spent early it is a larger rung than needed."""
     lo, hi = -1, len(rungs) - 1
     tried: list[Measurement] = []
+    moving = [k for k in rungs[0] if rungs[0][k] != rungs[-1].get(k)]
+
+    def shown(rung: dict[str, Any]) -> str:  # the grown parameters alone: the others are the size's own
+        return _params_text({k: rung[k] for k in moving} or rung)
+
     while hi - lo > 1:
         mid = (lo + hi) // 2
         m = measure(rungs[mid])
         if m is None:
-            first, last = _params_text(rungs[lo + 1]), _params_text(rungs[hi - 1])
+            first, last = shown(rungs[lo + 1]), shown(rungs[hi - 1])
             return hi, tried, f"the budget was spent before {first if first == last else f'{first} to {last}'} was tried"
         tried.append(m)
         if m.status != STATUS_OK:
-            return hi, tried, f"{_params_text(rungs[mid])} did not run ({m.reason or m.status}): searched no further"
+            return hi, tried, f"{shown(rungs[mid])} did not run ({m.reason or m.status}): searched no further"
         if m.bound == target:
             hi = mid
         else:
@@ -375,7 +380,9 @@ def _check_sizes(settings: Settings, options: SizesOptions) -> list[SizeCheck]:
         case = runner.run_case(spec, catalog.workloads[name]["file"], replace(slim, timeout_s=min(
             settings.timeout_s, left)), work)
         m = Measurement(params=dict(params), status=case.status, seconds=case.duration_s)
-        if case.status != STATUS_OK:
+        if case.failure_class == "timeout":  # its message is the worker's last stderr lines, not the reason
+            m.reason = f"timeout: not done in the {min(settings.timeout_s, left):.0f} s left of the budget"
+        elif case.status != STATUS_OK:
             m.reason = failure_note(case.failure_class, case.message)
         else:
             bound = roofline.case_bound(case, ceilings)
@@ -413,17 +420,17 @@ def _check_sizes(settings: Settings, options: SizesOptions) -> list[SizeCheck]:
 def judge_row(row: SizeCheck, declared: dict[str, Any],
               measure: Callable[[dict[str, Any]], Measurement | None]) -> None:
     """Fill ``row``'s note and, where the classes differ, search and fill its suggestion."""
-    if row.current is None or row.full is None:
-        row.note = "not measured: the budget was spent" if row.current is None else \
-            "full not measured: the budget was spent"
-        return
     for label, m in (("the size", row.current), ("full", row.full)):
+        if m is None:
+            row.note = f"{label} not measured: the budget was spent"
+            return
         if m.status != STATUS_OK:
             row.note = f"{label} did not run: {m.reason or m.status}"
             return
         if not m.bound:
             row.note = f"{label} has no bound class: {m.reason}"
             return
+    assert row.current is not None and row.full is not None  # for mypy: the loop returned otherwise
     if row.same_regime:
         if row.current.idle is not None and row.full.idle is not None and abs(row.current.idle - row.full.idle) > IDLE_APART:
             row.note = (f"same class, but the device idles {row.current.idle * 100:.0f}% of a step at this size and "
