@@ -341,7 +341,7 @@ def test_on_cuda_the_check_classifies_from_the_kernels_and_records_per_device_ki
     """On a GPU the idle fraction is the kernels' share of the step's wall time; a record --write makes lands
     in the suite's cuda table, which a CPU run of the suite leaves alone."""
     _project(tmp_path, ON_CUDA)
-    proc = run_cli("calibrate", "--sizes", "--suite", "gpu", "--budget-s", "120", "--write", "--out", "check.json",
+    proc = run_cli("calibrate", "--sizes", "--suite", "gpu", "--budget-s", "60", "--write", "--out", "check.json",
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     check = json.loads((tmp_path / "check.json").read_text())
