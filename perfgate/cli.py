@@ -158,6 +158,9 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
         echo(f"  {s.name}: {s.description}")
         echo(f"      workloads {', '.join(s.workloads)}; sizes {', '.join(s.sizes)}; device {s.device}")
         echo(f"      toggles {', '.join(s.toggles)}")
+        for kind, records in (s.size_params or {}).items():  # sizes recorded by `calibrate --sizes --write`
+            echo(f"      {s.sizes[0]} on {kind}: " + "; ".join(
+                f"{w} " + ", ".join(f"{k}={v}" for k, v in p.items()) for w, p in records.items()))
     if errors:  # listed above with the rest; a broken workload file is still a configuration error
         fail(f"{len(errors)} workload file(s) failed to load: {', '.join(e['file'] for e in errors)}")
 

@@ -257,6 +257,8 @@ def test_a_size_in_another_regime_is_named_and_the_size_that_keeps_it_recorded_a
     # --write: the record in the suite's table, every other line as it was; the suite's run uses it
     after = (tmp_path / "pyproject.toml").read_text()
     assert after.startswith(before) and f"regime_step = {{ n = {n} }}" in after and "steady_step" not in after
+    listed = run_cli("list", cwd=tmp_path)
+    assert f"      pr on cpu: regime_step n={n}\n" in listed.stdout, listed.stdout
     run = run_cli("run", "--suite", "gate", "-w", "regime_step", "--processes", "1", "--samples", "3",
                   "--out", "r", cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
