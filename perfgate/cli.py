@@ -158,6 +158,9 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
         echo(f"  {s.name}: {s.description}")
         echo(f"      workloads {', '.join(s.workloads)}; sizes {', '.join(s.sizes)}; device {s.device}")
         echo(f"      toggles {', '.join(s.toggles)}")
+        for kind, records in (s.size_params or {}).items():  # sizes recorded by `calibrate --sizes --write`
+            echo(f"      {s.sizes[0]} on {kind}: " + "; ".join(
+                f"{w} " + ", ".join(f"{k}={v}" for k, v in p.items()) for w, p in records.items()))
     if errors:  # listed above with the rest; a broken workload file is still a configuration error
         fail(f"{len(errors)} workload file(s) failed to load: {', '.join(e['file'] for e in errors)}")
 
@@ -366,9 +369,31 @@ def repro_cmd(config: str | None, case: str, results: str | None, traces_only: b
 @click.option("--ceilings/--no-ceilings", default=True, show_default=True,
               help="Also measure peak FLOP/s and memory bandwidth (the roofline); --write stores them.")
 @click.option("--ceilings-only", is_flag=True, help="Measure only the ceilings (seconds), no A/A rounds.")
+@click.option("--sizes", is_flag=True,
+              help="Instead: check that the suite's size (default suite pr) has full's bound class on this device, "
+                   "and find the size that keeps it; --write records it in the suite's table of pyproject.toml.")
+@click.option("--budget-s", type=FiniteFloat(min=1), default=None,
+              help="With --sizes: seconds the whole check may take (default 300).")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="With --sizes: the JSON file of the check (default <reports_dir>/size-check-<cpu|cuda>.json).")
 @handle_errors
-def calibrate_cmd(config: str | None, **options: Any) -> None:
-    """Repeated A/A runs of each case: noise within and between processes, smallest detectable change."""
+def calibrate_cmd(config: str | None, sizes: bool, budget_s: float | None, out: str | None, **options: Any) -> None:
+    """Repeated A/A runs of each case: noise within and between processes, smallest detectable change.
+    With --sizes: whether the suite's size keeps full's regime here, and a size that does."""
+    if sizes:
+        from perfgate.commands import sizes as sizes_mod
+
+        given = [f"--{k.replace('_', '-')}" for k in ("toggles", "rounds", "processes", "samples", "baseline_file")
+                 if options[k]] + (["--ceilings-only"] if options["ceilings_only"] else [])
+        if given:
+            raise ConfigError(f"calibrate --sizes measures the eager case of each workload with its own budget; "
+                              f"{', '.join(given).replace('--baseline-file', '--baseline')} cannot apply to it")
+        sizes_mod.check_sizes(load_settings(config), sizes_mod.SizesOptions(
+            suite=options["suite"], workloads=options["workloads"], write=options["write"], out=out,
+            budget_s=sizes_mod.DEFAULT_BUDGET_S if budget_s is None else budget_s))
+        return
+    if budget_s is not None or out is not None:
+        raise ConfigError(f"{'--budget-s' if budget_s is not None else '--out'} belongs to calibrate --sizes")
     from perfgate.commands import calibrate
 
     calibrate.calibrate(load_settings(config), calibrate.CalibrateOptions(**options))

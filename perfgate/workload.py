@@ -59,6 +59,9 @@ class Workload:
       name         unique workload name (used on the command line and as the baseline key)
       description  one line: what it models
       sizes        {"smoke": {...}, "pr": {...}, "full": {...}}: named sizes -> real parameters
+      length_parameters  the size parameters that only repeat a step (default ("steps",); the rollout's
+                   "T"): they change how long a unit lasts, not what one step does, so `perfgate calibrate
+                   --sizes` cuts them to keep `full` cheap and grows only the others (grid, batch, points...)
       tolerance    Tolerance on the output after one unit of work
       variants     {"groupnorm": "one line"}: workload-specific toggles, composable with '+'
       needs_grad   True when the step needs autograd (forces from energies); else steps run in no_grad
@@ -89,6 +92,7 @@ class Workload:
     name: str = ""
     description: str = ""
     sizes: dict[str, dict[str, Any]] = {}
+    length_parameters: tuple[str, ...] = ("steps",)
     tolerance: Tolerance = Tolerance()
     variants: dict[str, str] = {}
     needs_grad: bool = False
@@ -224,6 +228,7 @@ class Workload:
             "name": cls.name,
             "description": cls.description,
             "sizes": {k: dict(v) for k, v in cls.sizes.items()},
+            "length_parameters": list(cls.length_parameters),
             "variants": dict(cls.variants),
             "tolerance": cls.tolerance.to_json(),
             "needs_grad": cls.needs_grad,
@@ -326,6 +331,9 @@ def _validate(cls: type[Workload], path: Path) -> str | None:
         return f"{path}: workload {cls.name!r}: sizes must be a dict of size names to dicts of parameters"
     if not isinstance(cls.variants, dict):
         return f"{path}: workload {cls.name!r}: variants must be a dict of variant names to one line each"
+    lengths = cls.length_parameters
+    if not isinstance(lengths, (tuple, list)) or not all(isinstance(p, str) for p in lengths):
+        return f"{path}: workload {cls.name!r}: length_parameters must be a tuple of parameter names, e.g. (\"T\",)"
     for size in cls.sizes:
         problem = _bad_name(size, "size", "/")
         if problem:

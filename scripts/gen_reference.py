@@ -205,6 +205,10 @@ MEANINGS: dict[str, dict[str, str]] = {
         "device": "`cpu`, `cuda`, or `auto` (CUDA when the worker sees a GPU).",
         "description": "One line, shown by `perfgate list`.",
         "device_memory_gb": "This suite's CUDA memory cap per worker in GiB (see the top-level key).",
+        "size_params": "Per device kind (`cpu`, `cuda`), per workload: parameters of the suite's one size "
+                       "changed on that kind of device, e.g. `[tool.perfgate.suites.pr.size_params.cuda]` "
+                       "`wave_field = { points = 4096 }`; `perfgate calibrate --sizes --write` records a size "
+                       "that keeps full's regime there ([GPU](../gpu.md#sizes-that-keep-the-regime)).",
     },
     "tool.perfgate.timing": {
         "samples": "Timed samples per worker process, at least (`--samples`).",

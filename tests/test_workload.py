@@ -121,6 +121,7 @@ def test_defaults_of_the_api():
     assert w.output((5, 6)) == 5 and w.output(7) == 7
     d = W.describe()
     assert d["tolerance"] == Tolerance().to_json() and d["needs_grad"] is False and d["channels_last_applies"]
+    assert d["length_parameters"] == ["steps"]  # what `perfgate calibrate --sizes` cuts rather than grows
     with pytest.raises(NotImplementedError):
         Workload().build({}, "cpu", None, frozenset())
 
@@ -250,8 +251,10 @@ def test_a_name_used_twice_in_one_file_is_an_error_not_a_silent_replacement(tmp_
      "sizes must be a dict of size names to dicts of parameters"),
     ("class W(Workload):\n    name = 'w'\n    description = 'd'\n    sizes = {**SIZES, 'smoke': {'x': float('nan')}}\n",
      "workload 'w': ValueError"),
+    ("class W(Workload):\n    name = 'w'\n    description = 'd'\n    sizes = SIZES\n    length_parameters = 'T'\n",
+     "workload 'w': length_parameters must be a tuple of parameter names, e.g. (\"T\",)"),
 ], ids=["sys-exit", "keyboard-interrupt", "slash-name", "long-name", "slash-size", "plus-variant",
-        "sizes-list", "nan-param"])
+        "sizes-list", "nan-param", "length-parameters-string"])
 def test_a_broken_workload_file_is_one_error_naming_it_never_a_failed_probe(tmp_path, body, needle):
     """Each used to stop the worker probe (`perfgate run` / `list` exit 3) or to make case keys
     (workload/size/toggle+toggle/device) that expectations and acknowledgements cannot match."""

@@ -52,6 +52,8 @@ class SimulatorConstruction(Workload):
         "pr": {"grid": 256, "oversample": 2, "sources": 4, "table_points": 4096, "constructions": 10},
         "full": {"grid": 1024, "oversample": 2, "sources": 4, "table_points": 4096, "constructions": 10},
     }
+    # constructions repeat the unit's step: `perfgate calibrate --sizes` cuts them and grows the grid
+    length_parameters = ("constructions",)
     tolerance = Tolerance(rel_l2=1e-3)
     variants = {"float-constants": "detector distance as a Python float attribute: dynamo guards on its value"}
     channels_last_applies = False

@@ -21,6 +21,7 @@ from perfgate.model.rules import ExpectError, parse_rules
 from perfgate.util.validation import (
     Count,
     Integer,
+    Name,
     Positive,
     Table,
     Text,
@@ -44,6 +45,8 @@ class ConfigError(ValueError):
 
 
 DEVICES = ("auto", "cpu", "cuda")
+# what a suite's size_params are recorded per: the kind of device a run resolves to
+DEVICE_KINDS = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,9 @@ class Suite:
     description: str = ""
     # each CUDA worker's memory capped at this many GB (a team's smaller card on a bigger one); None: no cap
     device_memory_gb: float | None = None
+    # {device kind: {workload: {parameter: value}}}: the suite's one size with these parameters changed on
+    # that kind of device (`perfgate calibrate --sizes --write` records a size that keeps full's regime)
+    size_params: dict[str, dict[str, dict[str, int]]] | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True)
@@ -222,6 +228,7 @@ class SuiteTable(Table):
     device: one_of(DEVICES) | None = None  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
     description: Text | None = None
     device_memory_gb: GigaBytes | None = None
+    size_params: dict[one_of(DEVICE_KINDS), dict[Name, dict[Name, Count]]] | None = None  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
 
 
 class TimingTable(Table):
@@ -285,6 +292,10 @@ def load(config: str | Path | None = None, cwd: Path | None = None) -> Settings:
     root = source.parent
     timing = TimingSettings(**set_fields(given["timing"])) if "timing" in given else TimingSettings()
     suites = {name: Suite(name=name, **set_fields(body)) for name, body in given.get("suites", {}).items()}
+    for suite in suites.values():
+        if suite.size_params and len(suite.sizes) != 1:
+            raise ConfigError(f"{where}: [tool.perfgate.suites.{suite.name}] size_params needs a suite of one size "
+                              f"(it changes that size's parameters); this suite runs sizes {', '.join(suite.sizes)}")
     suites = suites or dict(DEFAULT_SUITES)
     try:
         expectations = tuple(parse_rules(raw.get("expect"), source=f"{where} [tool.perfgate.expect]"))

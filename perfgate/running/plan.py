@@ -112,6 +112,41 @@ def resolve_device(device: str, catalog: Catalog) -> str:
     return device
 
 
+def device_kind(device: str) -> str:
+    """The kind of a resolved device ("cuda:1" -> "cuda"), as a suite's size_params are recorded per."""
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
+def check_size_params(suite: Suite, catalog: Catalog) -> None:
+    """ConfigError (one line) unless every record of ``suite.size_params`` names a workload of the catalog and,
+    for each, parameters its size declares with an integer value: a record from another project or an older
+    workload would otherwise run a size nobody chose."""
+    for kind, records in (suite.size_params or {}).items():
+        where = f"[tool.perfgate.suites.{suite.name}.size_params.{kind}]"
+        for name, record in records.items():
+            info = catalog.workloads.get(name)
+            if info is None:
+                raise ConfigError(f"{where} names workload {name!r}, which is not found; valid: "
+                                  f"{', '.join(sorted(catalog.workloads)) or '(none)'}")
+            declared = info["sizes"].get(suite.sizes[0])
+            if declared is None:
+                raise ConfigError(f"{where} {name}: the workload has no size {suite.sizes[0]!r} to change")
+            ints = [k for k, v in declared.items() if isinstance(v, int) and not isinstance(v, bool)]
+            for param in record:
+                if param not in ints:
+                    raise ConfigError(f"{where} {name}: {param!r} is not an integer parameter of size "
+                                      f"{suite.sizes[0]!r}; valid: {', '.join(ints) or '(none)'}")
+
+
+def size_parameters(suite: Suite, catalog: Catalog, workload: str, size: str, device: str) -> dict[str, Any]:
+    """The parameters ``workload`` runs ``size`` with in ``suite`` on ``device``: the workload's own, with the
+    suite's record for that kind of device (size_params) over them when ``size`` is the suite's size."""
+    params = dict(catalog.workloads[workload]["sizes"][size])
+    if suite.size_params and size == suite.sizes[0]:
+        params.update(suite.size_params.get(device_kind(device), {}).get(workload, {}))
+    return params
+
+
 def plan_cases(
     suite: Suite,
     catalog: Catalog,
@@ -129,6 +164,7 @@ def plan_cases(
     names = select_workloads(workloads or suite.workloads, catalog)
     sizes = (size,) if size else suite.sizes
     dev = resolve_device(device or suite.device, catalog)
+    check_size_params(suite, catalog)
     toggle_texts = list(toggles or suite.toggles)
     cases: list[CaseSpec] = []
     for text in toggle_texts:  # validate each toggle set once against some workload that accepts it
@@ -152,7 +188,7 @@ def plan_cases(
         for sz in sizes:
             if sz not in info["sizes"]:
                 continue  # a size of another workload
-            params = tuple(sorted(info["sizes"][sz].items()))
+            params = tuple(sorted(size_parameters(suite, catalog, name, sz, dev).items()))
             seen: set[tuple[str, ...]] = set()
             for text in toggle_texts:
                 try:
