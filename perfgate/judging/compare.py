@@ -220,7 +220,7 @@ def parse_gate(raw: Any) -> GateSettings:
     for k in _FLOAT_KEYS:
         if k in raw:
             kw[k] = _number(raw[k], k, 0.0, {"confidence": 0.999, "run_to_run": RUN_TO_RUN_MAX, "run_to_run_paired": RUN_TO_RUN_MAX, "run_to_run_cuda": RUN_TO_RUN_MAX,
-                                                     "process_quantile": 0.5}.get(k))
+                                                     "process_quantile": 0.5}.get(k))  # upper bounds; the default is PROCESS_QUANTILE (0.1)
     if "confidence" in kw and kw["confidence"] < 0.5:
         raise ConfigError(f"[tool.perfgate.gate] confidence must be between 0.5 and 0.999, got {kw['confidence']!r}")
     if "remeasure" in raw:
