@@ -22,7 +22,7 @@ import torch
 from perfgate.workload import Built, Tolerance, Workload
 
 EXTRA_MIB = {extra}  # what the head commit changes: grow_buffer allocates this many MiB more every step
-FAT_MIB = 192  # the "fat" variant's extra
+FAT_MIB = 96  # the "fat" variant's extra
 
 
 def grow_buffer(state, mib):
@@ -32,7 +32,7 @@ def grow_buffer(state, mib):
 class MemoryGrowth(Workload):
     name = "memory_growth"
     description = "a small matmul; grow_buffer allocates a temporary every step (memory tests)"
-    variants = {{"fat": "grow_buffer allocates 192 MiB more every step"}}
+    variants = {{"fat": "grow_buffer allocates 96 MiB more every step"}}
     sizes = {{"smoke": {{"n": 32, "steps": 1}}, "pr": {{"n": 32, "steps": 1}}, "full": {{"n": 32, "steps": 1}}}}
     tolerance = Tolerance(rel_l2=1e-3)
     channels_last_applies = False
@@ -67,6 +67,7 @@ device = "{device}"
 threshold = 0.5
 max_host_load = 0
 remeasure = false
+max_case_s = 5  # adaptive sampling's budget per case: these claims are far from their bounds
 
 [tool.perfgate.expect]
 "memory_growth/*/fat/*" = ["memory_vs_eager >= 1.1", "memory_vs_eager <= 0.7"]
@@ -112,7 +113,7 @@ def test_memory_vs_eager_claims_are_met_and_missed_as_the_peaks_say(tmp_path, de
     assert outcomes[("eager", "memory_vs_eager == 1")]["outcome"] == "met"
     fat = next(c for c in data["cases"] if c["spec"]["toggles"] == ["fat"])
     metric = "peak_cuda_allocated_bytes" if device == "cuda" else "peak_rss_bytes"
-    assert all(p[metric] > 192 * 2**20 for p in fat["processes"])  # every process recorded its peak
+    assert all(p[metric] > 96 * 2**20 for p in fat["processes"])  # every process recorded its peak
     derived = fat["derived"]["memory_vs_eager"]
     assert derived["metric"] == metric and derived["value"] == fat_more["value"]
     assert "memory_vs_eager <= 0.7" in proc.stdout + proc.stderr
