@@ -68,6 +68,11 @@ def test_table_rules_parse_with_a_shared_severity():
     ({"a/b/c/d": ["status == happy"]}, "status value 'happy' is not one of ok, skipped, failed, oom"),
     ({"a/b/c/d": ["accuracy == fine"]}, "accuracy value 'fine' is not one of ok, drift"),
     ({"a/b/c/d": ["speedup_vs >= 1"]}, "speedup_vs needs the toggle set to compare with"),
+    ({"a/b/c/d": ["memory_vs_eager <= lots"]}, "memory_vs_eager needs a number, got 'lots'"),
+    ({"a/b/c/d": ["memory_vs_eager <= 0"]}, "memory_vs_eager is a ratio, always above 0; give a bound above 0"),
+    ({"a/b/c/d": {"memory_vs_eager": {"max": -0.5}}}, "memory_vs_eager is a ratio, always above 0"),
+    ({"a/b/c/d": ["speedup_vs_eager >= 0"]}, "speedup_vs_eager is a ratio, always above 0"),
+    ({"a/b/c/d": ["memory_vs_eager(compile) <= 1"]}, "only speedup_vs takes a toggle, not memory_vs_eager"),
     ({"a/b/c/d": ["kernels_per_step(compile) <= 1"]}, "only speedup_vs takes a toggle"),
     ({"a/b/c/d": {"kernels_per_step": 3}}, "give a table {min = X} / {max = X}"),
     ({"a/b/c/d": {"kernels_per_step": {"below": 3}}}, "unknown key(s) below; valid: min, max, toggle, severity"),
@@ -117,12 +122,16 @@ def test_config_validates_the_expect_table_at_load(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_exits_2_on_a_malformed_rule(tmp_path):
+@pytest.mark.parametrize("rule, message", [
+    ("speedup_vs_eager", "not a rule; write METRIC OP VALUE"),
+    ("memory_vs_eager <= -1", "memory_vs_eager is a ratio, always above 0"),
+])
+def test_cli_exits_2_on_a_malformed_rule(tmp_path, rule, message):
     (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\n[tool.perfgate.expect]\n'
-                                             '"w/*/eager/cpu" = ["speedup_vs_eager"]\n')
+                                             f'"w/*/eager/cpu" = ["{rule}"]\n')
     proc = run_cli("compare", str(tmp_path), str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2
-    assert "not a rule; write METRIC OP VALUE" in proc.stderr and proc.stderr.count("\n") == 1
+    assert message in proc.stderr and proc.stderr.count("\n") == 1
 
 
 def test_a_workload_file_with_a_bad_rule_fails_to_load(tmp_path):
@@ -217,6 +226,56 @@ def test_a_case_of_one_process_has_no_interval_to_meet_a_rule_by():
     assert o.outcome == "unknown" and "1 process: no interval" in o.reason
     sp = outcome(one, "rollout/*/compile/cpu", "speedup_vs_eager >= 0.001")
     assert sp.outcome == "unknown" and "1 process: no interval" in sp.reason
+
+
+def with_peaks(run: RunResult, peaks: dict[str, list[float]], metric: str = "peak_rss_bytes") -> RunResult:
+    """``run`` with its cases' worker processes peaking at ``peaks[toggle]`` bytes (one per process)."""
+    cases = []
+    for c in run.cases:
+        if c.spec.toggle_name in peaks:
+            values = peaks[c.spec.toggle_name]
+            c = replace(c, processes=[replace(p, **{metric: v}) for p, v in zip(c.processes, values, strict=False)]
+                        [:len(values)])
+        cases.append(c)
+    return replace(run, cases=cases)
+
+
+def test_memory_vs_eager_rules_use_the_peak_ratio_and_its_interval_over_processes():
+    run = with_peaks(synthetic_run(["rollout"], toggles=("eager", "compile", "channels-last", "amp-bf16")),
+                     {"eager": [1e9, 1e9], "compile": [6.5e8, 6.5e8], "channels-last": [0.9e9, 1.1e9],
+                      "amp-bf16": [7e8]})
+    fused = outcome(run, "rollout/*/compile/cpu", "memory_vs_eager <= 0.7")  # every process peaked alike: exact
+    assert fused.outcome == "met" and (fused.value, fused.low, fused.high) == (0.65, 0.65, 0.65)
+    assert outcome(run, "rollout/*/compile/cpu", "memory_vs_eager <= 0.6").outcome == "missed"
+    assert outcome(run, "rollout/*/compile/cpu", "memory_vs_eager < 0.65").outcome == "missed"
+    spread = outcome(run, "rollout/*/channels-last/cpu", "memory_vs_eager <= 1.05")  # its processes differ
+    assert spread.outcome == "unknown" and "straddles" in spread.reason and spread.low < 1 < spread.high
+    assert outcome(run, "rollout/*/channels-last/cpu", "memory_vs_eager <= 100").outcome == "met"
+    one = outcome(run, "rollout/*/amp-bf16/cpu", "memory_vs_eager <= 0.8")
+    assert one.outcome == "unknown" and one.reason == "the peak_rss_bytes ratio's interval: 1 process: no interval"
+    assert outcome(run, "rollout/*/eager/cpu", "memory_vs_eager == 1").outcome == "met"
+    alone = replace(run, cases=[c for c in run.cases if c.spec.toggle_name != "eager"])
+    assert "no eager case of rollout/smoke on cpu" in outcome(alone, "rollout/*/compile/cpu",
+                                                              "memory_vs_eager <= 0.7").reason
+
+
+def test_memory_vs_eager_compares_cuda_allocated_on_a_gpu_and_results_json_carries_it(tmp_path):
+    run = synthetic_run(["rollout"], toggles=("eager", "compile"), device="cuda")
+    run = with_peaks(with_peaks(run, {"eager": [3e8, 3e8], "compile": [1e8, 1e8]}),  # the process RSS: not this
+                     {"eager": [2e9, 2e9], "compile": [1.3e9, 1.3e9]}, "peak_cuda_allocated_bytes")
+    assert outcome(run, "rollout/*/compile/cuda", "memory_vs_eager <= 0.7").value == 0.65
+    runner.write_results(run, tmp_path / "results.json")
+    derived = json.loads((tmp_path / "results.json").read_text())["cases"][1]["derived"]["memory_vs_eager"]
+    assert derived["metric"] == "peak_cuda_allocated_bytes" and (derived["value"], derived["low"]) == (0.65, 0.65)
+    back = load_results(tmp_path / "results.json")
+    assert [p.peak_cuda_allocated_bytes for p in back.cases[1].processes] == [1.3e9, 1.3e9]
+
+
+def test_a_run_without_peaks_per_process_compares_the_profile_pass_peaks_with_no_interval(run):
+    """Results written before processes recorded their peaks: the one peak of the profile pass (process 0)."""
+    o = outcome(run, "rollout/*/amp-bf16/cpu", "memory_vs_eager <= 2")
+    assert o.outcome == "unknown" and "no interval" in o.reason
+    assert run.memory_vs_eager(run.case("rollout/smoke/amp-bf16/cpu"))[1].value == pytest.approx(1.2)
 
 
 def test_metrics_aliases_status_and_accuracy(run):

@@ -203,6 +203,27 @@ def test_an_infinite_peak_memory_gives_no_memory_ratio():
     assert "nanx" not in registry()["html"].render(report).decode()
 
 
+def test_memory_vs_eager_with_its_interval_in_the_matrix_what_pays_off_csv_and_json():
+    run = synthetic_run(["w"], toggles=("eager", "compile"))
+    for case, peaks in zip(run.cases, ([1e9, 1e9], [6.9e8, 7.1e8]), strict=True):
+        case.processes = [replace(p, peak_rss_bytes=v) for p, v in zip(case.processes, peaks, strict=True)]
+    report = ReportInput(run)
+    eager, compiled = report.rows
+    ratio = run.memory_vs_eager(run.cases[1])[1]
+    assert (compiled.memory_ratio, compiled.memory_metric, compiled.memory_change) == (ratio, "peak_rss_bytes", 0.7)
+    assert ratio.low < 0.7 < ratio.high and eager.memory_vs_eager_text == "1x (reference)"
+    shown = f"0.700x [{ratio.low:.3f}, {ratio.high:.3f}]"
+    assert compiled.memory_vs_eager_text == shown
+    html = registry()["html"].render(report).decode()
+    assert html.count(f'<td class="num memory-vs-eager">{shown}</td>') == 2  # the toggle matrix, what pays off
+    rows = registry()["csv"].render(report).decode().splitlines()
+    header, line = rows[0].split(","), rows[2].split(",")
+    assert float(line[header.index("memory_vs_eager_low")]) == pytest.approx(ratio.low)
+    assert line[header.index("memory_vs_eager_metric")] == "peak_rss_bytes"
+    data = json.loads(registry()["json"].render(report))["rows"][1]["memory_vs_eager"]
+    assert (data["value"], data["high"], data["metric"]) == (0.7, ratio.high, "peak_rss_bytes")
+
+
 def test_op_diff_orders_by_self_time_change():
     def case(ops):
         return CaseResult(spec=CaseSpec("w", "s", ("eager",), "cpu"), status="ok", profile={"top_ops": ops})

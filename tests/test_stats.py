@@ -13,6 +13,7 @@ from perfgate.util.stats import (
     SampleSummary,
     format_seconds,
     median_ci_ranks,
+    peak_ratio,
     process_half_width,
     quantile,
     ratio_of,
@@ -211,6 +212,36 @@ def test_ratio_of_a_side_of_one_process_has_no_interval():
     r = ratio_of(two, one, 0.02)
     assert (r.low, r.high) == (None, None)
     assert r.format() == f"{r.value:.2f}x (1 process: no interval)"
+
+
+def test_peak_ratio_is_exact_where_every_process_peaked_alike():
+    """A caching allocator's peak is the same bytes in every process: the ratio is the value, no noise."""
+    r = peak_ratio([700.0, 700.0, 700.0], [1000.0, 1000.0])
+    assert (r.value, r.low, r.high) == (0.7, 0.7, 0.7)
+    assert r.to_json()["means"].startswith("95% interval of this case's peak memory / eager's")
+
+
+def test_peak_ratio_is_a_welch_interval_over_the_processes_log_peaks_without_a_run_to_run_term():
+    case, eager = [690.0, 710.0, 700.0], [1000.0, 1040.0]
+    r = peak_ratio(case, eager)
+    from scipy import stats as sps
+
+    logs_c, logs_e = [math.log(x) for x in case], [math.log(x) for x in eager]
+    var_c, var_e = statistics.variance(logs_c) / 3, statistics.variance(logs_e) / 2
+    df = (var_c + var_e) ** 2 / (var_c ** 2 / 2 + var_e ** 2 / 1)
+    half = sps.t.ppf(0.975, df) * math.sqrt(var_c + var_e)
+    assert r.value == pytest.approx(700 / 1020)
+    assert (r.low, r.high) == (pytest.approx(r.value / math.exp(half)), pytest.approx(r.value * math.exp(half)))
+    assert r.low < r.value < r.high
+
+
+def test_peak_ratio_of_a_side_of_one_process_has_no_interval_and_of_nothing_is_none():
+    r = peak_ratio([700.0], [1000.0, 1000.0])
+    assert (r.value, r.low, r.high) == (0.7, None, None)
+    assert peak_ratio([], [1000.0]) is None
+    assert peak_ratio([700.0], []) is None
+    assert peak_ratio([0.0, 700.0], [1000.0, 1000.0]) is None  # a peak of 0 is no measurement
+    assert peak_ratio([math.inf, 700.0], [1000.0, 1000.0]) is None
 
 
 def test_summarize_between_process_spread():

@@ -957,6 +957,7 @@ PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {
                         "syncs_per_step", "cpu_bytes_allocated_per_step"),
     "flops": ("flops_per_step",),
     "accuracy": ("flops_per_step",),
+    "memory sites": (),  # where a step allocates: read by a memory regression's report, never gated
 }
 
 

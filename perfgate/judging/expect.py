@@ -1,7 +1,8 @@
 """Expectations evaluated: each rule (perfgate.model.rules) on each case of a run it matches. No torch.
 
 Every rule is evaluated on each case it matches, with the measured value and, where the metric has one,
-its interval (the step time's CI, the speedup's CI, the range of the worker processes' first calls):
+its interval (the step time's CI, the speedup's CI, the peak memory ratio's interval over worker processes,
+the range of the worker processes' first calls):
 ``met`` when the whole interval satisfies the bound, ``missed`` when none of it does, ``unknown`` when the
 interval straddles the bound or the case has no such value (it did not run, or the metric was not
 measured). A missed ``fail`` rule fails ``--gate``. ``judge`` stores the outcomes on the run as plain data,
@@ -138,6 +139,15 @@ def _measure(rule: Rule, case: CaseResult, run: RunResult) -> tuple[float | None
         if ratio is None:
             return None, None, None, f"{toggle if a is None else 'this case'} has no step time"
         return ratio.value, ratio.low, ratio.high, "" if ratio.low is not None else f"the speedup's {NO_INTERVAL}"
+    if metric == "memory_vs_eager":
+        spec = case.spec
+        if run.eager_for(case) is None:
+            return None, None, None, f"no eager case of {spec.workload}/{spec.size} on {spec.device} in this run"
+        compared = run.memory_vs_eager(case)
+        if compared is None:
+            return None, None, None, "no peak memory measured here or in eager (or eager did not run)"
+        name, mem = compared
+        return mem.value, mem.low, mem.high, "" if mem.low is not None else f"the {name} ratio's interval: {NO_INTERVAL}"
     if metric == "step_time_s":
         st = run.step_time(case)
         if st is None:

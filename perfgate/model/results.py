@@ -16,6 +16,7 @@ Schema history (``perfgate.results/N``):
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -24,12 +25,14 @@ from pydantic import ConfigDict, Field
 
 from perfgate.model.rules import Rule
 from perfgate.util.stats import (
+    PEAK_RATIO_MEANS,
     PROCESS_QUANTILE,
     RUN_TO_RUN_CPU,
     RUN_TO_RUN_CUDA,
     RUN_TO_RUN_MAX,
     Ratio,
     SampleSummary,
+    peak_ratio,
     process_step_time,
     speedup_of,
     summarize,
@@ -59,6 +62,7 @@ from perfgate.util.vocabulary import DERIVED_METRICS as DERIVED_METRICS
 from perfgate.util.vocabulary import FAILURE_CLASSES as FAILURE_CLASSES
 from perfgate.util.vocabulary import METRIC_KINDS as METRIC_KINDS
 from perfgate.util.vocabulary import METRICS as METRICS
+from perfgate.util.vocabulary import PEAK_METRICS as PEAK_METRICS
 from perfgate.util.vocabulary import SKIPPED_UNCHANGED as SKIPPED_UNCHANGED
 from perfgate.util.vocabulary import STATUS_FAILED as STATUS_FAILED
 from perfgate.util.vocabulary import STATUS_OK as STATUS_OK
@@ -195,6 +199,9 @@ class ProcessDocument(Document):
     layout_groups: list[Count] | None = None  # samples per memory layout, when it sampled several
     bursts: list[Index] | None = None  # compare.py checks their sum against the samples
     gpu_clocks: GpuClocksDocument | None = None
+    peak_rss_bytes: NonNegative | None = None  # this process's peak memory (memory_vs_eager's samples)
+    peak_cuda_allocated_bytes: NonNegative | None = None
+    peak_cuda_reserved_bytes: NonNegative | None = None
 
 
 class AccuracyDocument(Document):
@@ -219,6 +226,28 @@ class TopOpDocument(Document):
     self_time_us_per_step: Measured | None = None
 
 
+class MemorySiteDocument(Document):
+    """One allocation site of a step (perfgate.worker.allocations): what a memory regression's report diffs."""
+
+    model_config = ConfigDict(extra="allow")
+    site: Text
+    op: Text | None = None
+    file: Text | None = None
+    line: Index | None = None
+    bytes_per_step: NonNegative = 0.0
+    allocations_per_step: NonNegative = 0.0
+
+
+class MemorySitesDocument(Document):
+    """Where one step of a case allocates: its top sites, most bytes first."""
+
+    model_config = ConfigDict(extra="allow")
+    source: Text | None = None
+    steps: Count = 1
+    total_bytes_per_step: NonNegative | None = None
+    sites: list[MemorySiteDocument] = []
+
+
 class ProfileDocument(Document):
     """A case's profile detail: free-form, but for the fields the reports read (a number where report.html
     joins a list, or a list where it builds a path, crashed it: exit 3, "a perfgate bug")."""
@@ -229,6 +258,8 @@ class ProfileDocument(Document):
     trace_dir: Text | None = None
     trace_file: Text | None = None
     errors: list[Text] | None = None
+    memory_sites: MemorySitesDocument | None = None
+    memory_snapshot: Text | None = None  # the CUDA allocator's snapshot, relative to the run folder
 
 
 class CaseDocument(Document):
@@ -404,6 +435,11 @@ class ProcessSamples:
     # the GPU's SM clock and clocks-event (throttle) reasons before and after the samples, read through
     # NVML (perfgate.worker.gpu_clocks); None on CPU, without nvidia-ml-py, and in results written before it
     gpu_clocks: dict[str, Any] | None = None
+    # this process's peak memory after its timed samples (perfgate.worker.profiling.process_peaks): its peak
+    # resident set, and on CUDA the allocator's peak over one unit; None in results written before them
+    peak_rss_bytes: float | None = None
+    peak_cuda_allocated_bytes: float | None = None
+    peak_cuda_reserved_bytes: float | None = None
 
     @property
     def step_times_s(self) -> list[float]:
@@ -479,6 +515,19 @@ class CaseResult:
         firsts = [p.first_call_s for p in self.processes if p.first_call_s is not None]
         return max(firsts) if firsts else None
 
+    def peaks(self, metric: str) -> list[float]:
+        """The case's peak memory ``metric`` (a PEAK_METRICS name) per worker process; where its processes
+        recorded none (results written before they did), the profile pass's one value; [] without either."""
+        def finite(v: Any) -> float | None:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            return float(v) if ok else None
+
+        per_process = [finite(getattr(p, metric, None)) for p in self.processes]
+        if per_process and all(v is not None for v in per_process):
+            return [v for v in per_process if v is not None]
+        v = finite(self.metrics.get(metric))
+        return [v] if v is not None else []
+
     def to_json(self) -> dict[str, Any]:
         return {
             "spec": self.spec.to_json(),
@@ -495,15 +544,16 @@ class CaseResult:
             "derived": self.derived_json(self.step_time()),
         }
 
-    def derived_json(self, st: SampleSummary | None) -> dict[str, Any]:
-        """Convenience copy of the statistics (``st``: the case's step time) for readers of the file;
-        recomputed, never read back."""
+    def derived_json(self, st: SampleSummary | None, memory: tuple[str, Ratio] | None = None) -> dict[str, Any]:
+        """Convenience copy of the statistics (``st``: the case's step time; ``memory``: its peak memory
+        against eager's, ``RunResult.memory_vs_eager``) for readers of the file; recomputed, never read back."""
         if st is None:
             return {}
         return {
             "step_time_s": st.to_json(),
             "throughput_steps_per_s": 1.0 / st.value if st.value > 0 else None,
             "first_call_s": self.first_call_s,
+            **({"memory_vs_eager": {**memory[1].to_json(), "metric": memory[0]}} if memory else {}),
         }
 
     @classmethod
@@ -636,6 +686,23 @@ class RunResult:
             return None
         return speedup_of(self.step_time(eager), self.step_time(case), eager is case, self.run_to_run(case))
 
+    def memory_vs_eager(self, case: CaseResult) -> tuple[str, Ratio] | None:
+        """(the peak metric compared, ``case``'s peak memory / eager's in this run with its interval over both
+        cases' worker processes, ``stats.peak_ratio``): CUDA allocated on a GPU, the process's resident set
+        on CPU (PEAK_METRICS, the first both cases measured). Eager against itself is 1 by definition. None
+        without an eager case that ran, or a peak on either side."""
+        eager = self.eager_for(case)
+        if eager is None or case.status != STATUS_OK or eager.status != STATUS_OK:
+            return None
+        for metric in PEAK_METRICS:
+            mine, theirs = case.peaks(metric), eager.peaks(metric)
+            if mine and theirs:
+                if eager is case:
+                    return metric, Ratio(1.0, 1.0, 1.0, PEAK_RATIO_MEANS)
+                ratio = peak_ratio(mine, theirs, self.confidence)
+                return (metric, ratio) if ratio is not None else None
+        return None
+
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(STATUSES, 0)
         for c in self.cases:
@@ -651,7 +718,8 @@ class RunResult:
             "finished_at": self.finished_at,
             "environment": self.environment,
             "settings": self.settings,
-            "cases": [{**c.to_json(), "derived": c.derived_json(self.step_time(c))} for c in self.cases],
+            "cases": [{**c.to_json(), "derived": c.derived_json(self.step_time(c), self.memory_vs_eager(c))}
+                      for c in self.cases],
             "ceilings": self.ceilings,
             "expectations": {"rules": self.expectations, "outcomes": [], "unmatched": [],
                              **self.expectation_outcomes},

@@ -36,6 +36,8 @@ STRING_OPS = ("==", "!=")
 SPECIAL_METRICS: dict[str, str] = {
     "speedup_vs_eager": "eager step time / this case's (ratio of medians, with its CI)",
     "speedup_vs": "speedup_vs(TOGGLE): that toggle's step time / this case's, same workload, size, device",
+    "memory_vs_eager": "this case's peak memory / eager's in the same run (CUDA allocated on a GPU, process RSS "
+                       "on CPU), with its interval over worker processes",
     "step_time_s": "median step time in seconds, with its CI",
     "first_call_s": "the first call (compile included), slowest worker process; interval over processes",
     "warm_setup_s": "setup per construction after the first compile (setup_per_construction_s)",
@@ -52,6 +54,9 @@ STRING_METRICS = {
     "bound": ("compute-bound", "memory-bound", "overhead-bound"),
 }
 _TABLE_KEYS = ("min", "max", "toggle", "severity")
+# ratios of two measurements: positive by construction, so a bound of 0 or less is a mistake (always met or
+# always missed), refused at load
+RATIO_METRICS = ("speedup_vs_eager", "speedup_vs", "memory_vs_eager")
 
 
 def valid_metrics() -> list[str]:
@@ -151,6 +156,9 @@ def _check(rule: Rule, where: str) -> Rule:
             raise ExpectError(f"{where}: operator {rule.op!r} is not one of {', '.join(NUMERIC_OPS)}")
         if not isinstance(rule.bound, float):
             raise ExpectError(f"{where}: {metric} needs a number, got {rule.bound!r}")
+        if metric in RATIO_METRICS and rule.bound <= 0:
+            raise ExpectError(f"{where}: {metric} is a ratio, always above 0; give a bound above 0 "
+                              f"(e.g. {metric} <= 0.7), got {rule.bound:g}")
     return rule
 
 

@@ -28,9 +28,10 @@ from perfgate.model.results import (
     Verdict,
     evidence,
 )
-from perfgate.reports import traces
+from perfgate.reports import allocations, traces
 from perfgate.util.formatting import failure_note, format_bytes, format_count, format_rate, format_ratio, plural
 from perfgate.util.stats import NO_INTERVAL, Ratio, SampleSummary, format_seconds, judged_step_time, speedup_of
+from perfgate.util.vocabulary import PEAK_METRICS
 
 # The relative change that counts as "pays off" / "hurts" for the recommendation when neither the
 # comparison nor [tool.perfgate.gate] gives one.
@@ -61,7 +62,7 @@ VERDICT_DISPLAY: dict[str, tuple[str, str]] = {
     "ok": ("neutral", "ok"),
 }
 
-MEMORY_METRICS = ("peak_cuda_allocated_bytes", "peak_rss_bytes")
+MEMORY_METRICS = PEAK_METRICS
 
 
 @dataclass(frozen=True)
@@ -201,11 +202,15 @@ class CaseRow:
     speedup: Ratio | None
     verdicts: list[Verdict]
     memory_bytes: float | None
-    memory_change: float | None  # this case's peak memory / eager's
+    memory_change: float | None  # this case's peak memory / eager's (memory_ratio's value)
     recommendation: Recommendation
     op_diff: list[OpChange] = field(default_factory=list)
     baseline_case: CaseResult | None = None
     bound: roofline.Bound | None = None  # compute-, memory- or overhead-bound, with the evidence
+    # memory_vs_eager: the peak memory against eager's with its interval over worker processes
+    # (RunResult.memory_vs_eager), and which peak it compares
+    memory_ratio: Ratio | None = None
+    memory_metric: str = ""
 
     @property
     def key(self) -> str:
@@ -296,6 +301,18 @@ class CaseRow:
     @property
     def memory_text(self) -> str:
         return format_bytes(self.memory_bytes)
+
+    @property
+    def memory_vs_eager_text(self) -> str:
+        """'0.62x [0.60, 0.64]', '1.31x (1 process: no interval)', '1x (reference)' for eager, '-'."""
+        m = self.memory_ratio
+        if m is None:
+            return "-"
+        if self.spec.toggles == ("eager",):
+            return "1x (reference)"
+        if m.low is None or m.high is None:
+            return f"{format_ratio(m.value)} ({NO_INTERVAL})"
+        return format_ratio(m.value, m.low, m.high)
 
     @property
     def kernels_text(self) -> str:
@@ -688,6 +705,7 @@ class ReportInput:
         run, comp = self.run, self.comparison
         summaries = {c.key: run.step_time(c) for c in run.cases}
         memories = {c.key: peak_memory(c) for c in run.cases}
+        against_eager = {c.key: run.memory_vs_eager(c) for c in run.cases}
         verdicts: dict[str, list[Verdict]] = defaultdict(list)
         for v in comp.verdicts if comp else []:
             verdicts[v.case_key].append(v)
@@ -698,11 +716,9 @@ class ReportInput:
             eager_time = summaries.get(eager_key)
             speedup = (speedup_of(eager_time, summaries[c.key], c.key == eager_key, run.run_to_run(c))
                        if eager_key in summaries else None)
-            mem, mem_name = memories[c.key]
-            eager_mem, eager_mem_name = memories.get(eager_key, (None, ""))
-            mem_change = mem / eager_mem if mem and eager_mem and mem_name == eager_mem_name else None
-            if mem_change is not None and not math.isfinite(mem_change):  # an infinite peak on a side: no ratio
-                mem_change = None
+            mem, _ = memories[c.key]
+            mem_metric, mem_ratio = against_eager[c.key] or ("", None)
+            mem_change = mem_ratio.value if mem_ratio is not None else None
             vs = verdicts.get(c.key, [])
             base_case = baseline.case(c.key) if baseline else None
             row = CaseRow(
@@ -712,6 +728,7 @@ class ReportInput:
                                          NO_EAGER if eager_key not in summaries else
                                          EAGER_DID_NOT_RUN if eager_time is None else ZERO_STEP_TIME),
                 baseline_case=base_case, bound=roofline.case_bound(c, run.ceilings),
+                memory_ratio=mem_ratio, memory_metric=mem_metric,
             )
             if c.status == STATUS_OK and row.has_regression:
                 row.op_diff = op_diff(base_case, c)
@@ -738,6 +755,26 @@ class ReportInput:
             return {}
         bases = traces.base_runs(Path(self.run_dir), self.comparison)
         return {r.key: traces.trace_pair(r.case, bases, Path(self.run_dir)) for r in self.regression_rows}
+
+    @cached_property
+    def memory_growth(self) -> dict[str, allocations.MemoryGrowth]:
+        """Why memory grew, per case with a memory regression: its allocation sites, base against head
+        (perfgate.reports.allocations), and the snapshot files where the base and head kept some."""
+        if self.comparison is None:
+            return {}
+        bases = traces.base_runs(Path(self.run_dir), self.comparison) if self.run_dir is not None else []
+        base_dirs = {}
+        for r in self.rows:
+            folder = next((b.folder for b in bases if b.folder is not None and b.run is not None
+                           and b.run.case(r.key) is not None), None)
+            if folder is not None:
+                base_dirs[r.key] = folder
+        return allocations.growth_by_case(self.rows, self.comparison, self.run_dir, base_dirs)
+
+    def file_link(self, path: Path | None) -> tuple[str | None, str]:
+        """(href, text) of a file the report points to (a memory snapshot): as ``trace_link``."""
+        folder = self.report_dir or self.run_dir
+        return traces.link(path, Path(folder) if folder else None)
 
     def trace_link(self, side: traces.TraceSide) -> tuple[str | None, str]:
         """(href, text) of one side's trace: a link relative to the report's folder where the file lies

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from perfgate.model import acknowledge
 from perfgate.model.results import STATUS_OK, CaseResult, CaseSpec, Comparison, Evidence, RunResult, Verdict
+from perfgate.reports import allocations
 from perfgate.util.formatting import failure_note, format_value
 from perfgate.util.stats import JUDGED_NOTE, PROCESS_QUANTILE, format_seconds, judged_step_time
 
@@ -179,6 +180,7 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
         verdict_table(failing)
         for v in failing:
             out.append(f"  {v.case_key} {v.metric}: {v.rule}")
+        out.extend(allocations.console_lines(comparison, run, run_dir))
         try:
             repros = repro.regression_repros(run, comparison, run_dir) if run is not None else {}
         except Exception:  # noqa: BLE001 - a command that cannot be made must not cost the verdicts their printing

@@ -19,7 +19,7 @@ from markupsafe import Markup, escape
 
 from perfgate.judging import roofline
 from perfgate.model.acknowledge import match_text
-from perfgate.reports import traces
+from perfgate.reports import allocations, traces
 from perfgate.reports.base import (
     CaseRow,
     Group,
@@ -443,5 +443,8 @@ class HtmlExporter:
             case_trace_link=lambda row: report.trace_link(traces.trace_of(row.case, report.run_dir, "head", "this run"))
             if report.run_dir else (None, ""),
             perfetto_url=traces.PERFETTO_URL,
+            memory_growth=report.memory_growth,
+            file_link=report.file_link,
+            memory_viz_url=allocations.MEMORY_VIZ_URL,
         )
         return html.encode("utf-8", "backslashreplace")

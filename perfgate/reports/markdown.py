@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from perfgate.model.acknowledge import match_text
 from perfgate.model.results import Acknowledgement, Comparison, Verdict
-from perfgate.reports import traces
+from perfgate.reports import allocations, traces
 from perfgate.reports.base import CaseRow, ReportInput, change_selection
 from perfgate.reports.conditions import measured_under
 from perfgate.reports.cost import read_cost
@@ -155,6 +155,20 @@ def _trace_lines(out: _Budget, report: ReportInput) -> None:
     out.add("")
 
 
+def _memory_lines(out: _Budget, report: ReportInput) -> None:
+    """One line per memory regression: the allocation sites that grew most between base and head
+    (perfgate.reports.allocations); report.html has every site, and links the CUDA snapshots."""
+    growth = report.memory_growth
+    if not growth:
+        return
+    for key, g in growth.items():
+        out.add(f"- Memory of {code(key, False)} grew at: {code(g.headline, False)}")
+    if any(g.base_snapshot or g.head_snapshot for g in growth.values()):
+        out.add(f"- CUDA allocator snapshots beside the traces (`memory_snapshot.pickle`) open in "
+                f"{allocations.MEMORY_VIZ_URL}.")
+    out.add("")
+
+
 def _repros(out: _Budget, report: ReportInput) -> None:
     """Under the regressions: per case, the command that measures it again, base and head in lockstep."""
     repros = report.repros
@@ -244,6 +258,7 @@ class MarkdownExporter:
             header = _verdict_table([])
             out.table(["### Regressions", ""], header, _verdict_table(gated)[2:] + [""] if gated else [])
             _repros(out, report)
+            _memory_lines(out, report)
             _trace_lines(out, report)
             out.table(["### Wins", ""], header, _verdict_table(wins)[2:] + [""] if wins else [])
             if wins and report.refresh_command:

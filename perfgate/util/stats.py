@@ -24,6 +24,9 @@ CI_MEANS = ("95% interval of this case's step time (the geometric mean over its 
 RATIO_MEANS = ("95% interval of this speedup in another run on this machine: a Welch t interval over both "
                "cases' worker processes plus the run-to-run term (the cases ran at different times)")
 NO_INTERVAL = "1 process: no interval"
+# ... and a peak memory's against eager (``peak_ratio``)
+PEAK_RATIO_MEANS = ("95% interval of this case's peak memory / eager's: a Welch t interval over both cases' worker "
+                    "processes' peaks (none with one process on a side; exact where every process peaked alike)")
 
 
 @dataclass(frozen=True)
@@ -274,9 +277,10 @@ class Ratio:
     value: float
     low: float | None
     high: float | None
+    means: str = RATIO_MEANS  # what the interval is, for readers of results.json and the exporters' JSON
 
     def to_json(self) -> dict[str, float | str | None]:
-        return {**asdict(self), "means": RATIO_MEANS}
+        return asdict(self)
 
     def format(self, digits: int = 2) -> str:
         if self.low is None or self.high is None:
@@ -314,6 +318,30 @@ def ratio_of(numerator: SampleSummary | None, denominator: SampleSummary | None,
     half = min(math.hypot(half, run_to_run_log(run_to_run, confidence), run_to_run_log(run_to_run, confidence)),
                LOG_LIMIT)
     return Ratio(value=value, low=value * math.exp(-half), high=value * math.exp(half))
+
+
+def peak_ratio(numerator: Sequence[float], denominator: Sequence[float], confidence: float = 0.95) -> Ratio | None:
+    """A case's peak memory against another's (``memory_vs_eager``): the ratio of the medians of their worker
+    processes' peaks, with a Welch t interval over both sides' log peaks. Peaks are a process's own, not a
+    timing: no run-to-run term. Where every process of both sides peaked at the same bytes (a caching
+    allocator's deterministic peak) the interval is the value itself; no interval where a side has one
+    process (its spread is unknown). None where a side has no peak or a peak of 0."""
+    num = [math.log(x) for x in numerator if x > 0 and math.isfinite(x)]
+    den = [math.log(x) for x in denominator if x > 0 and math.isfinite(x)]
+    if not num or not den or len(num) != len(numerator) or len(den) != len(denominator):
+        return None
+    value = statistics.median(numerator) / statistics.median(denominator)
+    if not math.isfinite(value) or value <= 0:
+        return None
+    if len(num) < 2 or len(den) < 2:
+        return Ratio(value, None, None, PEAK_RATIO_MEANS)
+    var_n = statistics.variance(num) / len(num)
+    var_d = statistics.variance(den) / len(den)
+    half = 0.0
+    if var_n + var_d > 0:  # Welch-Satterthwaite degrees of freedom
+        df = (var_n + var_d) ** 2 / (var_n ** 2 / (len(num) - 1) + var_d ** 2 / (len(den) - 1))
+        half = min(t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(var_n + var_d), LOG_LIMIT)
+    return Ratio(value, value * math.exp(-half), value * math.exp(half), PEAK_RATIO_MEANS)
 
 
 def speedup_of(eager: SampleSummary | None, case: SampleSummary | None, same_case: bool,

@@ -71,6 +71,11 @@ METRICS: dict[str, Metric] = {
 }
 METRIC_KINDS: dict[str, str] = {name: m.kind for name, m in METRICS.items()}
 
+# The peak memory a person compares, first found first: CUDA allocated on a GPU, the process's resident set
+# on CPU. Each worker process records both it measured (results.json's processes); `memory_vs_eager` is the
+# ratio of a case's to eager's (perfgate.model.results.RunResult.memory_vs_eager)
+PEAK_METRICS = ("peak_cuda_allocated_bytes", "peak_rss_bytes")
+
 # Figures derived from a case's samples rather than carried in CaseResult.metrics (results.json's "derived",
 # the history's series); the gate judges step_time by its own rule (perfgate.judging.compare).
 DERIVED_METRICS: dict[str, Metric] = {

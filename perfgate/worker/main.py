@@ -334,6 +334,9 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "bursts": m.bursts,
         "gpu_clocks": clocks.record() if clocks is not None else None,
     }
+    from perfgate.worker.profiling import process_peaks
+
+    result["process"].update(process_peaks(prepared.unit, spec.device))  # every process: memory_vs_eager's spread
     if m.faults is not None and m.samples_ns:
         # what the steady allocator hides from the step time (docs/gate.md): temporaries faulted in anew every
         # step show here as a count, whatever the allocator policy

@@ -6,7 +6,8 @@
             cpu_bytes_allocated_per_step, graph_breaks, unique_graphs, recompiles (compile toggles),
             and for the roofline (perfgate.judging.roofline): bytes_per_step, arithmetic_intensity,
             achieved_bytes_per_s, device_idle_fraction, mean_op_s, kernel_concentration_80
-  profile   top_ops, graph_break_reasons, trace_dir, trace_file (relative to the run folder), window
+  profile   top_ops, graph_break_reasons, trace_dir, trace_file (relative to the run folder), window,
+            memory_sites (perfgate.worker.allocations: where one more step allocates), memory_snapshot (CUDA)
   accuracy  max_abs, mean_abs, rel_l2, tolerance (against an eager fp32 reference); horizons (the toggle's
             and fp32 eager's error against float64 at steps 1, 2, 4, ... and the end); verdict ok|drift
             and its reason (judge_drift)
@@ -159,6 +160,23 @@ def cuda_peaks_over(unit: Any, device: str) -> dict[str, float]:
         }
     except (RuntimeError, AssertionError, AttributeError):
         return {}
+
+
+# what process_peaks records, in a process's record (results.json) and as the profile pass's metrics
+PEAK_KEYS = ("peak_rss_bytes", "peak_cuda_allocated_bytes", "peak_cuda_reserved_bytes")
+
+
+def process_peaks(unit: Any, device: str) -> dict[str, float]:
+    """This worker process's peak memory after its timed samples, what every process records (results.json's
+    processes: memory_vs_eager's interval comes from their spread): its peak resident set so far, and on
+    CUDA the allocator's peak allocated bytes over one more call of ``unit`` (``cuda_peaks_over``, outside
+    the timed samples; the one extra unit this costs a CUDA process)."""
+    peaks = {"peak_rss_bytes": float(peak_rss_bytes())}
+    cuda = cuda_peaks_over(unit, device)
+    if "peak_cuda_allocated_bytes" in cuda:
+        peaks["peak_cuda_allocated_bytes"] = cuda["peak_cuda_allocated_bytes"]
+        peaks["peak_cuda_reserved_bytes"] = cuda["peak_cuda_reserved_bytes"]
+    return peaks
 
 
 # ---------------------------------------------------------------- numerical drift
@@ -725,8 +743,10 @@ def profile_pass(cfg: dict[str, Any], spec: Any, workload: Any, prepared: Any, r
     metrics = result.setdefault("metrics", {})
     profile_detail = result.setdefault("profile", {})
     run_dir = Path(cfg.get("run_dir") or ".").resolve()
-    # the peak of the timed work, read before the reference instance below adds its own memory
-    metrics["peak_rss_bytes"] = float(peak_rss_bytes())
+    # the peak of the timed work, read before the reference instance below adds its own memory: what this
+    # process recorded after its samples (process_peaks), else read now
+    recorded = {k: float(v) for k in PEAK_KEYS if (v := (result.get("process") or {}).get(k)) is not None}
+    metrics.update(recorded or process_peaks(prepared.unit, spec.device))
 
     # compile counters first: nothing below may add to them
     if toggles_mod.compile_mode(prepared.toggles) is not None:
@@ -735,7 +755,6 @@ def profile_pass(cfg: dict[str, Any], spec: Any, workload: Any, prepared: Any, r
         profile_detail["graph_break_reasons"] = reasons
         profile_detail["compile"] = detail
 
-    metrics.update(cuda_peaks_over(prepared.unit, spec.device))
 
     # a section that fails costs its own figures, recorded under profile["errors"], never the timing
     errors: list[str] = []
@@ -767,5 +786,13 @@ def profile_pass(cfg: dict[str, Any], spec: Any, workload: Any, prepared: Any, r
         profile_detail.update(window_detail)
     except Exception as exc:
         errors.append(f"profiler window: {type(exc).__name__}: {exc}")
+    try:  # one more step: where it allocates (a memory regression's report diffs base and head sites)
+        from perfgate.worker.allocations import allocation_sites
+
+        trace_dir = trace_dir_for(run_dir, spec)
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        profile_detail.update(allocation_sites(spec, prepared, trace_dir, run_dir))
+    except Exception as exc:
+        errors.append(f"memory sites: {type(exc).__name__}: {exc}")
     if errors:
         profile_detail["errors"] = errors
