@@ -40,8 +40,8 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def test_the_standard_workloads_are_all_found():
     assert WORKLOADS.errors == []
-    assert set(NAMES) == {"operator_rollout", "wave_field", "condensate", "message_passing", "detector_sim",
-                          "simulator_construction"}
+    assert set(NAMES) == {"operator_rollout", "operator_training", "wave_field", "condensate", "message_passing",
+                          "detector_sim", "simulator_construction"}
     for name in NAMES:
         cls = WORKLOADS.workloads[name][0]
         assert "WORKLOADS.md" in sys.modules[cls.__module__].__doc__  # says which real effort it models
