@@ -45,11 +45,16 @@ class Built:
     ``model`` is usually a ``torch.nn.Module`` (compile, torchscript and channels-last apply to it).
     ``state`` is a tensor or a tuple of tensors: the input of the first step.
     ``extra`` carries anything else ``step`` needs (constants, preallocated buffers).
+    ``training`` and ``trainer`` are perfgate's, for a :class:`TrainingWorkload`: how the case's toggles
+    run its step (set by the worker after ``build``; None: a plain fp32 step) and the optimizer, gradient
+    scaler and initial parameters that carry its state across steps (made at its first step).
     """
 
     model: Any
     state: Any
     extra: dict[str, Any] = field(default_factory=dict)
+    training: TrainingOptions | None = None
+    trainer: Trainer | None = None
 
 
 class Workload:
@@ -65,6 +70,7 @@ class Workload:
       tolerance    Tolerance on the output after one unit of work
       variants     {"groupnorm": "one line"}: workload-specific toggles, composable with '+'
       needs_grad   True when the step needs autograd (forces from energies); else steps run in no_grad
+      trains       True for a TrainingWorkload (its step is a training step: forward, loss, backward, optimizer)
       channels_last_applies  False when the state is not a 4-D image batch
       unsupported_toggles    {"cuda-graphs": "why"}: toggles that cannot apply to this workload; a case
                    with one is skipped with that reason, never failed
@@ -96,6 +102,7 @@ class Workload:
     tolerance: Tolerance = Tolerance()
     variants: dict[str, str] = {}
     needs_grad: bool = False
+    trains: bool = False
     channels_last_applies: bool = True
     unsupported_toggles: dict[str, str] = {}
     applies_compile: bool = False
@@ -232,6 +239,7 @@ class Workload:
             "variants": dict(cls.variants),
             "tolerance": cls.tolerance.to_json(),
             "needs_grad": cls.needs_grad,
+            "trains": cls.trains,
             "channels_last_applies": cls.channels_last_applies,
             "unsupported_toggles": dict(cls.unsupported_toggles),
             "applies_compile": cls.applies_compile,
@@ -276,6 +284,183 @@ def check_step_output(workload: str, value: Any) -> None:
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
         raise WorkloadError(f"workload {workload!r}: step returned {type(value).__name__} {shown}, "
                             "not a tensor or a tuple of tensors")
+
+
+# ---------------------------------------------------------------- training steps
+
+# the optimizer implementations a training case may ask for, as torch.optim's keyword arguments; the
+# reference (and every case without an optimizer toggle) takes the single-tensor for-loop one
+OPTIMIZER_IMPLEMENTATIONS: dict[str, dict[str, bool]] = {
+    "for-loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+
+
+@dataclass(frozen=True)
+class TrainingOptions:
+    """How a case's toggles run a training step: the autocast dtype of forward and loss (``"float16"``
+    adds a gradient scaler), the optimizer implementation, ``zero_grad(set_to_none=...)``, and the
+    ``torch.compile`` mode of the whole step (None: eager)."""
+
+    autocast: str | None = None
+    optimizer: str = "for-loop"
+    set_to_none: bool = False
+    compile_mode: str | None = None
+
+
+class TrainingWorkload(Workload):
+    """A workload whose step is a training step: zero the gradients, forward and loss (under the case's
+    autocast), backward (through a gradient scaler under ``amp-fp16``), optimizer step.
+
+    A subclass implements ``build`` (the model, and in ``state`` the batch its loss reads: inputs and
+    targets) and ``loss(model, batch, built, params)``; it may override ``make_optimizer``. perfgate keeps
+    the state a step carries to the next (parameters, optimizer state, gradient scaler) and restores the
+    initial parameters and a fresh optimizer state before every unit, so each unit repeats the same
+    ``steps_per_unit`` steps from the same start. A step returns the trained parameters: the output
+    checked against the fp32 reference is them, flattened into one vector (drift after N steps).
+    """
+
+    needs_grad = True
+    trains = True
+    # the whole step is compiled by the trainer (Trainer), not the model alone
+    applies_compile = True
+    unsupported_toggles = {
+        "cuda-graphs": "a training step's optimizer and gradient scaler read and write host-side state "
+                       "between steps, which a replayed graph cannot (compile the step instead)",
+    }
+
+    def loss(self, model: Any, batch: Any, built: Built, params: dict[str, Any]) -> Any:
+        """Forward and loss on ``batch`` (``built.state``): a one-element tensor that requires grad."""
+        raise NotImplementedError(f"{type(self).__name__}.loss")
+
+    def make_optimizer(self, parameters: tuple[Any, ...], params: dict[str, Any], implementation: dict[str, bool]
+                       ) -> Any:
+        """The optimizer of ``parameters``; ``implementation`` is torch.optim's ``foreach``/``fused`` keyword
+        the case's toggles chose. Default: AdamW with ``params["lr"]`` (default 1e-3)."""
+        import torch
+
+        return torch.optim.AdamW(parameters, lr=float(params.get("lr", 1e-3)), foreach=implementation.get("foreach"),
+                                 fused=implementation.get("fused"))
+
+    def trainer(self, model: Any, built: Built, params: dict[str, Any]) -> Trainer:
+        """``built``'s trainer, made on first use from ``built.training`` (a plain fp32 step when None)."""
+        if built.trainer is None:
+            built.trainer = Trainer(self, model, built, params)
+        return built.trainer
+
+    def step(self, model: Any, state: Any, built: Built, params: dict[str, Any]) -> Any:
+        """One training step on the batch ``built.state`` (``state``, the parameters the step before
+        returned, is not read); returns the trained parameters."""
+        trainer = self.trainer(model, built, params)
+        trainer.train_step(model, built.state, built, params)
+        return trainer.parameters
+
+    def run_unit(self, model: Any, built: Built, params: dict[str, Any]) -> Any:
+        """``steps_per_unit`` training steps from the initial parameters and a fresh optimizer state."""
+        self.trainer(model, built, params).restore()
+        state = built.state
+        for _ in range(self.steps_per_unit(params)):
+            state = self.step(model, state, built, params)
+        return state
+
+    def output(self, state: Any) -> Any:
+        """The parameters a step returned, flattened and joined into one vector."""
+        import torch
+
+        if isinstance(state, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in state):
+            return torch.cat([t.detach().reshape(-1) for t in state])
+        return state
+
+
+def check_loss(workload: str, loss: Any) -> None:
+    """Raise WorkloadError unless ``loss`` is a one-element tensor that requires grad: what a training
+    step can backpropagate."""
+    import torch
+
+    if isinstance(loss, torch.Tensor):
+        if loss.numel() == 1 and loss.requires_grad:
+            return
+        what = (f"a tensor of shape {tuple(loss.shape)}" if loss.numel() != 1
+                else "a tensor that does not require grad (computed without autograd)")
+    else:
+        shown = repr(loss)
+        what = f"{type(loss).__name__} {shown if len(shown) <= 80 else shown[:77] + '...'}"
+    raise WorkloadError(f"workload {workload!r}: loss() returned {what}, not a one-element tensor that "
+                        "requires grad (the loss a training step backpropagates)")
+
+
+class Trainer:
+    """What carries a training workload's state across steps: its optimizer, its gradient scaler (fp16
+    autocast), and a copy of the initial parameters; ``train_step`` is one step, compiled whole when the
+    case compiles."""
+
+    def __init__(self, workload: TrainingWorkload, model: Any, built: Built, params: dict[str, Any]) -> None:
+        import torch
+
+        options = built.training or TrainingOptions()
+        self.workload = workload.name
+        self.options = options
+        self.parameters = tuple(p for p in model.parameters() if p.requires_grad)
+        if not self.parameters:
+            raise WorkloadError(f"workload {workload.name!r}: the model has no parameters that require grad: "
+                                "a training step has nothing to train")
+        self.optimizer = workload.make_optimizer(self.parameters, params, OPTIMIZER_IMPLEMENTATIONS[options.optimizer])
+        self.initial = tuple(p.detach().clone() for p in self.parameters)
+        self.device_type = self.parameters[0].device.type
+        self.autocast = getattr(torch, options.autocast) if options.autocast else None
+        self.scaler = torch.amp.GradScaler(self.device_type) if options.autocast == "float16" else None
+        self.scaler_initial = self.scaler.state_dict() if self.scaler is not None else None
+        self._loss = workload.loss
+        self.train_step: Callable[..., Any] = self._step
+        if options.compile_mode is not None:
+            self.train_step = torch.compile(self._step, mode=options.compile_mode)
+
+    def _step(self, model: Any, batch: Any, built: Built, params: dict[str, Any]) -> Any:
+        import torch
+
+        self.optimizer.zero_grad(set_to_none=self.options.set_to_none)
+        if self.autocast is not None:
+            with torch.autocast(self.device_type, dtype=self.autocast):
+                loss = self._loss(model, batch, built, params)
+        else:
+            loss = self._loss(model, batch, built, params)
+        check_loss(self.workload, loss)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        return loss.detach()
+
+    def restore(self) -> None:
+        """The initial parameters back, the optimizer state zeroed in place (a fresh state for Adam, AdamW
+        and SGD without dampening; in place, so a compiled step finds the tensors it was compiled for) and
+        the gradient scaler's initial scale."""
+        import torch
+
+        with torch.no_grad():
+            for p, p0 in zip(self.parameters, self.initial, strict=True):
+                p.copy_(p0)
+            for state in self.optimizer.state.values():
+                for value in state.values():
+                    if isinstance(value, torch.Tensor):
+                        value.zero_()
+        if self.scaler is not None and self.scaler_initial is not None:
+            self.scaler.load_state_dict(self.scaler_initial)
+
+    def describe(self) -> dict[str, Any]:
+        """What the step did, for the case's metadata (``metadata.training``)."""
+        return {
+            "optimizer": type(self.optimizer).__name__,
+            "implementation": self.options.optimizer,
+            "zero_grad": "set_to_none" if self.options.set_to_none else "zeros",
+            "autocast": self.options.autocast,
+            "grad_scaler": None if self.scaler is None else {
+                "init_scale": float(self.scaler_initial["scale"]) if self.scaler_initial else None,
+                "scale": float(self.scaler.get_scale())},
+            "compiled_step": self.options.compile_mode,
+            "parameters": int(sum(p.numel() for p in self.parameters)),
+        }
 
 
 @dataclass

@@ -27,6 +27,8 @@ EXPECTED = {
     "fault_huge_message": ("error", "ValueError: yyyy"),
     # its worker's result used to stop the whole run (exit 2: "process.steps_per_unit must be an integer >= 1")
     "fault_no_steps": ("error", "workload 'fault_no_steps': steps_per_unit returned int -3, not an integer >= 1"),
+    "fault_no_loss": ("error", "workload 'fault_no_loss': loss() returned NoneType None, not a one-element tensor "
+                               "that requires grad"),
 }
 HEALTHY = ("tiny", "operator_rollout", "hostile_metrics_threads")
 
@@ -62,6 +64,14 @@ def test_each_fault_is_classified_with_its_error_tail(fault_run, workload):
     assert case["failure_class"] == failure_class
     assert needle in case["message"]
     assert case["processes"] == [] and case["derived"] == {}
+
+
+@pytest.mark.slow
+def test_a_workload_that_breaks_the_api_fails_with_one_line_naming_it(fault_run):
+    _, cases, _ = fault_run
+    for workload in ("fault_no_loss", "fault_not_tensor", "fault_no_steps"):
+        message = cases[workload]["message"]
+        assert message.startswith(f"workload {workload!r}: ") and "\n" not in message, message
 
 
 @pytest.mark.slow

@@ -51,7 +51,8 @@ def test_the_shipped_workloads_declare_their_length_parameters_and_grow_their_sh
         assert all(p in info["sizes"]["pr"] for p in lengths), name
         grown[name] = grown_parameters(info["sizes"]["pr"], info["sizes"]["full"], lengths)
     assert grown == {"condensate": ["grid"], "detector_sim": ["grid"], "message_passing": ["replicas"],
-                     "operator_rollout": [], "simulator_construction": ["grid"], "wave_field": ["points", "sources"]}
+                     "operator_rollout": [], "operator_training": [], "simulator_construction": ["grid"],
+                     "wave_field": ["points", "sources"]}
 
 
 def test_the_ladder_grows_shape_parameters_together_in_values_both_sizes_divide_into():

@@ -23,14 +23,21 @@ buffers written with ``out=``, no new state tensor per step).
 Their findings this workload should reproduce on a GPU: fp16 1.89x and bf16 1.78x at T=500, 128x128,
 batch 2; torch.compile 1.09x; reduce-overhead out of memory; cudnn.benchmark 1.05-1.10x; batch 3
 instead of 2 0.68x.
+
+``operator_training`` trains the same operator on its rollout loss (a training step: the operator rolled
+out ``rollout`` steps from a batch of fields, the MSE against a target trajectory summed over them,
+backward through the whole rollout, an AdamW step), where the team's 8 GB card ran out: the rollout's
+activations are what the ``checkpoint`` variant (activation checkpointing of the conv blocks) trades
+for recomputation.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
-from perfgate.workload import Built, Tolerance, Workload
+from perfgate.workload import Built, Tolerance, TrainingWorkload, Workload
 
 POLICIES = ("convex", "residual", "autoregressive")
 
@@ -171,3 +178,77 @@ class OperatorRollout(Workload):
         if policy == "residual":
             return state + params.get("dt", 0.1) * f
         return f
+
+
+def _training_size(steps: int, rollout: int, grid: int, batch: int, channels: int, blocks: int) -> dict:
+    return {"steps": steps, "rollout": rollout, "grid": grid, "batch": batch, "channels": channels, "blocks": blocks,
+            "field_channels": 2, "alpha": 0.5, "stochastic": True, "dropout": 0.1, "noise_std": 0.01, "lr": 1e-3}
+
+
+class OperatorTraining(TrainingWorkload):
+    """The rollout's operator trained on its rollout loss: each step rolls the operator out ``rollout``
+    steps (convex policy) from a batch of fields and takes the mean squared error against a target
+    trajectory (each field advected one cell per step), then backward and an AdamW step."""
+
+    name = "operator_training"
+    description = "the rollout's CNN operator trained on its rollout loss: forward over the rollout, MSE, backward, AdamW"
+    sizes = {
+        "smoke": _training_size(steps=3, rollout=3, grid=16, batch=1, channels=8, blocks=2),
+        "pr": _training_size(steps=10, rollout=8, grid=128, batch=2, channels=64, blocks=4),
+        # the team's operator at batch 2: the rollout's saved activations are the memory the 8 GB card lacked
+        "full": _training_size(steps=20, rollout=16, grid=128, batch=2, channels=64, blocks=4),
+    }
+    # the rollout's length repeats the same kernels (its memory grows with it, not their regime):
+    # `perfgate calibrate --sizes` cuts it with the step count instead of growing it
+    length_parameters = ("steps", "rollout")
+    # the parameters after a unit of steps against fp32's
+    tolerance = Tolerance(rel_l2=1e-2)
+    variants = {"checkpoint": "activation checkpointing of every conv block: recomputed in backward, not kept"}
+    expectations = {
+        "operator_training/*/eager/*": ["status == ok", "accuracy == ok"],
+    }
+
+    def build(self, params, device, dtype, variants):
+        seed = int(params.get("seed", 1234))
+        generator = torch.Generator(device=device)
+        stochastic = None
+        if params.get("stochastic", False):
+            stochastic = StochasticBlock(generator, float(params["dropout"]), float(params["noise_std"]))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)  # the weights, whatever the worker's global seed
+            model = Operator(params["field_channels"], params["channels"], params["blocks"],
+                             stochastic=stochastic).to(device=device, dtype=dtype).train()
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        x0 = torch.randn(params["batch"], params["field_channels"], params["grid"], params["grid"], generator=g)
+        # the target trajectory: each field advected one cell along x per step
+        targets = torch.stack([torch.roll(x0, shifts=k + 1, dims=-1) for k in range(params["rollout"])])
+        extra = {"generator": generator, "seed": seed, "checkpoint": "checkpoint" in variants}
+        return Built(model=model, state=(x0.to(device=device, dtype=dtype), targets.to(device=device, dtype=dtype)),
+                     extra=extra)
+
+    def steps_per_unit(self, params):
+        return int(params["steps"])
+
+    def start_unit(self, built, params):
+        built.extra["generator"].manual_seed(built.extra["seed"])  # every unit draws the same numbers
+
+    def generators(self, built):
+        return (built.extra["generator"],)
+
+    def loss(self, model, batch, built, params):
+        x, targets = batch
+        a = params["alpha"]
+        total = 0.0
+        for k in range(params["rollout"]):
+            x = a * self._operator(model, x, built.extra["checkpoint"]) + (1 - a) * x
+            total = total + nn.functional.mse_loss(x, targets[k])
+        return total / params["rollout"]
+
+    @staticmethod
+    def _operator(model, x, checkpointed):
+        if not checkpointed:
+            return model(x)
+        h = model.lift(x)
+        for block in model.blocks:  # the stochastic block draws from a generator: never recomputed
+            h = checkpoint(block, h, use_reentrant=False)
+        return model.project(model.stochastic(h))

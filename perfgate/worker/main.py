@@ -352,6 +352,9 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "worker_start": "fork" if os.environ.get(FORKED_ENV) else "spawn",  # set by the fork server
         **({"host": host} if host is not None else {}),
     }
+    trainer = getattr(prepared.built, "trainer", None)
+    if trainer is not None:  # a training step: its optimizer, scaler and compile, as they ran
+        result["metadata"]["training"] = trainer.describe()
     if threads_changed:  # {"build": n} pinned back before timing; {"steps": n}: the samples ran on n
         result["metadata"]["threads_changed_by_workload"] = threads_changed
     if metrics_left_out:
@@ -476,10 +479,14 @@ def _run_case_file(spec_file: str, out_file: str) -> int:
         # a KeyboardInterrupt too: the worker runs in a session of its own, out of reach of the terminal's
         # Ctrl-C, so one here was raised (or signalled) by the workload: its case fails `error`, with its tail
         failure_class = classify(exc)
+        from perfgate.workload import WorkloadError
+
+        # a workload that breaks the API is told so in one line naming it and what would be valid
+        message = clip_line(str(exc)) if isinstance(exc, WorkloadError) else error_tail(exc)
         result = {
             "status": "failed",
             "failure_class": failure_class,
-            "message": capped_oom_message(cfg.get("device_memory_gb"), failure_class, error_tail(exc)),
+            "message": capped_oom_message(cfg.get("device_memory_gb"), failure_class, message),
         }
     atomic_write_json(out_file, result)
     return 0

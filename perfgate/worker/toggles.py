@@ -23,6 +23,7 @@ REQ_BF16 = "bf16"
 REQ_NO_GRAD = "no-grad-workload"  # the workload's step does not need autograd
 REQ_IMAGE_STATE = "4d-state"  # the workload's state is an NCHW image batch
 REQ_TORCHSCRIPT = "torchscript"
+REQ_TRAINING = "training-workload"  # the workload's step is a training step (perfgate.workload.TrainingWorkload)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,16 @@ TOGGLES: tuple[Toggle, ...] = (
     Toggle("tf32", "TF32 matmuls and convolutions (fp32 reference runs with TF32 off)", (REQ_CUDA,)),
     Toggle("cuda-graphs", "the unit of work captured once in a CUDA graph and replayed", (REQ_CUDA,), group="graphs"),
     Toggle("inference-mode", "torch.inference_mode() instead of torch.no_grad()", (REQ_NO_GRAD,)),
+    # a training step's optimizer (the reference runs torch.optim's single-tensor for-loop implementation)
+    Toggle("optimizer-foreach", "the optimizer's foreach implementation (one kernel per op over all tensors)",
+           (REQ_TRAINING,), group="optimizer"),
+    Toggle("optimizer-fused", "the optimizer's fused implementation (one kernel for the whole update)",
+           (REQ_TRAINING,), group="optimizer"),
+    Toggle("set-to-none", "optimizer.zero_grad(set_to_none=True): gradients freed, not zeroed, between steps",
+           (REQ_TRAINING,)),
 )
+# the toggle that picks each optimizer implementation of perfgate.workload.OPTIMIZER_IMPLEMENTATIONS
+OPTIMIZER_TOGGLES = {"optimizer-foreach": "foreach", "optimizer-fused": "fused"}
 TOGGLES_BY_NAME = {t.name: t for t in TOGGLES}
 
 
@@ -131,6 +141,10 @@ def unmet_requirement(req: str, device: str, workload: dict[str, Any] | None = N
     if req == REQ_IMAGE_STATE:
         if workload and not workload.get("channels_last_applies", True):
             return "the workload's state is not an NCHW image batch, so channels_last does not apply"
+        return None
+    if req == REQ_TRAINING:
+        if workload is not None and not workload.get("trains"):
+            return "the workload's step is no training step (it has no optimizer)"
         return None
     if req == REQ_TORCHSCRIPT:
         if not hasattr(torch, "jit") or not hasattr(torch.jit, "script"):
@@ -252,6 +266,21 @@ def autocast_context(toggles: tuple[str, ...], device: str) -> Callable[[], cont
     return contextlib.nullcontext
 
 
+AUTOCAST_TOGGLES = {"amp-bf16": "bfloat16", "amp-fp16": "float16"}
+
+
+def training_options(toggles: tuple[str, ...], mode: str | None) -> Any:
+    """How ``toggles`` run a training workload's step (perfgate.workload.TrainingOptions)."""
+    from perfgate.workload import TrainingOptions
+
+    return TrainingOptions(
+        autocast=next((dtype for name, dtype in AUTOCAST_TOGGLES.items() if name in toggles), None),
+        optimizer=next((impl for name, impl in OPTIMIZER_TOGGLES.items() if name in toggles), "for-loop"),
+        set_to_none="set-to-none" in toggles,
+        compile_mode=mode,
+    )
+
+
 def prepare(
     workload: Any, params: dict[str, Any], device: str, toggles: tuple[str, ...], variants: frozenset[str]
 ) -> Prepared:
@@ -265,6 +294,9 @@ def prepare(
     if workload.applies_compile:  # the workload compiles inside its own timed work (see Workload)
         workload.compile_mode = mode
     built = workload.build(params, dev, torch.float32, variants)
+    trains = bool(getattr(workload, "trains", False))
+    if trains:
+        built.training = training_options(toggles, mode)
     model = built.model
     if "channels-last" in toggles:
         if isinstance(model, torch.nn.Module):
@@ -276,7 +308,9 @@ def prepare(
         enable_cpu_kernel_profile()  # self-compiling workloads too: same inductor cache key in every process
     if mode is not None and not workload.applies_compile:
         model = torch.compile(model, mode=mode)
-    contexts = step_contexts(toggles, device, workload.needs_grad)
+    # a training step autocasts its forward and loss itself, never its backward and optimizer step
+    contexts = step_contexts(tuple(t for t in toggles if not (trains and t in AUTOCAST_TOGGLES)), device,
+                             workload.needs_grad)
 
     def steps() -> Any:
         with contexts():

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from perfgate.workload import Built, Tolerance, Workload
+from perfgate.workload import Built, Tolerance, TrainingWorkload, Workload
 
 TINY = {"steps": 2, "n": 8}
 SIZES = {"smoke": TINY, "pr": TINY, "full": TINY}
@@ -186,3 +186,20 @@ class NoSteps(Tiny):
 
     def steps_per_unit(self, params):
         return -3
+
+
+class NoLoss(TrainingWorkload):
+    """A training step whose loss() forgot its ``return``: the case fails naming the workload, not a
+    TypeError deep inside autograd."""
+
+    name = "fault_no_loss"
+    description = "a training workload whose loss() returns None (test only)"
+    sizes = SIZES
+    channels_last_applies = False
+
+    def build(self, params, device, dtype, variants):
+        return Built(model=torch.nn.Linear(params["n"], 1).to(device=device, dtype=dtype),
+                     state=torch.ones(4, params["n"], device=device, dtype=dtype))
+
+    def loss(self, model, batch, built, params):
+        model(batch).square().mean()
