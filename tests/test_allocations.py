@@ -26,7 +26,7 @@ MIB = 1 << 20
 
 def grow_buffer(x: torch.Tensor, mib: int) -> torch.Tensor:
     """The named function a head grows: a temporary of ``mib`` MiB every step."""
-    return torch.zeros(mib * MIB // 4)
+    return torch.zeros(mib * MIB // 4, device=x.device)
 
 
 def a_step(x: torch.Tensor, mib: int) -> torch.Tensor:

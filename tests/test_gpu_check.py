@@ -27,7 +27,7 @@ def test_without_cuda_it_exits_3_with_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "check"
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out", str(out)],
                           capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          env=_with_repo_on_path())
     assert proc.returncode == 3
     assert proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
@@ -94,6 +94,12 @@ def test_the_summary_rows_of_the_second_gpu_run_cuda_graphs_and_compile_on_the_r
     assert len(clocks) == 6 and all(g["nvml_device"].startswith("pci ") and g["error"] is None for g in clocks)
 
 
+def _with_repo_on_path() -> dict[str, str]:
+    """This environment with the checkout first on PYTHONPATH, the caller's entries kept after it (where a
+    machine's image keeps perfgate's dependencies, as on a lent GPU machine)."""
+    kept = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), kept) if p)}
+
 @pytest.mark.slow
 def test_the_spread_benchmark_runs_its_variants_in_turns_on_cpu(tmp_path):
     """benchmarks/gpu_spread.py on CPU (it checks itself there): one process per variant, the second pinned to
@@ -102,7 +108,7 @@ def test_the_spread_benchmark_runs_its_variants_in_turns_on_cpu(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_spread.py"), "--device", "cpu",
                            "--workload", "operator_rollout", "--size", "smoke", "--processes", "1", "--seconds",
                            "0.2", "--out", str(out)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          env=_with_repo_on_path())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(out.read_text())
     assert [r["variant"] for r in data["processes"]] == ["free", "pinned"]
@@ -119,7 +125,7 @@ def test_the_rehearsal_runs_the_workloads_step_on_cpu_and_reads_its_summary_back
     out = tmp_path / "check"
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--rehearse", "--out", str(out),
                            "--steps", "workloads", "--workloads", "operator_rollout"],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          capture_output=True, text=True, timeout=300, env=_with_repo_on_path())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((out / "gpu-check.json").read_text())
     assert summary["environment"]["device"] == "cpu (rehearsal)"
