@@ -817,13 +817,25 @@ def planned_gap(run: RunResult) -> str:
     return f"no result for {plural(len(missing), 'planned case')} ({which})"
 
 
+def environment_change(comparison: Comparison | None, limit: int = 8) -> str:
+    """'the environment: torch 2.4.0 -> 2.5.0, package numpy 1.26.4 -> 2.1.0' where the two sides of a same-job
+    comparison ran in different environments (`run --base-python`, `--base-env`): the change under test; ''
+    otherwise (a stored baseline's different environment is a warning, not the change)."""
+    if comparison is None or comparison.mode != "against" or not comparison.environment_diff:
+        return ""
+    from perfgate.model.environment_keys import change_text
+
+    return f"the environment: {change_text(comparison.environment_diff, limit)}"
+
+
 def banner(report: ReportInput) -> Banner:
     comp = report.comparison
     st = report.status_counts
     gap = planned_gap(report.run)
     runs = f"{st['ok']} ok, {st['skipped']} skipped, {st['failed']} failed" + (f"; {gap}" if gap else "")
     ev = report.expectations
-    exp = f"; {ev.headline}" if ev.rules else ""
+    change = environment_change(comp, 4)
+    exp = (f"; {ev.headline}" if ev.rules else "") + (f"; the change under test is {change}" if change else "")
     if comp is None:
         if ev.gate_failed:
             return Banner("fail", f"FAIL: {len(ev.failing)} expectation(s) missed ({runs}); no baseline compared"
