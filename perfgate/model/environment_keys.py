@@ -103,3 +103,12 @@ def change_text(diff: dict[str, list[Any]], limit: int = 8) -> str:
         items.append(key if key.startswith("(") else f"{key} {shown(a)} -> {shown(b)}")
     more = f", and {len(items) - limit} more" if len(items) > limit else ""
     return ", ".join(items[:limit]) + more
+
+
+def change_under_test(mode: str, diff: dict[str, list[Any]], limit: int = 8) -> str:
+    """'the environment: torch 2.4.0 -> 2.5.0, package numpy 1.26.4 -> 2.1.0' where the two sides of a same-job
+    comparison (``mode`` "against") ran in different environments (`run --base-python`, `--base-env`): the
+    change under test; '' otherwise (a stored baseline's different environment is a warning, not the change)."""
+    if mode != "against" or not diff:
+        return ""
+    return f"the environment: {change_text(diff, limit)}"

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from perfgate.judging import expect, roofline
 from perfgate.judging.compare import throttled
+from perfgate.model.environment_keys import change_under_test
 from perfgate.model.results import (
     STATUS_OK,
     CaseResult,
@@ -818,14 +819,8 @@ def planned_gap(run: RunResult) -> str:
 
 
 def environment_change(comparison: Comparison | None, limit: int = 8) -> str:
-    """'the environment: torch 2.4.0 -> 2.5.0, package numpy 1.26.4 -> 2.1.0' where the two sides of a same-job
-    comparison ran in different environments (`run --base-python`, `--base-env`): the change under test; ''
-    otherwise (a stored baseline's different environment is a warning, not the change)."""
-    if comparison is None or comparison.mode != "against" or not comparison.environment_diff:
-        return ""
-    from perfgate.model.environment_keys import change_text
-
-    return f"the environment: {change_text(comparison.environment_diff, limit)}"
+    """The change under test where the two sides ran in different environments (environment_keys.change_under_test)."""
+    return change_under_test(comparison.mode, comparison.environment_diff, limit) if comparison is not None else ""
 
 
 def banner(report: ReportInput) -> Banner:

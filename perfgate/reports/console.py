@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate.model import acknowledge
+from perfgate.model.environment_keys import change_under_test
 from perfgate.model.results import STATUS_OK, CaseResult, CaseSpec, Comparison, Evidence, RunResult, Verdict
 from perfgate.util.formatting import failure_note, format_value
 from perfgate.util.stats import JUDGED_NOTE, PROCESS_QUANTILE, format_seconds, judged_step_time
@@ -155,7 +156,6 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
     then a count of the rest, the advice for inconclusive verdicts, and how many cases carried ``evidence``."""
     from perfgate.judging.compare import sort_key
     from perfgate.reports import repro
-    from perfgate.reports.base import environment_change
 
     verdicts = sorted(comparison.verdicts, key=sort_key)
     failing = [v for v in verdicts if v.fails_gate]
@@ -163,7 +163,7 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
     rest = [v for v in verdicts if v not in failing and v not in wins]
     source = comparison.baseline_source or "baseline"
     out = [f"\nComparison against {source} ({comparison.mode} mode): {len(verdicts)} verdict(s)"]
-    change = environment_change(comparison, 40)
+    change = change_under_test(comparison.mode, comparison.environment_diff, 40)
     if change:
         out.append(f"The change under test (base side -> this run) is {change}")
     out.extend(comparison.warnings)
