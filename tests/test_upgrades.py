@@ -274,3 +274,25 @@ def test_the_smoke_gate_script_passes_the_base_python_on(tmp_path):
     assert "--against abc123 --base-python /envs/base/bin/python" in proc.stdout, proc.stdout
     action = (DEPENDENCY_ENV.parent.parent / "action.yml").read_text()
     assert "PERFGATE_BASE_PYTHON: ${{ steps.deps.outputs.changed == 'true' &&" in action
+
+
+def test_a_regressions_reproduction_carries_the_base_side_environment():
+    """`perfgate repro`'s command for a --base-python run: the same environment options, no --against where
+    the run had none (this tree against itself); an untrusted value no `perfgate run` took is left out."""
+    from perfgate.model.results import CaseResult, CaseSpec, RunResult
+    from perfgate.reports import repro
+
+    case = CaseResult(spec=CaseSpec(workload="w", size="smoke", toggles=("eager",), device="cpu"), status="ok")
+
+    def argv(settings: dict) -> list[str]:
+        run = RunResult(run_id="r", suite="smoke", environment={}, settings=settings, cases=[case])
+        return repro.run_command(case, run, repro.Base("0" * 40, "test"))
+
+    alone = argv({"base_python": "/envs/old/bin/python", "base_env": ["KNOB=1", "-x=1", "BAD NAME=2"]})
+    assert "--against" not in alone
+    assert alone[alone.index("run") + 1:alone.index("run") + 5] == ["--base-python", "/envs/old/bin/python",
+                                                                    "--base-env", "KNOB=1"]
+    assert alone.count("--base-env") == 1
+    with_ref = argv({"against": "main", "base_python": "--gate"})
+    assert with_ref[with_ref.index("run") + 1:with_ref.index("run") + 3] == ["--against", "0" * 40]
+    assert "--base-python" not in with_ref
