@@ -15,6 +15,7 @@
 #   PERFGATE_OUT      run folder                                 (default: reports/ci-smoke)
 #   PERFGATE_AGAINST  git ref to compare against in the same job (default: none: compare with baselines/)
 #   PERFGATE_COMPILE_CACHE  compiler caches kept between runs    (default: none: every case compiles cold)
+#   PERFGATE_BASE_PYTHON  Python of the base side's environment  (default: none: both sides in this one)
 # Exit code: perfgate's own (0 pass, 1 gate failed, 2 usage, 3 infrastructure), or 3 when the run
 # left no results.json or summary.md behind.
 set -uo pipefail
@@ -40,6 +41,9 @@ if [[ -n "${PERFGATE_AGAINST:-}" ]]; then
 fi
 if [[ -n "${PERFGATE_COMPILE_CACHE:-}" ]]; then
   args+=(--compile-cache "$PERFGATE_COMPILE_CACHE")
+fi
+if [[ -n "${PERFGATE_BASE_PYTHON:-}" ]]; then
+  args+=(--base-python "$PERFGATE_BASE_PYTHON")
 fi
 
 "$python" -m perfgate "${args[@]}" "$@"

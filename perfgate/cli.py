@@ -204,6 +204,13 @@ def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
                    "(refused): that compares with REF measured in this job.")
 @click.option("--against", "against_ref", default=None, metavar="REF",
               help="Run REF (a git ref, in a temporary worktree) and this tree interleaved; compare directly.")
+@click.option("--base-python", "base_python", default=None, metavar="PATH",
+              help="Run the base side under this Python (another virtual environment: a torch, CUDA or "
+                   "dependency upgrade): alone, this tree under it; with --against REF, REF's code under it. "
+                   "Both sides sample in lockstep; the comparison names the environments' difference.")
+@click.option("--base-env", "base_env", multiple=True, metavar="NAME=VALUE",
+              help="Set this variable for the base side's workers only (repeatable): a knob measured as the "
+                   "change, alone or with --base-python / --against.")
 @click.option("--strict-env", is_flag=True,
               help="Refuse a baseline measured with another torch/CUDA/driver/Python. Not with --against "
                    "(refused): both sides run in this job's environment.")

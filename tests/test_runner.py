@@ -842,13 +842,13 @@ def test_a_runs_probe_is_forked_and_a_daemon_its_workload_file_starts_at_import_
 @pytest.mark.slow
 def test_the_probe_and_the_runs_workers_share_one_fork_server(tmp_path, monkeypatch):
     """The probe forked for a run's folder comes from the fork server the run's workers are then forked by
-    (runner._zygote_for's key: threads, PYTHONPATH, folder, scratch folder), or the saving is lost."""
+    (runner._zygote_for's key: threads, PYTHONPATH, folder, scratch folder, interpreter), or the saving is lost."""
     monkeypatch.delenv(runner.WORKER_START_ENV, raising=False)
     work = runner.run_work_dir(tmp_path / "run")
     try:
         probe = runner.run_probe([TEST_WORKLOADS], 1, work)
         assert probe["environment"]["probe_start"] == "fork" and "tiny" in probe["workloads"]
-        server = runner._zygotes.get((1, None, None, str(work)))
+        server = runner._zygotes.get((1, None, None, str(work), runner.THIS_INTERPRETER.key()))
         assert server is not None and server.alive()
         cache_env = {"TORCHINDUCTOR_CACHE_DIR": str(work / "compile-cache" / "x" / "inductor")}  # a case's
         assert runner._zygote_for(1, cache_env, None, work) is server

@@ -685,7 +685,8 @@ def test_cpu_job_runs_the_repository_script_with_caches(workflows):
     runs = [s.get("run", "") for s in action["runs"]["steps"]]
     assert any('"$GITHUB_ACTION_PATH/.ci/smoke-gate.sh"' in r for r in runs)
     cached = [s["with"]["path"] for s in action["runs"]["steps"] if s.get("uses", "").startswith("actions/cache")]
-    assert cached == ["${{ inputs.compile-cache }}"]
+    # the compile cache, and the base side's environment when a pull request changes a dependency file
+    assert cached == ["${{ inputs.compile-cache }}", "${{ runner.temp }}/perfgate-base-env"]
     run_step = [s for s in action["runs"]["steps"] if s.get("id") == "run"][0]
     assert run_step["env"]["PERFGATE_COMPILE_CACHE"] == "${{ inputs.compile-cache }}"
     script = (REPO / ".ci" / "smoke-gate.sh").read_text()

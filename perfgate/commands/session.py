@@ -10,6 +10,8 @@ runner.InfrastructureError (3, gate.NoEvidence included).
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +37,7 @@ from perfgate.util.storage import check_writable_dir
 
 EXIT_OK = 0
 EXIT_INFRA = 3
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a variable --base-env may set
 
 
 @dataclass(frozen=True)
@@ -69,15 +72,25 @@ class RunOptions:
     baseline_precision: bool = False
     changed_since: str | None = None
     run_all: bool = False
+    base_python: str | None = None
+    base_env: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.shard_part()  # a bad --shard fails before the slow probe
+        self.interpreter()  # a --base-python that is no program, a --base-env that is no NAME=VALUE
         if self.changed_since is not None and (not self.changed_since.strip() or self.changed_since.startswith("-")):
             raise ConfigError(f"--changed-since {self.changed_since!r}: not a git ref; give a branch, tag or commit "
                               "(e.g. --changed-since origin/main)")
         if self.changed_since and self.baseline_precision:
             raise ConfigError("--baseline-precision records a run to become a baseline, which holds every case: drop "
                               "--changed-since")
+        if self.side_by_side and not self.against_ref:
+            for given, name in ((self.baseline_file, "--baseline"), (self.strict_env, "--strict-env"),
+                                (self.baseline_precision, "--baseline-precision")):
+                if given:
+                    raise ConfigError(f"{name} does not apply with --base-python/--base-env: the base side is "
+                                      f"measured in this job under that environment, not read from a stored "
+                                      f"baseline; drop {name}")
         if self.baseline_precision and (self.gate or self.against_ref):
             raise ConfigError("--baseline-precision records a run to become a baseline; it judges nothing: drop "
                               f"{'--gate' if self.gate else '--against'} (gate later runs against the baseline it makes)")
@@ -92,6 +105,32 @@ class RunOptions:
                     raise ConfigError(f"{name} does not apply with --against {self.against_ref}: the base is "
                                       f"measured from REF in this job, on this machine, not read from a stored "
                                       f"baseline; drop {name} (or --against to gate on the stored baseline)")
+
+    @property
+    def side_by_side(self) -> bool:
+        """Base and head measured in this job: --against REF, or the base side under another environment."""
+        return bool(self.against_ref or self.base_python or self.base_env)
+
+    def interpreter(self) -> runner.Interpreter | None:
+        """The base side's interpreter and variables (--base-python, --base-env), or None: this one's.
+        ConfigError for a path that is no executable file, or a variable not given as NAME=VALUE."""
+        if not (self.base_python or self.base_env):
+            return None
+        python = ""
+        if self.base_python is not None:
+            path = Path(self.base_python).expanduser().absolute()  # not resolved: a venv's python is a link
+            if not path.is_file() or not os.access(path, os.X_OK):
+                raise ConfigError(f"--base-python {self.base_python}: not an executable file; give the Python of "
+                                  "the environment the base side runs in (e.g. .venv-base/bin/python)")
+            python = str(path)
+        env = []
+        for item in self.base_env:
+            name, eq, value = item.partition("=")
+            if not eq or not ENV_NAME.fullmatch(name):
+                raise ConfigError(f"--base-env {item!r}: expected NAME=VALUE (NAME of letters, digits and "
+                                  "underscores, not starting with a digit), e.g. --base-env TORCH_CUDNN_V8_API_DISABLED=1")
+            env.append((name, value))
+        return runner.Interpreter(python, tuple(env))
 
     def shard_part(self) -> Shard | None:
         return parse_shard(self.shard) if self.shard else None
@@ -113,7 +152,7 @@ class RunOptions:
     @property
     def stored_gate(self) -> bool:
         """Compared with a stored baseline (not --against)?"""
-        return (self.gate or bool(self.baseline_file)) and not self.against_ref
+        return (self.gate or bool(self.baseline_file)) and not self.side_by_side
 
 
 def run_settings(settings: Settings, options: RunOptions) -> Settings:
@@ -325,7 +364,7 @@ def _run_in(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path
     files = {name: info["file"] for name, info in catalog.workloads.items()}
     record = new_run(settings, options, suite, run_dir, probe, catalog, cases)
     # --gate with expectations and no baseline stored yet: the expectations alone are the gate
-    no_baseline = gate_mod.expectations_alone(settings, record, gate=options.gate and not options.against_ref
+    no_baseline = gate_mod.expectations_alone(settings, record, gate=options.gate and not options.side_by_side
                                               and not options.baseline_file)
     stored = None
     if options.stored_gate and not no_baseline:  # read before any case runs: a missing or broken one fails fast
@@ -358,19 +397,21 @@ def _run_in(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path
         runner.mark_latest(settings.reports_dir, run_dir)
     write_reports = reports_writer(run_dir)
     write_reports(record)
-    if options.against_ref:  # the gate's same-job A/B mode: perfgate/gating/gate.py
+    if options.side_by_side:  # the gate's same-job A/B mode: perfgate/gating/gate.py
         return run_against(options.against_ref, options, cases, files, settings, record, run_dir)
     return run_measured(options, cases, files, settings, record, run_dir, stored, no_baseline, write_reports)
 
 
-def run_against(ref: str, options: RunOptions, cases: list[CaseSpec], files: dict[str, str], settings: Settings,
-                record: RunResult, run_dir: Path) -> int:
-    """`run --against REF`: REF and this tree in lockstep, case by case, compared directly (gate.py)."""
+def run_against(ref: str | None, options: RunOptions, cases: list[CaseSpec], files: dict[str, str],
+                settings: Settings, record: RunResult, run_dir: Path) -> int:
+    """`run --against REF` and/or `--base-python PATH`: REF (or this tree, under that Python) and this tree
+    in lockstep, case by case, compared directly (gate.py)."""
     no_evidence: gate_mod.NoEvidence | None = None
     try:
         code = gate_mod.execute_against(ref, cases, files, settings, record, run_dir, partial(progress, run=record), echo,
                                         gate=options.gate, narrowing=(options.workloads, options.toggles,
-                                                                      options.size, options.device))
+                                                                      options.size, options.device),
+                                        interpreter=options.interpreter())
     except gate_mod.NoEvidence as exc:  # exit 3 once the summary and the history have the run
         code, no_evidence = EXIT_INFRA, exc
     try:  # the head side's scalars next to its traces, as a plain run has them

@@ -4,6 +4,7 @@ comparison.json next to results.json, print, and return the exit code. No torch.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -377,16 +378,47 @@ def record_remeasures(run: RunResult, run_dir: Path, again: list[CaseResult]) ->
 Narrowing = tuple[tuple[str, ...], tuple[str, ...], str | None, str | None]
 
 
-def execute_against(ref: str, cases: list[CaseSpec], workload_files: dict[str, str], settings: Settings,
+def execute_against(ref: str | None, cases: list[CaseSpec], workload_files: dict[str, str], settings: Settings,
                     run: RunResult, run_dir: Path, progress: Any, echo: Echo, *, gate: bool,
-                    narrowing: Narrowing = ((), (), None, None)) -> int:
+                    narrowing: Narrowing = ((), (), None, None),
+                    interpreter: runner.Interpreter | None = None) -> int:
     """`perfgate run --against REF`: base and head interleaved per case, compared directly; a case of the
-    suite as REF plans it (``narrowing`` applied) that this tree's plan lacks is ``newly-failing``."""
+    suite as REF plans it (``narrowing`` applied) that this tree's plan lacks is ``newly-failing``.
+    ``interpreter`` (`--base-python`, `--base-env`): the base side runs under it, REF's code, or with no REF
+    this tree's: the change under test is then the environment, named in the comparison."""
     from perfgate.running import against
 
+    if ref is None:
+        if interpreter is None:
+            raise ConfigError("a same-job comparison needs --against REF or --base-python PATH")
+        with against.interruptible():
+            same = against.same_tree(settings, interpreter)
+            try:
+                return _judge_against(same, None, cases, workload_files, settings, run, run_dir, progress, echo,
+                                      gate=gate, narrowing=narrowing)
+            finally:
+                same.close()
     with against.interruptible(), against.checked_out(settings, ref) as base:
+        if interpreter is not None:
+            against.use_interpreter(base, interpreter)
         return _judge_against(base, ref, cases, workload_files, settings, run, run_dir, progress, echo, gate=gate,
                               narrowing=narrowing)
+
+
+def base_side_environment(base: Any, run: RunResult) -> dict[str, Any]:
+    """The base run's environment: the head's (same machine, same job), with the base checkout's commit, and,
+    under another interpreter (`--base-python`, `--base-env`), what its probe saw (torch, CUDA, cuDNN,
+    Python, packages), its executable and the variables that tune its workers."""
+    env = dict(run.environment)
+    if base.worktree:  # a clean worktree of REF's commit, whatever state the head's tree is in
+        env.update(git_commit=base.commit, git_dirty=False, git_ref=base.ref)
+    if base.interpreter is not None:
+        env.update(base.environment)
+        env["executable"] = base.interpreter.executable
+        # what tunes its workers, and every variable --base-env set, whatever its name: the change asked for
+        tuning = {**runner.tuning_environment({**os.environ, **dict(base.interpreter.env)}), **dict(base.interpreter.env)}
+        env["tuning_env"] = [f"{k}={v}" for k, v in sorted(tuning.items())]
+    return env
 
 
 def gone_at_head(base: Any, settings: Settings, run: RunResult, cases: list[CaseSpec], narrowing: Narrowing,
@@ -423,22 +455,32 @@ def probe_base(base: Any, settings: Settings, echo: Echo) -> None:
         echo(f"note: {note}")
 
 
-def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: dict[str, str],
+def _judge_against(base: Any, ref: str | None, cases: list[CaseSpec], workload_files: dict[str, str],
                    settings: Settings, run: RunResult, run_dir: Path, progress: Any, echo: Echo, *,
                    gate: bool, narrowing: Narrowing) -> int:
-    """execute_against's work once REF is checked out in ``base`` (perfgate.running.against.BaseCheckout)."""
+    """execute_against's work once REF is checked out in ``base`` (perfgate.running.against.BaseCheckout), or
+    with ``ref`` None, once ``base`` is this tree under another interpreter."""
+    from perfgate.model.environment_keys import change_text, side_by_side_diff
     from perfgate.running import against
 
     probe_base(base, settings, echo)
-    gone = gone_at_head(base, settings, run, cases, narrowing, echo)
-    if run.environment.get("git_dirty"):
+    gone = gone_at_head(base, settings, run, cases, narrowing, echo) if base.worktree else []
+    if run.environment.get("git_dirty") and base.worktree:
         echo(f"note: the head side is this working tree, with uncommitted changes on top of "
              f"{str(run.environment.get('git_commit'))[:12]}; the base side is {ref} ({base.commit[:12]}) as committed")
     base_dir = run_dir / "base"
-    # the base side is a clean worktree of REF's commit, whatever state the head's tree is in
-    base_run = replace(run, run_id=f"{run.run_id}-base", environment={**run.environment, "git_commit": base.commit,
-                                                                   "git_dirty": False, "git_ref": ref}, cases=[])
-    run = replace(run, settings={**run.settings, "against": ref})
+    base_run = replace(run, run_id=f"{run.run_id}-base", environment=base_side_environment(base, run), cases=[])
+    env_change = side_by_side_diff(base_run.environment, run.environment) if base.interpreter is not None else {}
+    side = base.describe()
+    if base.interpreter is not None:
+        echo(f"perfgate: base side: {side}; the environments differ in: "
+             f"{change_text(env_change) or 'nothing recorded (an A/A pair)'}")
+        extra: dict[str, Any] = {"base_python": base.interpreter.python or None,
+                                 "base_env": [f"{k}={v}" for k, v in base.interpreter.env]}
+    else:
+        extra = {}
+    run = replace(run, settings={**run.settings, **({"against": ref} if ref else {}), **extra})
+    ref = ref or side  # the base side in the lines below
     runner.write_results(run, run_dir / "results.json")
     t0 = time.perf_counter()
     sampler_for = sampler_factory(settings, "against")
@@ -463,9 +505,8 @@ def _judge_against(base: Any, ref: str, cases: list[CaseSpec], workload_files: d
     echo(console.run_tables(run))
     gs = gate_settings(settings)
     look = sequential.look_confidence(gs, settings.processes)
-    comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=f"git:{ref} ({base.commit[:12]})",
-                              look_confidence=look)
-    comparison = replace(comparison, verdicts=[*comparison.verdicts, *gone])
+    comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=side, look_confidence=look)
+    comparison = replace(comparison, verdicts=[*comparison.verdicts, *gone], environment_diff=env_change)
     if gs.remeasures("against") and any(v.metric == "step_time" and v.kind == "regression" for v in comparison.verdicts):
         specs = {s.key: s for s in cases}
         base_again: list[CaseResult] = []

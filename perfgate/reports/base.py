@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from perfgate.judging import expect, roofline
 from perfgate.judging.compare import throttled
+from perfgate.model.environment_keys import change_under_test
 from perfgate.model.results import (
     STATUS_OK,
     CaseResult,
@@ -874,6 +875,11 @@ def change_selection(run: RunResult) -> str:
             f"runs the cases of workload(s) {names} ({'; '.join(reasons)[:600] or 'no workload file changed'})")
 
 
+def environment_change(comparison: Comparison | None, limit: int = 8) -> str:
+    """The change under test where the two sides ran in different environments (environment_keys.change_under_test)."""
+    return change_under_test(comparison.mode, comparison.environment_diff, limit) if comparison is not None else ""
+
+
 def banner(report: ReportInput) -> Banner:
     comp = report.comparison
     st = report.status_counts
@@ -882,7 +888,8 @@ def banner(report: ReportInput) -> Banner:
     skipped = f"{st['skipped']} skipped" + (f" ({unchanged} unchanged by this pull request)" if unchanged else "")
     runs = f"{st['ok']} ok, {skipped}, {st['failed']} failed" + (f"; {gap}" if gap else "")
     ev = report.expectations
-    exp = f"; {ev.headline}" if ev.rules else ""
+    change = environment_change(comp, 4)
+    exp = (f"; {ev.headline}" if ev.rules else "") + (f"; the change under test is {change}" if change else "")
     if comp is None:
         if ev.gate_failed:
             return Banner("fail", f"FAIL: {len(ev.failing)} expectation(s) missed ({runs}); no baseline compared"

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate.model import acknowledge
+from perfgate.model.environment_keys import change_under_test
 from perfgate.model.results import STATUS_OK, CaseResult, CaseSpec, Comparison, Evidence, RunResult, Verdict
 from perfgate.reports import allocations
 from perfgate.util.formatting import failure_note, format_value
@@ -163,6 +164,9 @@ def comparison_text(comparison: Comparison, gate: bool = True, evidence: Evidenc
     rest = [v for v in verdicts if v not in failing and v not in wins]
     source = comparison.baseline_source or "baseline"
     out = [f"\nComparison against {source} ({comparison.mode} mode): {len(verdicts)} verdict(s)"]
+    change = change_under_test(comparison.mode, comparison.environment_diff, 40)
+    if change:
+        out.append(f"The change under test (base side -> this run) is {change}")
     out.extend(comparison.warnings)
     noted = False
 

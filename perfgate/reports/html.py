@@ -344,7 +344,9 @@ def roofline_chart(group: Group, ceilings: dict[str, Any]) -> RooflineChart | No
 
 
 def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(str(k), format_environment(v)) for k, v in env.items()]
+    """The environment as rows; the installed packages as their count (results.json lists them)."""
+    return [(str(k), f"{len(v)} distributions (listed in results.json)" if k == "packages" and isinstance(v, list)
+             else format_environment(v)) for k, v in env.items()]
 
 
 def _trend_anchor(case_key: str) -> str:

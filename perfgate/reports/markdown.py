@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from perfgate.model.acknowledge import match_text
 from perfgate.model.results import Acknowledgement, Comparison, Verdict
 from perfgate.reports import allocations, traces
-from perfgate.reports.base import CaseRow, ReportInput, change_selection
+from perfgate.reports.base import CaseRow, ReportInput, change_selection, environment_change
 from perfgate.reports.conditions import measured_under
 from perfgate.reports.cost import read_cost
 from perfgate.util.formatting import format_ratio, format_value
@@ -234,6 +234,9 @@ class MarkdownExporter:
         out.add(f"Run {_forced(run.run_id)}, {what_ran}"
                 + (f", baseline {_forced(report.comparison.baseline_source)}" if report.comparison else "")
                 + f". Full report: `{html}` in the run's artifacts.", force=True)
+        change = environment_change(report.comparison, 40)
+        if change:  # `run --base-python`: what differs between the two sides is what is measured
+            out.add(f"**Change under test** (base side -> this run): {cell(change)}.", force=True)
         conditions = measured_under(run)
         if conditions:
             out.add(cell(conditions), force=True)

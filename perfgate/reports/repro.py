@@ -299,7 +299,10 @@ def run_command(case: CaseResult, run: RunResult, base: Base, *, gate: bool = Tr
     path the command may not use is left out, with a line saying why added to ``notes``."""
     settings = run.settings if isinstance(run.settings, dict) else {}
     spec = case.spec
-    argv = [*layout_prefix(run), "perfgate", "run", "--against", base.ref]
+    side = base_side_options(settings)
+    # --base-python alone measured this tree against itself in another environment: no ref to check out
+    same_tree = bool(side) and not settings.get("against")
+    argv = [*layout_prefix(run), "perfgate", "run", *([] if same_tree else ["--against", base.ref]), *side]
     if run.suite:
         argv += ["--suite", run.suite]
     argv += ["-w", _glob_literal(spec.workload), "--size", spec.size, "-t", spec.toggle_name, "--device", spec.device]
@@ -315,6 +318,24 @@ def run_command(case: CaseResult, run: RunResult, base: Base, *, gate: bool = Tr
     config_args = config_option(settings, checkout, notes)
     argv += config_args + folder_options(settings, config_args, checkout, notes)
     return argv + (["--gate"] if gate else [])
+
+
+_SIDE_VALUE = re.compile(r"[^\s\x00-\x1f\x7f-]\S*")
+_SIDE_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=\S*")
+
+
+def base_side_options(settings: dict[str, Any]) -> list[str]:
+    """`--base-python PATH` and `--base-env NAME=VALUE` as the run recorded them (results.json is untrusted:
+    a path or variable that no `perfgate run` accepted is left out)."""
+    out = []
+    python = settings.get("base_python")
+    if isinstance(python, str) and _SIDE_VALUE.fullmatch(python):
+        out += ["--base-python", python]
+    variables = settings.get("base_env")
+    for item in variables if isinstance(variables, list) else []:
+        if isinstance(item, str) and item.isprintable() and _SIDE_VARIABLE.fullmatch(item):
+            out += ["--base-env", item]
+    return out
 
 
 def traces_folder(case: CaseResult) -> str:

@@ -48,8 +48,37 @@ class BaseCheckout:
     catalog: Catalog | None = None
     notes: list[str] = field(default_factory=list)
     lock_fd: int | None = None  # held while this process uses the worktree (``prune_stale_worktrees``)
+    # the Python (and variables) its workers run under: ``run --base-python/--base-env``; None: this one's
+    interpreter: runner.Interpreter | None = None
+    environment: dict[str, Any] = field(default_factory=dict)  # its probe's: torch, Python, packages
+    worktree: bool = True  # False: this tree itself (``same_tree``), nothing checked out
+    link_dir: Path | None = None  # a folder holding only a link to this perfgate (``use_interpreter``)
+
+    @property
+    def cwd(self) -> Path | None:
+        """The base workers' folder: inside the worktree, or (this tree itself) where the head's run."""
+        return self.path if self.worktree else None
+
+    @property
+    def side_interpreter(self) -> runner.Interpreter:
+        return self.interpreter or runner.THIS_INTERPRETER
+
+    def describe(self) -> str:
+        """The base side in a comparison's source: ``git:REF (COMMIT)``, the interpreter it ran under, the
+        variables set for it."""
+        parts = [f"git:{self.ref} ({self.commit[:12]})"] if self.worktree else ["this tree"]
+        if self.interpreter is not None and self.interpreter.python:
+            parts.append(f"under {self.interpreter.python}")
+        if self.interpreter is not None and self.interpreter.env:
+            parts.append("with " + " ".join(f"{k}={v}" for k, v in self.interpreter.env))
+        return " ".join(parts)
 
     def close(self) -> None:
+        if self.link_dir is not None:
+            shutil.rmtree(self.link_dir, ignore_errors=True)
+            self.link_dir = None
+        if not self.worktree:
+            return
         _git(self.repo_top, "worktree", "remove", "--force", str(self.path))
         shutil.rmtree(self.path.parent, ignore_errors=True)
         _git(self.repo_top, "worktree", "prune")
@@ -152,6 +181,8 @@ def checked_out(settings: Settings, ref: str) -> Iterator[BaseCheckout]:
 
 
 def _map_into(path: Path, repo_top: Path, base_top: Path) -> Path | None:
+    if repo_top == base_top:  # this tree itself (``same_tree``): every path is its own
+        return Path(path).resolve()
     try:
         return base_top / Path(path).resolve().relative_to(repo_top)
     except ValueError:
@@ -232,6 +263,33 @@ def checkout(settings: Settings, ref: str) -> BaseCheckout:
                         workloads_dirs=tuple(dirs), notes=notes, lock_fd=lock_fd)
 
 
+def same_tree(settings: Settings, interpreter: runner.Interpreter) -> BaseCheckout:
+    """The base side of ``run --base-python PATH`` alone: this tree's code and workloads and this perfgate,
+    run under ``interpreter``: the change is the environment."""
+    top = settings.root.resolve()
+    commit = _git(top, "rev-parse", "HEAD")
+    base = BaseCheckout(ref="this tree", commit=commit.stdout.strip() if commit.returncode == 0 else "", path=top,
+                        repo_top=top, python_path=base_python_path(runner.package_parent()),
+                        workloads_dirs=tuple(Path(d) for d in settings.workloads_dirs), worktree=False)
+    use_interpreter(base, interpreter)
+    return base
+
+
+def use_interpreter(base: BaseCheckout, interpreter: runner.Interpreter) -> None:
+    """Run ``base``'s workers under ``interpreter``. Where they would import this perfgate, they find it
+    through a folder that holds a link to its package and nothing else: the folder this perfgate lies in
+    is often the head environment's site-packages, whose torch and packages would otherwise stand in
+    for the base environment's own."""
+    base.interpreter = interpreter
+    head_parent = Path(runner.package_parent()).resolve()
+    first = base.python_path.split(os.pathsep)[0]
+    if interpreter.python and first and Path(first).resolve() == head_parent:
+        link_dir = Path(tempfile.mkdtemp(prefix="perfgate-link-"))
+        (link_dir / "perfgate").symlink_to(head_parent / "perfgate", target_is_directory=True)
+        base.link_dir = link_dir
+        base.python_path = base_python_path(str(link_dir))
+
+
 def base_python_path(base_package_parent: str) -> str:
     """PYTHONPATH for base workers: the folder holding the base's perfgate first, then the user's own entries
     (where packages the workloads or perfgate need may live: a head worker keeps them too, runner.worker_env),
@@ -242,17 +300,41 @@ def base_python_path(base_package_parent: str) -> str:
 
 
 def probe_base(base: BaseCheckout, threads: int) -> Catalog:
-    """What the base checkout's own perfgate sees in its own workloads."""
-    proc = runner.run_worker_command(runner.probe_args(base.workloads_dirs), threads, runner.PROBE_TIMEOUT_S,
-                                     {"PYTHONPATH": base.python_path}, cwd=base.path)
+    """What the base checkout's own perfgate sees in its own workloads. Under another interpreter
+    (``--base-python``), a probe that fails, or a workload file that fails to import there, is an
+    InfrastructureError naming the interpreter and what it lacks: never a case judged `new` or `fixed`
+    because one side could not run."""
+    interp = base.side_interpreter
+    try:
+        proc = runner.run_worker_command(runner.probe_args(base.workloads_dirs), threads, runner.PROBE_TIMEOUT_S,
+                                         {"PYTHONPATH": base.python_path}, cwd=base.cwd, interpreter=interp)
+    except OSError as exc:  # the interpreter cannot be started at all
+        raise runner.InfrastructureError(f"the base side's Python {interp.executable} cannot be started: "
+                                         f"{exc.strerror or exc}") from exc
     if proc.returncode != 0:
+        if base.interpreter is not None:
+            raise runner.InfrastructureError(f"the base side's Python {interp.executable} cannot run perfgate's "
+                                             f"worker: {runner._tail(proc.stderr, 1) or f'exit {proc.returncode}'}")
         raise runner.InfrastructureError(f"the worker probe of {base.ref} failed: {runner._tail(proc.stderr, 1)} "
                                          f"(its workers' PYTHONPATH: {base.python_path})")
     data = parse_probe_answer(proc.stdout, f"the worker probe of {base.ref}")
     base.catalog = Catalog.from_probe(data)
+    env = data.get("environment")
+    base.environment = {str(k): v for k, v in env.items() if _environment_value(v)} if isinstance(env, dict) else {}
+    if base.interpreter is not None and base.catalog.errors:
+        err = base.catalog.errors[0]
+        raise runner.InfrastructureError(f"the base side's Python {interp.executable} cannot import the workload "
+                                         f"file {err.get('file')}: "
+                                         f"{str(err.get('error', '')).rsplit(': failed to import: ', 1)[-1]}")
     for err in base.catalog.errors:
         base.notes.append(f"{base.ref}: {err['error']}")
     return base.catalog
+
+
+def _environment_value(value: Any) -> bool:
+    """A value results.json's environment can hold (a scalar, or a list of them): the base's probe is untrusted."""
+    scalar = (str, int, float, bool, type(None))
+    return isinstance(value, scalar) or (isinstance(value, list) and all(isinstance(v, scalar) for v in value))
 
 
 def base_suite_cases(base: BaseCheckout, settings: Settings, suite: str, workloads: tuple[str, ...] = (),
@@ -369,7 +451,7 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
             else:
                 base_cfg = runner.case_config(spec, base_file, settings, i, base_dir, profile=(i == 0))
                 base_cfg["timing"].pop("layouts", None)  # pairs never regroup; an older base worker lacks the key
-                base_job = runner.LockstepJob(base_cfg, base_dir / ".work", base_env, base.path)
+                base_job = runner.LockstepJob(base_cfg, base_dir / ".work", base_env, base.cwd, base.side_interpreter)
                 # base and head side by side, sampling in turns: the same moments of the machine for both
                 base_out, head_out = lockstep_pair(base_job, head_job, settings, i)
                 if base_out.result.get("status") != STATUS_OK and _unsampled(head_out.result):

@@ -116,6 +116,26 @@ def tuning_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
             and k not in WORKER_ENV_WITHHELD}
 
 
+@dataclass(frozen=True)
+class Interpreter:
+    """The Python a side's workers run under and the variables set for every one of them, its fork server
+    included (a variable read when torch is imported must be there when the fork server imports it):
+    ``run --base-python PATH --base-env NAME=VALUE``. The default: this interpreter, nothing added."""
+
+    python: str = ""  # "" : sys.executable
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def executable(self) -> str:
+        return self.python or sys.executable
+
+    def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return self.executable, self.env
+
+
+THIS_INTERPRETER = Interpreter()
+
+
 def worker_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The worker's environment: the allow-listed part of this one (``passed_to_workers``), threads pinned
     for every math library, perfgate importable."""
@@ -221,7 +241,8 @@ def _signal_name(num: int) -> str:
 
 
 def run_worker_command(args: Sequence[str], threads: int, timeout_s: float, env_extra: dict[str, str] | None = None,
-                       cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+                       cwd: Path | None = None, interpreter: Interpreter = THIS_INTERPRETER
+                       ) -> subprocess.CompletedProcess[str]:
     """Run ``python ARGS`` (the probe, which imports the workload files; the ceilings) as a worker runs: the
     worker's environment, its own session, killed when perfgate dies, and nothing it starts outlives it
     (perfgate.protocol.reaper: it ends its descendants, and what it leaves when it dies comes back to perfgate).
@@ -229,12 +250,12 @@ def run_worker_command(args: Sequence[str], threads: int, timeout_s: float, env_
     subprocess.TimeoutExpired past ``timeout_s``, after killing it and all it started."""
     if list(args[:2]) == ["-m", WORKER_MODULE]:  # a probe: of the perfgate this worker will import
         args = ["-m", _worker_module_for(env_extra), *args[2:]]
-    cmd = [sys.executable, *args]
+    cmd = [interpreter.executable, *args]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         reaper.adopt_orphans()
         try:
             proc = from_lasting_thread(subprocess.Popen, cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                       env=worker_env(threads, env_extra), cwd=cwd,
+                                       env=worker_env(threads, {**(env_extra or {}), **dict(interpreter.env)}), cwd=cwd,
                                        preexec_fn=functools.partial(_die_with_parent, os.getpid()))
         except BaseException:
             reaper.ended(None)
@@ -469,21 +490,24 @@ def run_work_dir(run_dir: Path) -> Path:
 
 
 WORKER_START_ENV = "PERFGATE_WORKER_START"  # "spawn": a fresh interpreter per worker; "fork" (default on Linux)
-_zygotes: dict[tuple[Any, ...], Any] = {}  # (threads, PYTHONPATH, cwd, work_dir) -> Zygote, or None: spawn
+# (threads, PYTHONPATH, cwd, work_dir, interpreter) -> Zygote, or None: spawn
+_zygotes: dict[tuple[Any, ...], Any] = {}
 
 
-def _zygote_for(threads: int, env_extra: dict[str, str] | None, cwd: Path | None, work_dir: Path) -> Any:
+def _zygote_for(threads: int, env_extra: dict[str, str] | None, cwd: Path | None, work_dir: Path,
+                interpreter: Interpreter = THIS_INTERPRETER) -> Any:
     """The fork server (perfgate.running.zygote) for workers of this kind, started on first use; None: spawn."""
     if os.environ.get(WORKER_START_ENV, "fork") == "spawn" or not sys.platform.startswith("linux"):
         return None
     python_path = (env_extra or {}).get("PYTHONPATH")
-    key = (threads, python_path, str(cwd) if cwd else None, str(work_dir))
+    key = (threads, python_path, str(cwd) if cwd else None, str(work_dir), interpreter.key())
     z = _zygotes.get(key, False)
     if z is False or (z is not None and not z.alive()):
-        env = worker_env(threads, {"PYTHONPATH": python_path} if python_path else None)
+        env = worker_env(threads, {**({"PYTHONPATH": python_path} if python_path else {}), **dict(interpreter.env)})
         try:
             z = from_lasting_thread(zygote.Zygote, env, cwd, work_dir,
-                                    preexec_fn=functools.partial(_die_with_parent, os.getpid(), signal.SIGTERM))
+                                    preexec_fn=functools.partial(_die_with_parent, os.getpid(), signal.SIGTERM),
+                                    python=interpreter.executable)
         except zygote.ZygoteUnavailable as exc:
             print(f"perfgate: {exc}; spawning each worker instead", file=sys.stderr)
             z = None
@@ -511,7 +535,8 @@ def close_zygotes(under: Path | None = None) -> None:
 
 
 def start_worker(cfg: dict[str, Any], threads: int, work_dir: Path, env_extra: dict[str, str] | None = None,
-                 cwd: Path | None = None, pass_fds: Sequence[int] = ()) -> WorkerHandle:
+                 cwd: Path | None = None, pass_fds: Sequence[int] = (),
+                 interpreter: Interpreter = THIS_INTERPRETER) -> WorkerHandle:
     """Start one worker on ``cfg``: forked from a zygote that has torch imported already, or spawned
     (``PERFGATE_WORKER_START=spawn``, or no fork server here). Its output goes to a file (a pipe could fill
     up and stall a worker that the orchestrator is not reading, in lockstep). ``cwd``: the worker's folder
@@ -521,7 +546,7 @@ def start_worker(cfg: dict[str, Any], threads: int, work_dir: Path, env_extra: d
     with os.fdopen(fd, "w") as fh:
         fh.write(layout.padded_json(cfg))
     try:
-        return _start_worker(spec_path, threads, work_dir, env_extra, cwd, pass_fds)
+        return _start_worker(spec_path, threads, work_dir, env_extra, cwd, pass_fds, interpreter)
     except BaseException:  # nothing started: no case file left behind either
         for path in (spec_path, spec_path[:-5] + ".log"):
             try:
@@ -532,18 +557,18 @@ def start_worker(cfg: dict[str, Any], threads: int, work_dir: Path, env_extra: d
 
 
 def _start_worker(spec_path: str, threads: int, work_dir: Path, env_extra: dict[str, str] | None,
-                  cwd: Path | None, pass_fds: Sequence[int]) -> WorkerHandle:
+                  cwd: Path | None, pass_fds: Sequence[int], interpreter: Interpreter) -> WorkerHandle:
     out_path = spec_path[:-5] + ".out.json"
     log_path = spec_path[:-5] + ".log"
-    env = worker_env(threads, env_extra)
-    z = _zygote_for(threads, env_extra, cwd, work_dir)
+    env = worker_env(threads, {**(env_extra or {}), **dict(interpreter.env)})
+    z = _zygote_for(threads, env_extra, cwd, work_dir, interpreter)
     if z is not None:
         try:
             proc: Any = z.spawn(spec_path, out_path, log_path, env, cwd, tuple(pass_fds))
             return WorkerHandle(proc, spec_path, out_path, log_path, time.perf_counter())
         except zygote.ZygoteUnavailable as exc:
             print(f"perfgate: {exc}; spawning this worker instead", file=sys.stderr)
-    cmd = [sys.executable, "-m", _worker_module_for(env_extra), "--case", spec_path, "--out", out_path]
+    cmd = [interpreter.executable, "-m", _worker_module_for(env_extra), "--case", spec_path, "--out", out_path]
     reaper.adopt_orphans()  # what a spawned worker leaves when it dies comes back here (perfgate.protocol.reaper)
     try:
         with open(log_path, "wb") as log:
@@ -559,9 +584,10 @@ def _start_worker(spec_path: str, threads: int, work_dir: Path, env_extra: dict[
 
 
 def run_worker(cfg: dict[str, Any], timeout_s: float, threads: int, work_dir: Path,
-               env_extra: dict[str, str] | None = None, cwd: Path | None = None) -> ProcessOutcome:
+               env_extra: dict[str, str] | None = None, cwd: Path | None = None,
+               interpreter: Interpreter = THIS_INTERPRETER) -> ProcessOutcome:
     """Run one worker on ``cfg`` to its end; never raises for anything the worker does."""
-    return start_worker(cfg, threads, work_dir, env_extra, cwd).finish(timeout_s)
+    return start_worker(cfg, threads, work_dir, env_extra, cwd, interpreter=interpreter).finish(timeout_s)
 
 
 @dataclass
@@ -572,6 +598,7 @@ class LockstepJob:
     work_dir: Path
     env_extra: dict[str, str] | None = None
     cwd: Path | None = None
+    interpreter: Interpreter = THIS_INTERPRETER
 
 
 def shared_cpus(threads: int, rotate: int = 0) -> list[int] | None:
@@ -613,7 +640,7 @@ def run_lockstep(jobs: Sequence[LockstepJob], settings: Settings, rotate: int = 
             cfg = {**job.cfg, "lockstep": {"read_fd": to_worker_r, "write_fd": from_worker_w}, "cpus": cpus}
             try:
                 handles.append(start_worker(cfg, settings.threads, job.work_dir, job.env_extra, job.cwd,
-                                            pass_fds=(to_worker_r, from_worker_w)))
+                                            pass_fds=(to_worker_r, from_worker_w), interpreter=job.interpreter))
             finally:
                 os.close(to_worker_r)
                 os.close(from_worker_w)

@@ -74,7 +74,8 @@ class Zygote:
     """One fork server: started with ``env`` in ``cwd``; ``work_dir`` (the run's scratch folder) holds its
     log and goes on its command line, which its children share, so they can be found by it."""
 
-    def __init__(self, env: dict[str, str], cwd: Path | None, work_dir: Path, preexec_fn: Any = None) -> None:
+    def __init__(self, env: dict[str, str], cwd: Path | None, work_dir: Path, preexec_fn: Any = None,
+                 python: str | None = None) -> None:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._buf = b""
         self._next = 0
@@ -82,7 +83,7 @@ class Zygote:
         self._pids: dict[int, int] = {}
         work_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = work_dir / f"zygote-{os.getpid()}-{id(self):x}.log"
-        cmd = [sys.executable, "-m", "perfgate.worker.main", "--zygote", str(theirs.fileno()), "--tag", str(work_dir)]
+        cmd = [python or sys.executable, "-m", "perfgate.worker.main", "--zygote", str(theirs.fileno()), "--tag", str(work_dir)]
         env = layout.padded_env(cmd, env)
         try:
             with open(self.log_path, "wb") as log:

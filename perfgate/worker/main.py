@@ -66,6 +66,28 @@ def torch_environment() -> dict[str, Any]:
     return env
 
 
+PACKAGES_MAX = 5000  # distributions recorded at most (an environment's list is data, not a dump)
+
+
+def python_environment() -> dict[str, Any]:
+    """The interpreter and the distributions it imports (``name==version``, names normalized as pip does,
+    sorted; of two installs of one name the one first on sys.path): what `run --base-python` names when two
+    environments differ (perfgate.model.environment_keys.package_diff)."""
+    import re
+    from importlib import metadata
+
+    versions: dict[str, str] = {}
+    for dist in metadata.distributions():
+        try:
+            name, version = dist.metadata["Name"], dist.version
+        except Exception:  # noqa: BLE001 - a broken distribution's metadata: left out, not a failed probe
+            continue
+        if isinstance(name, str) and name and isinstance(version, str):
+            versions.setdefault(re.sub(r"[-_.]+", "-", name).lower(), version)
+    return {"python": platform.python_version(), "python_implementation": platform.python_implementation(),
+            "packages": [f"{k}=={v}" for k, v in sorted(versions.items())][:PACKAGES_MAX]}
+
+
 def probe(workloads_dirs: list[str]) -> dict[str, Any]:
     # every module a case needs: an environment that lacks one of their packages fails here, with one line
     from perfgate.model import results as model  # noqa: F401
@@ -455,6 +477,7 @@ def _ending_what_it_starts(run: Callable[[], int]) -> int:
 def _print_probe(workloads_dirs: list[str], out_file: str | None = None) -> int:
     """The catalog as one line of JSON on stdout, or into ``out_file`` (a probe forked by the fork server)."""
     data = probe(workloads_dirs)
+    data["environment"].update(python_environment())
     data["environment"]["python_executable"] = sys.executable
     data["environment"]["worker_platform"] = platform.platform()
     data["environment"]["pid"] = os.getpid()
