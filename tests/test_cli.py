@@ -59,7 +59,7 @@ def test_run_writes_results_with_schema_environment_and_raw_samples(tiny_run):
         assert p["steps_per_unit"] == 4 and p["loops"] >= 1 and p["first_call_s"] > 0
         assert p["timer"] == "perf_counter_ns"
     st = rollout["derived"]["step_time_s"]
-    assert st["n"] == sum(len(p["samples_ns"]) for p in rollout["processes"]) and st["n_processes"] == n and st["ci_low"] <= st["median"] <= st["ci_high"]
+    assert st["n"] == sum(len(p["samples_ns"]) for p in rollout["processes"]) and st["n_processes"] == n and st["ci_low"] <= st["estimate"] <= st["ci_high"]
     assert cases["tiny/smoke/doubled/cpu"]["status"] == "ok"
     skipped = cases["tiny/smoke/cuda-graphs/cpu"]
     assert skipped["status"] == "skipped" and "needs a CUDA device" in skipped["message"]
