@@ -97,7 +97,10 @@ def test_add_is_idempotent_and_series_come_in_run_order(store_url: str) -> None:
         data = series(store, SeriesFilter(metric="step_time"))
     first = data["workload_0/smoke/eager/cpu"]
     assert [p.run_id for p in first] == ["run-000000", "run-000001", "run-000002"]
-    assert [round(p.value, 6) for p in first] == [0.01, 0.02, 0.03]
+    # each point is that run's case step time, as the reports print it (its processes' geometric mean)
+    expected = [make_run(i, [0.010 * (1 + i), 0.020]).cases[0].step_time().value for i in range(3)]
+    assert [round(p.value, 9) for p in first] == [round(v, 9) for v in expected]
+    assert expected[1] / expected[0] == pytest.approx(2.0) and expected[0] == pytest.approx(0.01, rel=0.05)
     assert all(p.ci_low <= p.value <= p.ci_high for p in first)
     assert first[0].commit == commit_of(0) and first[0].branch == "main"
     with open_store(store_url, create=False) as store:
