@@ -38,7 +38,7 @@ WHAT_LOAD_TAKES = "a perfgate run folder (holding results.json) or a results.jso
 SPEC_COLUMNS = ("run_id", "workload", "size", "toggles", "device", "dtype")
 STATUS_COLUMNS = ("status", "failure_class", "message", "duration_s")
 STEP_TIME_COLUMNS = (
-    "step_time_s", "step_time_ci_low_s", "step_time_ci_high_s", "step_time_q1_s", "step_time_q3_s",
+    "step_time_s", "step_time_median_s", "step_time_ci_low_s", "step_time_ci_high_s", "step_time_q1_s", "step_time_q3_s",
     "step_time_mean_s", "step_time_stdev_s", "step_time_min_s", "step_time_max_s", "step_time_confidence",
     "samples", "processes", "between_process_spread", "throughput_steps_per_s", "first_call_s",
     "speedup_vs_eager", "speedup_low", "speedup_high",
@@ -139,6 +139,7 @@ def load(path: str | os.PathLike[str]) -> pd.DataFrame:
         rec.update({f"param.{k}": c.spec.param_dict.get(k) for k in params})
         rec.update({
             "step_time_s": st.value if st else math.nan,
+            "step_time_median_s": st.median if st else math.nan,
             "step_time_ci_low_s": _number(st.ci_low) if st else math.nan,
             "step_time_ci_high_s": _number(st.ci_high) if st else math.nan,
             "step_time_q1_s": st.q1 if st else math.nan,
