@@ -769,7 +769,13 @@ def _action_env(repo: Path, **inputs: str) -> dict[str, str]:
     env = {}
     for name, expr in _action_run_step()["env"].items():
         m = re.fullmatch(r"\$\{\{ inputs\.([\w-]+) \}\}", str(expr))
-        env[name] = values[m.group(1)] if m else str(expr)
+        if m:
+            env[name] = values[m.group(1)]
+        elif str(expr).startswith("${{ steps.deps.outputs.changed == 'true' && "):
+            # the base-environment step runs only with `against` (none here): its output is '', so is this
+            env[name] = ""
+        else:
+            env[name] = str(expr)
     env["PERFGATE_WORKDIR"] = str(repo)  # ${{ github.workspace }}
     return {**env, "GITHUB_ACTION_PATH": str(REPO), "PERFGATE_PYTHON": sys.executable,
             "PYTHONPATH": str(REPO)}
