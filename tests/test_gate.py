@@ -254,7 +254,9 @@ def test_a_stored_regression_is_settled_in_lockstep_against_the_baselines_commit
     off = run_cli("run", "--gate", "--out", str(repo / "runs" / "off"), cwd=repo)
     assert off.returncode == 1, off.stdout + off.stderr
     assert "judged against the stored baseline alone (settle_in_lockstep = false)" in off.stdout
-    assert "re-measuring" in off.stdout and "settling" not in off.stdout
+    data = json.loads((repo / "runs" / "off" / "comparison.json").read_text())
+    (v,) = [v for v in data["verdicts"] if v["metric"] == "step_time"]
+    assert "re-measuring" in off.stdout and "settling" not in off.stdout, (v, off.stdout)
 
 
 def test_a_screen_lockstep_could_not_settle_is_measured_with_the_full_sampler(tmp_path, monkeypatch):
