@@ -5,8 +5,8 @@ The mechanisms and their switches:
 
 | mechanism | off with |
 |---|---|
-| set-aside of slowed processes (``compare.set_aside_slowed``) | ``[tool.perfgate.gate] set_aside_slowed = false`` |
-| mode-by-mode comparison (``compare.performance_modes`` / ``mode_matches``) | ``[tool.perfgate.gate] compare_modes = false`` |
+| set-aside of slowed processes (``timechange.set_aside_slowed``) | ``[tool.perfgate.gate] set_aside_slowed = false`` |
+| mode-by-mode comparison (``timechange.performance_modes`` / ``mode_matches``) | ``[tool.perfgate.gate] compare_modes = false`` |
 | the unpaired floor (``unpaired_min_processes``) | ``[tool.perfgate.gate] unpaired_min_processes = 1`` |
 | layout groups within a process | ``[tool.perfgate.timing] layouts = 1`` |
 | drawn layouts (heap offsets, reserved pages; groups too) | ``PERFGATE_LAYOUT=none`` |
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gate_accuracy  # noqa: E402
 
-from perfgate.judging.compare import GateSettings  # noqa: E402
+from perfgate.judging.gate_settings import GateSettings  # noqa: E402
 from perfgate.judging.gatesim import Scenario, rates  # noqa: E402
 
 # name -> ([tool.perfgate.gate] lines, [tool.perfgate.timing] lines, environment)

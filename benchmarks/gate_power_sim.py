@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfgate.judging.compare import GateSettings  # noqa: E402
+from perfgate.judging.gate_settings import GateSettings  # noqa: E402
 from perfgate.judging.gatesim import Scenario, rates  # noqa: E402
 
 

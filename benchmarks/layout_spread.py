@@ -6,7 +6,7 @@ folder whose name has another length and from project paths of other lengths (wh
 checkout do), and prints, per run, every process's step time (the gate's per-process statistic, the 10th
 percentile of its samples) by process index with the layout it drew; then the spread between processes
 inside a run, between the runs' medians (what an unpaired comparison of two runs meets), and how many
-performance modes the processes fall into (``perfgate.judging.compare.performance_modes``).
+performance modes the processes fall into (``perfgate.judging.timechange.performance_modes``).
 
     /work/main/.venv/bin/python benchmarks/layout_spread.py --family conv16 --runs 6 --processes 8
     PERFGATE_LAYOUT=fixed /work/main/.venv/bin/python benchmarks/layout_spread.py ...   # the old layouts
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gate_accuracy import make_project, perfgate  # noqa: E402
 
-from perfgate.judging.compare import performance_modes  # noqa: E402
+from perfgate.judging.timechange import performance_modes  # noqa: E402
 from perfgate.model.results import load_results  # noqa: E402
 from perfgate.util.stats import PROCESS_QUANTILE  # noqa: E402
 

@@ -6,7 +6,7 @@ some layout sets one index runs fast or slow by the same amount in every run (do
 whole runs move"). Against a stored baseline the gate compares the two sides' processes unpaired, so those
 fixed differences count as noise. This script takes the run folders that ``gate_accuracy.py --modes stored
 --keep-runs DIR`` kept (``tNN-base``, ``tNN-0.00``, ``tNN-0.05``, ``tNN-0.10``) and judges each gated run
-against its trial's baseline both ways with the gate's own statistics (``perfgate.judging.compare.time_change`` and
+against its trial's baseline both ways with the gate's own statistics (``perfgate.judging.timechange.time_change`` and
 ``judge_time``; 10th percentile per process, the 1% run-to-run term, 5% threshold, 95%), on the processes
 each run took. It is not the gate: no looks, no re-measure, one confidence level for both; it compares the
 two statistics on the same data.
@@ -26,7 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfgate.judging.compare import GateSettings, judge_time, time_change  # noqa: E402
+from perfgate.judging.compare import judge_time  # noqa: E402
+from perfgate.judging.gate_settings import GateSettings  # noqa: E402
+from perfgate.judging.timechange import time_change  # noqa: E402
 from perfgate.model.results import load_results  # noqa: E402
 
 

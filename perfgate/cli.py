@@ -272,7 +272,7 @@ def baseline_update_cmd(config: str | None, results: tuple[str, ...], allow_fail
     those cases of it). Several RESULTS, runs of one clean commit on this machine, are pooled: each case's
     processes together, and the spread between the runs measured for the gate's unpaired comparisons."""
     from perfgate.judging import baselines
-    from perfgate.judging.compare import gate_settings
+    from perfgate.judging.gate_settings import gate_settings
     from perfgate.model.results import load_results
     from perfgate.running import runner
 

@@ -1,6 +1,6 @@
 """The reference pages, generated from the code: docs/reference/cli.md from perfgate's click commands and
 docs/reference/configuration.md from the settings model (``[tool.perfgate]`` as perfgate.model.config declares
-and loads it, ``[tool.perfgate.gate]`` as perfgate.judging.compare validates it). No torch: it imports only the
+and loads it, ``[tool.perfgate.gate]`` as perfgate.judging.gate_settings validates it). No torch: it imports only the
 orchestrator's side, which the import-linter contract ``no-torch`` keeps torch-free.
 
     python scripts/gen_reference.py          # write both pages
@@ -301,8 +301,8 @@ def table_words(model: Any, key: str, valid: dict[str, Any] | None = None) -> st
 
 
 def gate_words(key: str) -> str:
-    """A ``[tool.perfgate.gate]`` key, as compare.parse_gate words it, with its range where it has one."""
-    from perfgate.judging.compare import parse_gate
+    """A ``[tool.perfgate.gate]`` key, as gate_settings.parse_gate words it, with its range where it has one."""
+    from perfgate.judging.gate_settings import parse_gate
 
     def validate(value: Any) -> Any:
         return parse_gate({key: value})
@@ -356,7 +356,7 @@ def checked(section: str, keys: list[str]) -> dict[str, str]:
 
 def config_page() -> str:
     from perfgate.history.store import DEFAULT_URL
-    from perfgate.judging import compare
+    from perfgate.judging import gate_settings
     from perfgate.model import config, rules
     from perfgate.model.acknowledge import AcknowledgeTable
     from perfgate.model.results import METRIC_KINDS
@@ -402,9 +402,9 @@ def config_page() -> str:
              cell(meanings[k])) for k in timing_keys]
     out += ["## `[tool.perfgate.timing]`", "", table(("key", "type", "default", "meaning"), rows), ""]
 
-    gate_keys = list(compare._VALID_KEYS)
+    gate_keys = list(gate_settings._VALID_KEYS)
     meanings = checked("tool.perfgate.gate", gate_keys)
-    gate = compare.parse_gate({})
+    gate = gate_settings.parse_gate({})
     rows = [(f"`{k}`", cell(gate_words(k)), toml_value(getattr(gate, k)), cell(meanings[k])) for k in gate_keys]
     out += ["## `[tool.perfgate.gate]`", "", table(("key", "type", "default", "meaning"), rows), "",
             "Metrics `[tool.perfgate.gate.metrics]` takes: " + ", ".join(f"`{m}`" for m in METRIC_KINDS) + ".", ""]

@@ -14,7 +14,8 @@ import pytest
 from conftest import cli_env, run_cli
 
 from perfgate.gating.merge import comparison_from_json, merged_comparison
-from perfgate.judging.compare import GateSettings, acknowledged, compare_runs
+from perfgate.judging.compare import acknowledged, compare_runs
+from perfgate.judging.gate_settings import GateSettings
 from perfgate.model.acknowledge import Entry, apply, parse_bound
 from perfgate.model.config import ConfigError, load
 from perfgate.model.results import VERDICT_KINDS, CaseResult, CaseSpec, ProcessSamples, RunResult

@@ -383,7 +383,7 @@ def test_runs_of_one_commit_pool_into_one_baseline_that_knows_their_spread():
     processes and, from the runs' levels, the spread between whole runs with its upper bound, which the gate's
     unpaired comparison uses (and scales to a head run against k pooled runs)."""
     from perfgate.judging import runspread
-    from perfgate.judging.compare import GateSettings
+    from perfgate.judging.gate_settings import GateSettings
 
     runs = [_run_of(level, seed=i) for i, level in enumerate((0.0, 0.004, -0.003))]
     pooled = baselines.pooled(runs, ["r1", "r2", "r3"])

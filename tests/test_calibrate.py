@@ -8,7 +8,7 @@ import random
 import pytest
 
 from perfgate.commands.calibrate import analyse, processes_needed, report_lines, smallest_detectable
-from perfgate.judging.compare import GateSettings
+from perfgate.judging.gate_settings import GateSettings
 from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples
 from perfgate.util.validation import SchemaError
 

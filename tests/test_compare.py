@@ -12,25 +12,25 @@ from datetime import date
 import pytest
 
 from perfgate.judging.compare import (
-    GateSettings,
-    TimeChange,
     budget_advice,
     case_time_change,
     compare_runs,
-    confirm_regressions,
-    counted,
     judge_case,
     judge_metric,
     judge_time,
+    throttled,
+)
+from perfgate.judging.gate_settings import GateSettings, parse_gate
+from perfgate.judging.settle import confirm_regressions, settle_in_lockstep
+from perfgate.judging.timechange import (
+    TimeChange,
+    counted,
     mode_matches,
     pair_log_ratio,
-    parse_gate,
     performance_modes,
     process_time,
     set_aside_slowed,
-    settle_in_lockstep,
     shift_median,
-    throttled,
     time_change,
     walsh_median,
 )
@@ -361,31 +361,31 @@ def test_thousands_of_raw_samples_a_side_stay_within_a_bounded_bootstrap(monkeyp
     head - base difference of 500 resamples at once (2,500 a side: 25 GB, MemoryError, exit 3)."""
     import numpy as np
 
-    from perfgate.judging import compare
+    from perfgate.judging import timechange
 
-    real, largest = compare.shift_median, []
+    real, largest = timechange.shift_median, []
 
     def bounded(head, base, axis=-1):
         h, b = np.asarray(head), np.asarray(base)
         size = int(np.prod(np.broadcast_shapes(h.shape[:-1], b.shape[:-1]))) * h.shape[-1] * b.shape[-1]
         largest.append(size)
-        assert size <= compare.BOOTSTRAP_ELEMENTS, f"{size} differences at once"
+        assert size <= timechange.BOOTSTRAP_ELEMENTS, f"{size} differences at once"
         return real(head, base, axis)
 
-    monkeypatch.setattr(compare, "shift_median", bounded)
+    monkeypatch.setattr(timechange, "shift_median", bounded)
     rnd = random.Random(12)
     same = time_change([[1e-4 * (1 + 0.05 * rnd.random()) for _ in range(2500)]],
                        [[1e-4 * (1 + 0.05 * rnd.random()) for _ in range(2500)]])
     slower = time_change([[1e-4 * (1 + 0.05 * rnd.random()) for _ in range(2500)]],
                          [[1.1e-4 * (1 + 0.05 * rnd.random()) for _ in range(2500)]])
-    assert largest and max(largest) <= compare.BOOTSTRAP_ELEMENTS
+    assert largest and max(largest) <= timechange.BOOTSTRAP_ELEMENTS
     assert same.low < 1.0 < same.high and not same.significant
     assert 1.08 < slower.ratio < 1.12 and slower.low > 1.0 and slower.significant
     # a few hundred samples a side (the common one-process case) are not thinned at all
-    h, b = compare._thinned_sides(np.arange(100.0), np.arange(160.0))
+    h, b = timechange._thinned_sides(np.arange(100.0), np.arange(160.0))
     assert (len(h), len(b)) == (100, 160)
-    h, b = compare._thinned_sides(np.arange(3000.0), np.arange(50.0))
-    assert len(h) == compare.SHIFT_SIDE_MAX and (h[0], h[-1]) == (0.0, 2999.0) and len(b) == 50
+    h, b = timechange._thinned_sides(np.arange(3000.0), np.arange(50.0))
+    assert len(h) == timechange.SHIFT_SIDE_MAX and (h[0], h[-1]) == (0.0, 2999.0) and len(b) == 50
 
 
 def test_status_verdicts_and_every_kind_is_produced():
@@ -667,7 +667,7 @@ def test_a_stored_win_must_be_a_win_again_on_remeasure():
 
 
 def test_settling_in_lockstep_judges_paired_and_keeps_what_it_cannot_settle():
-    """compare.settle_in_lockstep: every stored step-time verdict but `unchanged` goes to ``measure``; a pair
+    """settle.settle_in_lockstep: every stored step-time verdict but `unchanged` goes to ``measure``; a pair
     judged paired replaces it (its rule naming the commit and the stored figures); a case the commit cannot
     run (None) or whose base failed in lockstep keeps its stored verdict and is not counted as settled."""
     rnd = random.Random(13)
@@ -1119,7 +1119,7 @@ def test_an_interval_wider_than_a_float_holds_is_clamped_not_an_overflow():
     """1,000 one-sample head processes against two base processes, at a late look's level: the Welch t
     interval (about one degree of freedom) reached thousands in log space and math.exp overflowed (exit 3
     from `perfgate compare`). The bounds are clamped to 1e-9..1e9: no evidence, inconclusive."""
-    from perfgate.judging.compare import time_change
+    from perfgate.judging.timechange import time_change
 
     base = [[0.001953, 0.001993, 0.001995, 0.002001, 0.002005], [0.001996, 0.001997, 0.002008, 0.002013, 0.002038]]
     head = [[0.002 + (i % 1000) * 1e-9] for i in range(1000)]

@@ -7,8 +7,9 @@ import math
 
 import pytest
 
-from perfgate.judging.compare import TimeChange, judge_time
+from perfgate.judging.compare import judge_time
 from perfgate.judging.decision import DECIDED, MARGIN_SHARE, MIN_EFFECT_SHARE, UNPAIRED_MIN_EFFECT_SHARE, decide
+from perfgate.judging.timechange import TimeChange
 
 THRESHOLD = 0.05
 

@@ -368,7 +368,7 @@ def test_a_key_the_code_has_without_a_meaning_stops_generation(monkeypatch, sect
 
 
 def test_the_configuration_reference_takes_defaults_and_words_from_the_code():
-    from perfgate.judging.compare import GateSettings
+    from perfgate.judging.gate_settings import GateSettings
 
     page = load_generator().config_page()
     assert f"| `threshold` | a number, at least 0 | `{GateSettings().threshold!r}` |" in page

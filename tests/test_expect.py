@@ -447,7 +447,8 @@ def test_the_console_banner_agrees_with_the_exit_code_when_only_an_expectation_f
     "Gate passed: no regression and no newly failing case." and only then listed the missed expectation:
     a log that read as a pass for a gate that failed. Now the banner says GATE FAILED and names it."""
     from perfgate.gating import gate
-    from perfgate.judging.compare import GateSettings, compare_runs
+    from perfgate.judging.compare import compare_runs
+    from perfgate.judging.gate_settings import GateSettings
 
     cur = with_rules(run, {"rollout/*/compile/cpu": ["speedup_vs_eager >= 1.5"]})
     comparison = compare_runs(cur, run, GateSettings(bootstrap_resamples=200))

@@ -24,7 +24,8 @@ from fixtures.synthetic import roofline_run, synthetic_comparison, synthetic_run
 from perfgate.gating.merge import check_compatible, read_comparison
 from perfgate.history.ingest import record_from_run
 from perfgate.judging import baselines, expect, roofline
-from perfgate.judging.compare import compare_runs, parse_gate
+from perfgate.judging.compare import compare_runs
+from perfgate.judging.gate_settings import parse_gate
 from perfgate.model.config import ConfigError
 from perfgate.model.results import RunResult, load_results
 from perfgate.reports import console, registry

@@ -101,7 +101,7 @@ def test_calibrate_writes_noise_figures_the_gate_uses(project, monkeypatch):
     from test_calibrate import rounds
 
     from perfgate.commands import calibrate
-    from perfgate.judging.compare import GateSettings
+    from perfgate.judging.gate_settings import GateSettings
     from perfgate.model import config
     from perfgate.model.results import CaseResult, CaseSpec
 
@@ -271,7 +271,8 @@ def test_a_screen_lockstep_could_not_settle_is_measured_with_the_full_sampler(tm
     from perfgate.gating import gate
     from perfgate.judging import sequential
     from perfgate.judging.baselines import Baseline
-    from perfgate.judging.compare import compare_runs, gate_settings
+    from perfgate.judging.compare import compare_runs
+    from perfgate.judging.gate_settings import gate_settings
     from perfgate.model import config
     from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples, RunResult
     from perfgate.running import runner

@@ -10,7 +10,7 @@ import functools
 
 import pytest
 
-from perfgate.judging.compare import GateSettings
+from perfgate.judging.gate_settings import GateSettings
 from perfgate.judging.gatesim import Rates, Scenario, rates
 
 TRIALS = 20

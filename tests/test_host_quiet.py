@@ -15,7 +15,8 @@ import pytest
 from conftest import REPO, TEST_WORKLOADS, cli_env, run_cli
 from fixtures.synthetic import synthetic_run
 
-from perfgate.judging.compare import GateSettings, judge_case, parse_gate
+from perfgate.judging.compare import judge_case
+from perfgate.judging.gate_settings import GateSettings, parse_gate
 from perfgate.model.config import ConfigError
 from perfgate.model.results import load_results
 from perfgate.protocol import host_quiet

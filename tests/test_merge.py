@@ -382,7 +382,7 @@ def test_rejudge_passes_an_unchanged_run(tmp_path):
 
 def test_rejudge_confirms_a_regression_only_with_both_sides_re_measured(tmp_path):
     from perfgate.gating.merge import judge_against
-    from perfgate.judging.compare import GateSettings
+    from perfgate.judging.gate_settings import GateSettings
 
     paths = _against_shards(tmp_path, 3.0)
     out = tmp_path / "m"
@@ -543,7 +543,7 @@ def _paired_processes(rnd, scale, n=8, spread=0.01):
 
 
 def _honest_level(case):
-    from perfgate.judging.compare import GateSettings
+    from perfgate.judging.gate_settings import GateSettings
     from perfgate.judging.sequential import look_confidence
 
     return look_confidence(GateSettings(), 2)(case)
@@ -580,7 +580,8 @@ def test_rejudge_takes_no_confidence_level_from_the_shards(tmp_path):
     """The shard's sampling record states the confidence its last look was judged at. A pull request's shard
     that writes 0.99999999 there would widen every interval until a 7% regression is inconclusive (exit 0);
     the merging perfgate recomputes each look's level from its own settings, so the verdict is the same."""
-    from perfgate.judging.compare import GateSettings, case_time_change, judge_time
+    from perfgate.judging.compare import case_time_change, judge_time
+    from perfgate.judging.gate_settings import GateSettings
 
     verdicts = {}
     for name, confidence in (("honest", None), ("tampered", 0.99999999)):

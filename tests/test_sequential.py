@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from perfgate.judging.compare import GateSettings, parse_gate
+from perfgate.judging.gate_settings import GateSettings, parse_gate
 from perfgate.judging.sequential import (
     Budget,
     ComparisonRule,
@@ -297,7 +297,7 @@ def test_the_judge_recomputes_each_looks_level_from_its_own_settings(stop, max_s
 
 
 def test_the_command_lines_sampling_goes_into_the_gate_table(tmp_path):
-    from perfgate.judging.compare import gate_settings
+    from perfgate.judging.gate_settings import gate_settings
     from perfgate.judging.sequential import sampling_plan, with_sampling
     from perfgate.model.config import load
 

@@ -24,7 +24,8 @@ from typing import Any
 
 from perfgate.gating import gate as gate_mod
 from perfgate.judging import baselines, roofline, runspread
-from perfgate.judging.compare import GateSettings, case_time_change, gate_settings, judge_time
+from perfgate.judging.compare import case_time_change, judge_time
+from perfgate.judging.gate_settings import GateSettings, gate_settings
 from perfgate.judging.sequential import with_sampling
 from perfgate.model.config import ConfigError, Settings
 from perfgate.model.results import STATUS_OK, CaseResult, CaseSpec

@@ -207,7 +207,7 @@ def check_baselines(settings: Any) -> list[Finding]:
     commit (gate.lockstep_commits), or judge them against the stored numbers alone, and why."""
     from perfgate.gating import gate
     from perfgate.judging.baselines import list_baselines, load_baseline
-    from perfgate.judging.compare import gate_settings
+    from perfgate.judging.gate_settings import gate_settings
     from perfgate.model.config import ConfigError
     from perfgate.util.validation import SchemaError
 

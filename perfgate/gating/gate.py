@@ -13,18 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.judging import baselines, sequential
-from perfgate.judging.compare import (
-    LOCKSTEP_SETTLES,
-    STATUS,
-    STEP_TIME,
-    GateSettings,
-    acknowledged,
-    compare_runs,
-    confirm_regressions,
-    gate_settings,
-    judge_case,
-    settle_in_lockstep,
-)
+from perfgate.judging.compare import STATUS, STEP_TIME, acknowledged, compare_runs, judge_case
+from perfgate.judging.gate_settings import GateSettings, gate_settings
+from perfgate.judging.settle import LOCKSTEP_SETTLES, confirm_regressions, settle_in_lockstep
 from perfgate.model.config import ConfigError, Settings
 from perfgate.model.results import (
     STATUS_FAILED,

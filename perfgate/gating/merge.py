@@ -414,8 +414,10 @@ def judge_against(out_dir: str | Path, run: RunResult, settings: Settings) -> Co
 
     In CI the merging perfgate is the pull request's base, so a pull request that edits the gate's
     rules cannot pass its own gate. Raises ConfigError when the shards carry no base/ run."""
-    from perfgate.judging.compare import STEP_TIME, acknowledged, compare_runs, confirm_regressions, gate_settings
+    from perfgate.judging.compare import STEP_TIME, acknowledged, compare_runs
+    from perfgate.judging.gate_settings import gate_settings
     from perfgate.judging.sequential import look_confidence
+    from perfgate.judging.settle import confirm_regressions
 
     out = Path(out_dir)
     base_file = out / "base" / "results.json"
@@ -452,7 +454,8 @@ def below_floor(comparison: Comparison, run: RunResult, base_run: RunResult, set
     this judge's own design (perfgate.judging.sequential.short_of_design): fewer processes a side, or stopped
     inconclusive where this judge would have looked again. The shards ran the pull request's settings; a
     pull request that sets `processes = 1` and `adaptive = false` must not make a slowdown inconclusive."""
-    from perfgate.judging.compare import STATUS, STEP_TIME, gate_settings
+    from perfgate.judging.compare import STATUS, STEP_TIME
+    from perfgate.judging.gate_settings import gate_settings
     from perfgate.judging.sequential import short_of_design
 
     gs = gate_settings(settings)

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from perfgate.judging.compare import gate_settings, judge_case
+from perfgate.judging.compare import judge_case
+from perfgate.judging.gate_settings import gate_settings
 from perfgate.model.config import ConfigError, Settings, Suite
 from perfgate.model.results import STATUS_OK, CaseResult, CaseSpec, Verdict
 from perfgate.running import against, runner

@@ -67,7 +67,7 @@ RunToRun = Annotated[Measured, satisfying(lambda v: 0 <= v <= RUN_TO_RUN_MAX),
 class CalibrationDocument(Document):
     """One case's entry as `perfgate calibrate --write` stores it: the case's noise figures. ``threshold``
     is read from entries written before the noise floor had its key, and never used: the gate judges
-    with max(configured threshold, noise floor), compare.GateSettings.threshold_for."""
+    with max(configured threshold, noise floor), gate_settings.GateSettings.threshold_for."""
 
     model_config = ConfigDict(extra="allow")
     noise_floor: Threshold | None = None  # the smallest change detectable here, rounded up to 0.5%

@@ -28,7 +28,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 
-from perfgate.judging.compare import GateSettings
+from perfgate.judging.gate_settings import GateSettings
 from perfgate.judging.sequential import ComparisonRule, make_sampler
 from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples
 

@@ -32,7 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from perfgate.judging.compare import GateSettings, case_time_change, gate_settings, judge_time
+from perfgate.judging.compare import case_time_change, judge_time
+from perfgate.judging.gate_settings import GateSettings, gate_settings
 from perfgate.model.config import Settings
 from perfgate.model.results import STATUS_OK, CaseResult
 from perfgate.util.formatting import plural

@@ -255,7 +255,7 @@ class PerfgateTable(Table):
     default_suite: Text | None = None
     suites: dict[str, SuiteTable] | None = None
     timing: TimingTable | None = None
-    # owned by later layers, which validate them: compare.parse_gate, perfgate.history, perfgate.judging.expect
+    # owned by later layers, which validate them: gate_settings.parse_gate, perfgate.history, perfgate.judging.expect
     gate: dict[str, Any] | None = None
     history: Annotated[str, expected("a database URL (a string)")] | None = None  # perfgate.history.store reads it
     expect: Any = None

@@ -87,6 +87,7 @@ def load_comparison(run: RunResult, baseline: str | None = None, against_results
     if baseline is not None and against_results is not None:
         raise ConfigError("give --baseline or --against-results, not both")
     from perfgate.judging import baselines, compare
+    from perfgate.judging.gate_settings import gate_settings
     from perfgate.judging.sequential import look_confidence
 
     calibration = None
@@ -95,7 +96,7 @@ def load_comparison(run: RunResult, baseline: str | None = None, against_results
     else:
         stored = baselines.load_baseline(baseline)  # type: ignore[arg-type]  # one of the two is given
         other, source, calibration = stored.run, str(baseline), stored.calibration
-    gate = compare.gate_settings(settings) if settings is not None else None
+    gate = gate_settings(settings) if settings is not None else None
     comparison = compare.compare_runs(run, other, gate, baseline_source=source, calibration=calibration,
                                       look_confidence=look_confidence(gate, settings.processes) if gate else None)
     return compare.acknowledged(comparison, settings)

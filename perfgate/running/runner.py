@@ -98,7 +98,7 @@ def passed_to_workers(name: str, extra_names: Sequence[str] | None = None) -> bo
 
 # Of what workers inherit, the variables that tune how they run (threads, allocators, compilers, math and
 # kernel libraries): recorded in results.json (environment.tuning_env) so that a baseline and a run that
-# differ in one say so (compare.environment_diff). Left out: where things are kept (a cache or log folder,
+# differ in one say so (perfgate.model.environment_keys.environment_diff). Left out: where things are kept (a cache or log folder,
 # a path: perfgate sets some per case), which devices a job sees (a shard's GPU), the thread counts perfgate
 # pins itself, and the variables a project's `worker_env` names (its own; they may hold credentials).
 TUNING_PREFIXES = ("OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "NUMEXPR_", "TORCH_", "TORCHINDUCTOR_",

@@ -102,7 +102,7 @@ PROCESS_QUANTILE = 0.1
 # The largest run-to-run spread (relative sd) a setting or a stored calibration may give the gate.
 RUN_TO_RUN_MAX = 0.5
 # The run-to-run term's defaults (relative sd) until `perfgate calibrate --write` measures it: the gate's
-# (perfgate.judging.compare.GateSettings, where docs/gate.md explains them) and the reports' intervals'.
+# (perfgate.judging.gate_settings.GateSettings, where docs/gate.md explains them) and the reports' intervals'.
 RUN_TO_RUN_CPU = 0.02
 RUN_TO_RUN_CUDA = 0.03
 # An interval's half-width stays within a factor of 1e9 (in log space): a t interval with about one degree
@@ -172,7 +172,7 @@ def two_sided(confidence: float) -> float:
 
 def run_to_run_log(run_to_run: float, confidence: float) -> float:
     """The run-to-run term's half-width in log space at ``confidence``, as the gate adds it
-    (perfgate.judging.compare.time_change): ``z * log(1 + run_to_run)``."""
+    (perfgate.judging.timechange.time_change): ``z * log(1 + run_to_run)``."""
     return two_sided(confidence) * math.log1p(run_to_run) if run_to_run > 0 else 0.0
 
 
