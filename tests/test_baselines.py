@@ -409,6 +409,29 @@ def test_runs_of_one_commit_pool_into_one_baseline_that_knows_their_spread():
         0.02, "run_to_run default, not calibrated")
 
 
+def test_a_few_pooled_runs_far_apart_widen_the_term_by_their_spread_not_by_its_upper_bound():
+    """Three runs of a transformer block pooled into one baseline landed 1.098, 1.234 and 1.225 ms apart (5.9%
+    a run, 2 dof); their 95% upper bound (33% a run) made a 39% term and every stored comparison
+    0.44x-2.1x, `inconclusive` at +10% after 16 processes. The runs' spread combined with the default's is the
+    term: wider than the default, narrower than the runs' own estimate, far from that bound."""
+    from perfgate.judging import runspread
+    from perfgate.judging.gate_settings import GateSettings
+    from perfgate.util.stats import RUN_TO_RUN_MAX
+
+    pooled = baselines.pooled([_run_of(level, seed=i, processes=16, spread=0.002)
+                               for i, level in enumerate((0.0, 0.124, 0.116))], ["r1", "r2", "r3"])
+    (case,) = pooled.cases
+    spread = runspread.pooled_spread(case, RUN_TO_RUN_MAX)[1]
+    assert spread is not None and spread.upper > 4 * spread.estimate > 0.2
+    term, source = GateSettings().run_to_run_term(case, case.key, base=case)
+    own = runspread.ratio_term(spread.estimate, 3)
+    assert 0.02 < term < own and term < runspread.ratio_term(spread.upper, 3) / 4
+    assert term == pytest.approx(runspread.ratio_term(runspread.moderated(runspread.per_run(0.02), spread), 3),
+                                 abs=1e-5)
+    assert source.startswith("measured by the baseline's 3 pooled runs (") and "combined with the run_to_run " \
+        "default counted as 2 runs' worth; against 3 pooled runs" in source
+
+
 @pytest.mark.parametrize("other, message", [
     ({"commit": "d" * 40}, "cannot pool r2 with r1: they differ (git_commit"),
     ({"malloc": "steady"}, "cannot pool r2 with r1: they differ (malloc"),  # no malloc recorded: system

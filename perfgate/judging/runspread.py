@@ -4,9 +4,11 @@ Two places measure it: `perfgate calibrate` (its A/A rounds, one ratio between c
 baseline pooled from several runs of one commit (`perfgate baseline update RUN1 RUN2 ...`, each run's
 level of the case). A handful of runs gives a rough figure: from two ratios the sample sd of a true 1.41%
 lands at or below the 0.5% floor in one calibration in five. So every measured spread is kept with its
-uncertainty, and the gate uses the one-sided upper confidence bound (chi-square, on the variance of the
-runs' levels), never the point estimate: a lucky few runs must not make an unpaired comparison look
-paired.
+uncertainty. A figure that narrows the term is the one-sided upper confidence bound (chi-square, on the
+variance of the runs' levels), never the point estimate: a lucky few runs must not make an unpaired
+comparison look paired. A pooled baseline's few runs that spread more than the configured default widen
+the term by their spread combined with the default's (``moderated``), not by that bound, which from 3 runs
+is 4.4 times their estimate.
 
 Two figures, not to be confused:
 
@@ -165,15 +167,31 @@ def pooled_spread(base: Any, high: float) -> tuple[int, Spread | None]:
     return runs, Spread(estimate=estimate, upper=upper, dof=dof)
 
 
+# A baseline pooled from a few runs whose levels spread more than the configured default says combines the
+# two: their variances averaged (log scale), the default counted as this many degrees of freedom. The runs'
+# own upper bound is no figure to judge with: from 3 runs (2 dof) it is 4.4x their estimate; a transformer
+# block's three runs, spread by 5.9% (sd), gave a 39% term and intervals of 0.44x-2.1x (docs/lab-record.md,
+# "Baselines pooled from a few runs").
+DEFAULT_DOF = 2
+
+
+def moderated(assumed: float, pooled: Spread, default_dof: int = DEFAULT_DOF) -> float:
+    """The per-run spread of ``pooled`` runs combined with the configured default's ``assumed`` one: the mean
+    of their variances weighted by degrees of freedom, the default's counted as ``default_dof``."""
+    a, e = math.log1p(assumed), math.log1p(pooled.estimate)
+    return math.expm1(math.sqrt((default_dof * a * a + pooled.dof * e * e) / (default_dof + pooled.dof)))
+
+
 def unpaired_term(default: float, default_name: str, entry: Any, base: Any, paired_floor: float,
                   high: float) -> tuple[float, str]:
     """The run-to-run term of an unpaired comparison against ``base`` (a baseline case) and where it came from.
 
     The per-run spread: calibrate's upper bound where the case was calibrated (``entry``); else, where the
     baseline case pools several runs, their own upper bound when it is below the configured default's (the
-    runs show the default too wide) or their estimate above it (the runs show it too narrow); else the
-    configured ``default`` (a ratio of two single runs). Then the ratio's term against a baseline of ``k``
-    pooled runs (``ratio_term``); a measured one never below ``paired_floor`` nor above ``high``."""
+    runs show the default too wide, with confidence), or, when their estimate is above it (they show it too
+    narrow), their spread combined with the default's (``moderated``); else the configured ``default`` (a
+    ratio of two single runs). Then the ratio's term against a baseline of ``k`` pooled runs
+    (``ratio_term``); a measured one never below ``paired_floor`` nor above ``high``."""
     runs, pooled = pooled_spread(base, high)
     assumed = per_run(default)
     calibrated = calibrated_spread(entry, high)
@@ -181,9 +199,13 @@ def unpaired_term(default: float, default_name: str, entry: Any, base: Any, pair
         when = str(entry.get("measured_at", ""))[:10]
         tau, source = calibrated.upper, (f"measured by calibrate{' on ' + when if when else ''} "
                                          f"({calibrated.confidence * 100:g}% upper bound, {calibrated.dof} dof)")
-    elif pooled is not None and (pooled.upper < assumed or pooled.estimate > assumed):
+    elif pooled is not None and pooled.upper < assumed:
         tau, source = pooled.upper, (f"measured by the baseline's {runs} pooled runs "
                                      f"({pooled.confidence * 100:g}% upper bound)")
+    elif pooled is not None and pooled.estimate > assumed:
+        tau, source = moderated(assumed, pooled), (
+            f"measured by the baseline's {runs} pooled runs ({pooled.estimate * 100:.1f}% a run), combined with "
+            f"the {default_name} default counted as {DEFAULT_DOF} runs' worth")
     elif runs == 1:  # the configured term as it is: the ratio of two single runs it stands for
         return default, f"{default_name} default, not calibrated"
     else:
