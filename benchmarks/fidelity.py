@@ -35,7 +35,7 @@ import torch  # noqa: E402
 
 from perfgate.model.results import load_results  # noqa: E402
 from perfgate.util.stats import format_seconds  # noqa: E402
-from perfgate.workload import load_file  # noqa: E402
+from perfgate.worker.discovery import load_file  # noqa: E402
 
 WORKLOAD_FILE = REPO / "workloads" / "operator_rollout.py"
 

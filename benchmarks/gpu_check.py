@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(reason, file=sys.stderr)
         return 3
-    from perfgate.workload import discover
+    from perfgate.worker.discovery import discover
 
     found = sorted(discover([REPO / "workloads"]).workloads)
     wanted = args.workloads.split(",") if args.workloads else found

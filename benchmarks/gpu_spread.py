@@ -37,7 +37,7 @@ if args["pin"] is not None:
     os.sched_setaffinity(0, {args["pin"]})
 import torch
 torch.set_num_threads(1)
-from perfgate.workload import find
+from perfgate.worker.discovery import find
 cls, _ = find([args["workloads"]], args["workload"])
 w = cls()
 params = dict(cls.sizes[args["size"]])

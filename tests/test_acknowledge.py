@@ -17,8 +17,9 @@ from perfgate.gating.merge import comparison_from_json, merged_comparison
 from perfgate.judging.compare import acknowledged, compare_runs
 from perfgate.judging.gate_settings import GateSettings
 from perfgate.model.acknowledge import Entry, apply, parse_bound
+from perfgate.model.comparison import VERDICT_KINDS
 from perfgate.model.config import ConfigError, load
-from perfgate.model.results import VERDICT_KINDS, CaseResult, CaseSpec, ProcessSamples, RunResult
+from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples, RunResult
 from perfgate.reports.base import ReportInput
 from perfgate.reports.html import HtmlExporter
 from perfgate.reports.markdown import MarkdownExporter

@@ -12,7 +12,8 @@ import pytest
 import torch
 from fixtures.synthetic import synthetic_run
 
-from perfgate.model.results import Comparison, RunResult, Verdict
+from perfgate.model.comparison import Comparison, Verdict
+from perfgate.model.results import RunResult
 from perfgate.reports import allocations
 from perfgate.reports.base import ReportInput
 from perfgate.reports.console import comparison_text

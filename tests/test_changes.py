@@ -504,7 +504,7 @@ def test_a_merge_of_nothing_but_unchanged_cases_passes_saying_so(tmp_path):
     from fixtures.shards import settings_for
 
     from perfgate.gating.merge import checked_skips, judge_against, merge_runs
-    from perfgate.model.results import evidence
+    from perfgate.model.comparison import evidence
     from perfgate.reports.base import ReportInput, banner
 
     paths, selection = _selection_shards(tmp_path, {"other"}, 2)

@@ -36,8 +36,9 @@ from perfgate.judging.timechange import (
 )
 from perfgate.model import acknowledge
 from perfgate.model.acknowledge import Entry
+from perfgate.model.comparison import VERDICT_KINDS
 from perfgate.model.config import ConfigError
-from perfgate.model.results import METRICS, VERDICT_KINDS, CaseResult, CaseSpec, ProcessSamples, RunResult
+from perfgate.model.results import METRICS, CaseResult, CaseSpec, ProcessSamples, RunResult
 
 
 def spec(toggle: str = "eager", workload: str = "w") -> CaseSpec:

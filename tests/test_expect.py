@@ -135,7 +135,7 @@ def test_cli_exits_2_on_a_malformed_rule(tmp_path, rule, message):
 
 
 def test_a_workload_file_with_a_bad_rule_fails_to_load(tmp_path):
-    from perfgate.workload import discover
+    from perfgate.worker.discovery import discover
 
     (tmp_path / "bad.py").write_text(
         "from perfgate.workload import Workload\n"
@@ -152,7 +152,7 @@ def test_a_workload_file_with_a_bad_rule_fails_to_load(tmp_path):
 def test_a_renamed_subclass_of_a_standard_workload_starts_without_its_claims(tmp_path):
     """A variant of operator_rollout under its own name loads (its parent's claims are about the parent's
     cases); one that keeps the name keeps the claims; its own claims are checked against its name."""
-    from perfgate.workload import discover
+    from perfgate.worker.discovery import discover
 
     head = f"import sys\nsys.path.insert(0, {str(ROOT / 'workloads')!r})\nfrom operator_rollout import OperatorRollout\n"
     (tmp_path / "variant.py").write_text(head + "class Variant(OperatorRollout):\n    name = 'variant'\n")

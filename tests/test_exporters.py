@@ -9,8 +9,9 @@ from dataclasses import replace
 import pytest
 from fixtures.synthetic import scenario, synthetic_run
 
+from perfgate.model.comparison import Comparison, Verdict
 from perfgate.model.config import ConfigError
-from perfgate.model.results import CaseResult, CaseSpec, Comparison, ProcessSamples, RunResult, Verdict
+from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples, RunResult
 from perfgate.reports import RUN_FORMATS, console, parse_formats, registry, write_all, write_run_reports
 from perfgate.reports.base import EAGER_DID_NOT_RUN, ReportInput, op_diff, recommend, tolerance_text
 from perfgate.util.stats import Ratio
@@ -288,7 +289,7 @@ def test_an_environment_entry_nothing_recorded_reads_none_not_null(tmp_path):
     table and its baseline difference say "none", never JSON's null or Python's None."""
     import re
 
-    from perfgate.model.results import Comparison
+    from perfgate.model.comparison import Comparison
 
     run, _ = scenario()
     run.environment.update(torch_cuda=None, nvidia_driver=None, git_commit=None)

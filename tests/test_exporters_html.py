@@ -399,8 +399,9 @@ def test_a_baseline_case_missing_from_the_run_shows_in_the_overview():
 def test_verdict_tone_and_word_come_from_one_mapping(monkeypatch):
     """Every verdict kind and case status has a tone and a word; a new kind is one entry in VERDICT_DISPLAY,
     and without one it still shows, as its own name in neutral grey."""
-    from perfgate.model import results as model
-    from perfgate.model.results import STATUSES, VERDICT_KINDS
+    from perfgate.model import comparison
+    from perfgate.model.comparison import VERDICT_KINDS
+    from perfgate.model.results import STATUSES
     from perfgate.reports import base
 
     assert set(VERDICT_KINDS) | set(STATUSES) <= set(base.VERDICT_DISPLAY)
@@ -411,7 +412,7 @@ def test_verdict_tone_and_word_come_from_one_mapping(monkeypatch):
     run, comp = scenario(["operator_rollout"])
     key = "operator_rollout/smoke/compile/cpu"
     comp.verdicts = [replace(v, kind="waived") if v.case_key == key else v for v in comp.verdicts]
-    monkeypatch.setattr(model, "VERDICT_KINDS", (*VERDICT_KINDS, "waived"))  # the model's side of a new kind
+    monkeypatch.setattr(comparison, "VERDICT_KINDS", (*VERDICT_KINDS, "waived"))  # the model's side of a new kind
     monkeypatch.setitem(base.VERDICT_DISPLAY, "waived", ("good", "waived"))
     html = HtmlExporter().render(ReportInput(run, comp)).decode()
     cell = html[html.index('<td class="cell', html.index('id="overview"')):]

@@ -6,7 +6,7 @@ import pytest
 from fixtures.golden import assert_golden, fixed_run
 from fixtures.synthetic import synthetic_run
 
-from perfgate.model.results import Comparison, Verdict
+from perfgate.model.comparison import Comparison, Verdict
 from perfgate.reports.base import ReportInput
 from perfgate.reports.markdown import COMMENT_CUT, GITHUB_COMMENT_LIMIT, MarkdownExporter, comment_length
 

@@ -13,8 +13,9 @@ from fixtures.shards import ENVIRONMENT, settings_for, suite_cases, write_shard_
 from perfgate.gating.merge import load_comparison_file, merge_runs, merged_comparison
 from perfgate.judging.baselines import commit_of
 from perfgate.judging.compare import environment_diff
+from perfgate.model.comparison import Comparison, Verdict
 from perfgate.model.config import ConfigError
-from perfgate.model.results import Comparison, SchemaError, Verdict, load_results
+from perfgate.model.results import SchemaError, load_results
 from perfgate.running.runner import write_results
 
 

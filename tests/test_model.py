@@ -11,15 +11,8 @@ import sys
 import pytest
 from conftest import REPO
 
-from perfgate.model.results import (
-    SCHEMA,
-    CaseResult,
-    CaseSpec,
-    ProcessSamples,
-    RunResult,
-    SchemaError,
-    load_results,
-)
+from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples, RunResult, SchemaError, load_results
+from perfgate.model.results_file import SCHEMA
 
 
 def spec(toggles=("eager",), workload="rollout"):
@@ -191,14 +184,18 @@ def test_the_data_model_imports_no_torch():
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("document, dataclass", [("ProcessDocument", "ProcessSamples"), ("VerdictDocument", "Verdict")])
+@pytest.mark.parametrize("document, dataclass", [("results_file.ProcessDocument", "results.ProcessSamples"),
+                                                  ("comparison.VerdictDocument", "comparison.Verdict")])
 def test_a_declared_document_and_its_dataclass_agree_on_fields_and_defaults(document, dataclass):
     """The readers build the dataclass from every field of its document: the two must not drift apart."""
     import dataclasses
+    import importlib
 
-    from perfgate.model import results as model
+    def named(name):
+        module, attribute = name.split(".")
+        return getattr(importlib.import_module(f"perfgate.model.{module}"), attribute)
 
-    doc, cls = getattr(model, document), getattr(model, dataclass)
+    doc, cls = named(document), named(dataclass)
     fields = {f.name: f.default for f in dataclasses.fields(cls)}
     assert set(doc.model_fields) == set(fields)
     for name, info in doc.model_fields.items():

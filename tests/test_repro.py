@@ -16,7 +16,8 @@ import pytest
 from conftest import run_cli
 from fixtures.against import CASE
 
-from perfgate.model.results import CaseResult, CaseSpec, Comparison, RunResult, Verdict
+from perfgate.model.comparison import Comparison, Verdict
+from perfgate.model.results import CaseResult, CaseSpec, RunResult
 from perfgate.reports import repro
 
 

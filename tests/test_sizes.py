@@ -41,7 +41,7 @@ def test_length_parameters_are_cut_and_never_grown():
 def test_the_shipped_workloads_declare_their_length_parameters_and_grow_their_shape_ones():
     from conftest import REPO
 
-    from perfgate.workload import discover
+    from perfgate.worker.discovery import discover
 
     found = discover([REPO / "workloads"]).workloads
     grown = {}

@@ -13,7 +13,8 @@ from conftest import REPO, run_cli
 
 from perfgate.model.results import CaseSpec
 from perfgate.worker import profiling, toggles
-from perfgate.workload import TrainingWorkload, WorkloadError, check_loss, discover
+from perfgate.worker.discovery import discover
+from perfgate.workload import TrainingWorkload, WorkloadError, check_loss
 
 WORKLOADS = discover([REPO / "workloads"])
 

@@ -1,4 +1,4 @@
-"""perfgate.workload: discovery like tests, import errors naming the file, API validation."""
+"""perfgate.workload and perfgate.worker.discovery: discovery like tests, import errors naming the file, API validation."""
 
 from __future__ import annotations
 
@@ -7,16 +7,8 @@ import textwrap
 import pytest
 from conftest import REPO, TEST_WORKLOADS
 
-from perfgate.workload import (
-    Built,
-    Tolerance,
-    Workload,
-    WorkloadError,
-    discover,
-    find,
-    load_file,
-    workload_files,
-)
+from perfgate.worker.discovery import discover, find, load_file, workload_files
+from perfgate.workload import Built, Tolerance, Workload, WorkloadError
 
 HEADER = "from perfgate.workload import Built, Workload\nSIZES = {'smoke': {}, 'pr': {}, 'full': {}}\n"
 

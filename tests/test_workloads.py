@@ -14,7 +14,7 @@ import torch
 from conftest import REPO, run_cli
 
 from perfgate.worker import toggles
-from perfgate.workload import discover
+from perfgate.worker.discovery import discover
 
 WORKLOADS = discover([REPO / "workloads"])
 NAMES = sorted(WORKLOADS.workloads)

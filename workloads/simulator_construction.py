@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from perfgate.workload import Built, Tolerance, Workload, load_file
+from perfgate.worker.discovery import load_file
+from perfgate.workload import Built, Tolerance, Workload
 
 SETUP_LIMIT_S = 0.050  # the team's exit criterion after the first compile
 

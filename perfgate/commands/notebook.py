@@ -26,7 +26,8 @@ import pandas as pd
 
 from perfgate.gating.merge import COMPARISON_FILE, read_comparison
 from perfgate.history.store import HistoryError
-from perfgate.model.results import Comparison, RunResult
+from perfgate.model.comparison import Comparison
+from perfgate.model.results import RunResult
 from perfgate.util.validation import SchemaError, read_json_file
 
 __all__ = ["HistoryError", "SchemaError", "load", "load_history", "load_samples", "load_verdicts"]

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfgate.gating.merge import load_comparison_file
+from perfgate.model.comparison import Comparison
 from perfgate.model.config import ConfigError
-from perfgate.model.results import Comparison, load_results
+from perfgate.model.results import load_results
 from perfgate.reports import traces
 from perfgate.reports.traces import PERFETTO_URL
 from perfgate.util.validation import SchemaError

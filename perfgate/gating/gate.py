@@ -16,17 +16,9 @@ from perfgate.judging import baselines, sequential
 from perfgate.judging.compare import STATUS, STEP_TIME, acknowledged, compare_runs, judge_case
 from perfgate.judging.gate_settings import GateSettings, gate_settings
 from perfgate.judging.settle import LOCKSTEP_SETTLES, confirm_regressions, settle_in_lockstep
+from perfgate.model.comparison import Comparison, Verdict, evidence
 from perfgate.model.config import ConfigError, Settings
-from perfgate.model.results import (
-    STATUS_FAILED,
-    STATUS_OK,
-    CaseResult,
-    CaseSpec,
-    Comparison,
-    RunResult,
-    Verdict,
-    evidence,
-)
+from perfgate.model.results import STATUS_FAILED, STATUS_OK, CaseResult, CaseSpec, RunResult
 from perfgate.protocol import layout
 from perfgate.reports import console
 from perfgate.running import runner
@@ -60,7 +52,7 @@ def write_comparison(comparison: Comparison, run_dir: Path, run: RunResult | Non
 
 
 class NoEvidence(runner.InfrastructureError):
-    """A gate none of whose cases carried evidence (model.Evidence): exit 3, never a pass."""
+    """A gate none of whose cases carried evidence (comparison.Evidence): exit 3, never a pass."""
 
 
 def conclude(comparison: Comparison, gate: bool, echo: Echo, run: RunResult | None = None,

@@ -19,19 +19,11 @@ from typing import Any
 from perfgate.gating import gate as gate_mod
 from perfgate.judging.baselines import baseline_path, commit_of, with_commit
 from perfgate.model import acknowledge
+from perfgate.model.comparison import Acknowledgement, Comparison, Verdict
 from perfgate.model.config import ConfigError, Settings
 from perfgate.model.environment_keys import ENVIRONMENT_KEYS as COMPARED_ENVIRONMENT_KEYS
 from perfgate.model.environment_keys import TUNING_ENV, tuning_variables
-from perfgate.model.results import (
-    Acknowledgement,
-    CaseResult,
-    CaseSpec,
-    Comparison,
-    RunResult,
-    SchemaError,
-    Verdict,
-    load_results,
-)
+from perfgate.model.results import CaseResult, CaseSpec, RunResult, SchemaError, load_results
 from perfgate.reports import console, write_run_reports
 from perfgate.reports.cost import read_cost
 from perfgate.running import changes, runner

@@ -28,8 +28,9 @@ from typing import Any
 
 from perfgate.judging.compare import judge_case
 from perfgate.judging.gate_settings import gate_settings
+from perfgate.model.comparison import Verdict
 from perfgate.model.config import ConfigError, Settings, Suite
-from perfgate.model.results import STATUS_OK, CaseResult, CaseSpec, Verdict
+from perfgate.model.results import STATUS_OK, CaseResult, CaseSpec
 from perfgate.running import against, runner
 from perfgate.running.plan import Catalog, plan_cases
 

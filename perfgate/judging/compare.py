@@ -16,6 +16,7 @@ from perfgate.judging import decision
 from perfgate.judging.gate_settings import GateSettings
 from perfgate.judging.timechange import TimeChange, time_change
 from perfgate.model import acknowledge
+from perfgate.model.comparison import Comparison, Verdict
 from perfgate.model.config import ConfigError, Settings
 from perfgate.model.environment_keys import environment_diff
 from perfgate.model.results import (
@@ -25,10 +26,8 @@ from perfgate.model.results import (
     STATUS_SKIPPED,
     CaseResult,
     CaseSpec,
-    Comparison,
     ProcessSamples,
     RunResult,
-    Verdict,
     higher_is_better,
 )
 from perfgate.protocol import host_quiet

@@ -9,13 +9,8 @@ from typing import Any
 
 from perfgate.judging.compare import STATUS, STEP_TIME, LookConfidence, judge_case
 from perfgate.judging.gate_settings import GateSettings
-from perfgate.model.results import (
-    STATUS_FAILED,
-    CaseResult,
-    Comparison,
-    RunResult,
-    Verdict,
-)
+from perfgate.model.comparison import Comparison, Verdict
+from perfgate.model.results import STATUS_FAILED, CaseResult, RunResult
 
 Remeasure = Callable[[str], "tuple[CaseResult, CaseResult | None] | None"]
 

@@ -29,14 +29,8 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
-from perfgate.model.results import (
-    METRIC_KINDS,
-    AckMatch,
-    Acknowledgement,
-    Comparison,
-    Verdict,
-    higher_is_better,
-)
+from perfgate.model.comparison import AckMatch, Acknowledgement, Comparison, Verdict
+from perfgate.model.results import METRIC_KINDS, higher_is_better
 from perfgate.util.validation import Table, expected, field_error, model_validator, one_of, satisfying
 
 # The metrics a regression can be acknowledged on: the step time, the accuracy drift, and every gated metric.

@@ -4,13 +4,9 @@ No torch here: results are read, compared and reported on machines without a GPU
 Derived statistics are computed from the raw samples when asked, so nothing stored can go stale.
 Nothing here judges: the outcomes of a run's expectation rules are evaluated by perfgate.judging.expect (``judge``,
 called by the writers of results.json and baselines) and carried here as plain data. The model imports
-only its vocabulary, the rule language, statistics and validation (tests/test_layering.py).
-
-Schema history (``perfgate.results/N``):
-  1  first version: spec, status, per-process raw samples, metrics, profile, accuracy, environment.
-  2  adds "expectations" (the run's rules, their outcomes per case; perfgate.judging.expect) and "ceilings" (the
-     machine's measured peak FLOP/s and bandwidth from `perfgate calibrate`, spec-sheet peaks; perfgate.judging.roofline).
-     A version-1 file reads as one with no rules and no ceilings.
+only its vocabulary, the rule language, statistics and validation (tests/test_layering.py). results.json's
+declared shape, its schema versions and their upgrade are perfgate.model.results_file's; a comparison of
+runs is perfgate.model.comparison's.
 """
 
 from __future__ import annotations
@@ -19,10 +15,16 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import ConfigDict, Field
-
+from perfgate.model.results_file import (
+    SCHEMA,
+    CaseDocument,
+    ProcessDocument,
+    ResultsDocument,
+    SpecDocument,
+    readable,
+)
 from perfgate.model.rules import Rule
 from perfgate.util.stats import (
     PEAK_RATIO_MEANS,
@@ -37,23 +39,7 @@ from perfgate.util.stats import (
     speedup_of,
     summarize,
 )
-from perfgate.util.validation import (
-    Count,
-    Document,
-    Index,
-    Measured,
-    Name,
-    NonNegative,
-    Number,
-    SchemaError,
-    Text,
-    check,
-    expected,
-    field_error,
-    int_range,
-    model_validator,
-    one_of,
-)
+from perfgate.util.validation import SchemaError, check
 from perfgate.util.validation import read_json_file as read_json_file  # the one reader of JSON files
 
 # The vocabulary of results lives in perfgate.util.vocabulary (the expectation rules use it too); readers keep
@@ -70,294 +56,6 @@ from perfgate.util.vocabulary import STATUS_SKIPPED as STATUS_SKIPPED
 from perfgate.util.vocabulary import STATUSES as STATUSES
 from perfgate.util.vocabulary import Metric as Metric
 from perfgate.util.vocabulary import higher_is_better as higher_is_better
-
-SCHEMA = "perfgate.results/2"
-SCHEMA_HISTORY = {
-    "perfgate.results/1": "first version",
-    "perfgate.results/2": "expectations (rules and outcomes) and ceilings (peak FLOP/s, bandwidth)",
-}
-
-# The verdict kinds of a comparison, per case and metric. "acknowledged": a regression that an entry of
-# [[tool.perfgate.acknowledge]] in force covers (perfgate.model.acknowledge); it does not fail the gate.
-VERDICT_KINDS = (
-    "regression", "acknowledged", "win", "unchanged", "inconclusive", "new", "missing", "newly-failing", "fixed",
-    "skipped",
-)
-GATE_FAILING_VERDICTS = ("regression", "newly-failing")
-
-# What an acknowledgement did with a regression it matched (perfgate.model.acknowledge): covered it, or left it a
-# regression because the entry expired or the ratio is past the entry's bound.
-ACK_OUTCOMES = ("acknowledged", "expired", "past-bound")
-# An entry's state in a comparison: in force and matched a regression, expired, or in force and matched none.
-ACK_STATES = ("in-force", "expired", "unmatched")
-
-
-# ---------------------------------------------------------------- the files, as declared
-#
-# results.json and comparison.json (and, in perfgate.judging.baselines, a baseline around a results document):
-# each field's type and what an error line says would be valid. Readers validate a decoded document
-# against these (validation.check) and build the dataclasses below from the result; the JSON Schemas in
-# docs/schemas/ are generated from them (python -m perfgate.commands.schemas). Keys a model does not name are
-# ignored, so a file a newer perfgate wrote with more in it still reads.
-
-MAX_SHARDS = 10_000
-_Scalar = str | int | float | bool | None
-EnvironmentValue = Annotated[_Scalar | list[_Scalar], expected("a string, number, true/false, null or a list of those")]
-Tolerance = Annotated[Measured | dict[str, Measured | None], expected("a number, or an object of numbers (or null)")]
-
-
-class VerdictDocument(Document):
-    """One case x metric judged against a baseline, with the numbers that made the decision."""
-
-    case_key: Name
-    metric: Name
-    kind: one_of(VERDICT_KINDS)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
-    baseline: Measured | None = None
-    current: Measured | None = None
-    ratio: Measured | None = None
-    ratio_low: Measured | None = None
-    ratio_high: Measured | None = None
-    p_value: Measured | None = None
-    threshold: Measured | None = None
-    rule: Text = ""
-    advice: Text | None = None
-
-
-class AckMatchDocument(Document):
-    """A regression an acknowledgement matched, and what it did with it."""
-
-    case_key: Name
-    metric: Name
-    outcome: one_of(ACK_OUTCOMES)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
-    ratio: Measured | None = None
-
-
-class AcknowledgementDocument(Document):
-    """One [[tool.perfgate.acknowledge]] entry as a comparison applied it (perfgate.model.acknowledge)."""
-
-    entry: Name  # where it stands in the configuration: "acknowledge[0]"
-    case: Name
-    metric: Name
-    reason: Text
-    expires: Text | None = None  # ISO date, the last day it is in force
-    bound: Text | None = None  # "ratio <= 1.12"
-    state: one_of(ACK_STATES)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
-    matches: list[AckMatchDocument] = []
-
-
-class ComparisonDocument(Document):
-    """comparison.json: every verdict of one comparison, a run against a stored baseline or a base ref."""
-
-    mode: one_of(("baseline", "against")) = "baseline"  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
-    baseline_source: Text | None = None
-    environment_diff: dict[str, list[Any]] = {}
-    warnings: list[Text] = []
-    gate_failed: bool | None = None  # written for readers; recomputed from the verdicts
-    verdicts: list[VerdictDocument]
-    acknowledgements: list[AcknowledgementDocument] = []
-    acknowledged_on: Text | None = None  # the date the acknowledgements' expiry was judged on (ISO)
-
-
-class SpecDocument(Document):
-    """What is measured: one workload x size x toggle-set x device."""
-
-    workload: Name
-    size: Name
-    toggles: list[Name]
-    device: Name
-    dtype: Name = "float32"
-    params: dict[str, Any] = {}
-
-
-class GpuClocksDocument(Document):
-    """A CUDA process's SM clock and throttle reasons around its samples (perfgate.worker.gpu_clocks, NVML)."""
-
-    model_config = ConfigDict(extra="allow")
-    sm_clock_mhz_before: NonNegative | None = None
-    sm_clock_mhz_after: NonNegative | None = None
-    max_sm_clock_mhz: NonNegative | None = None
-    power_w: NonNegative | None = None
-    temperature_c: Number | None = None
-    throttle_reasons_before: list[Name] | None = None
-    throttle_reasons_after: list[Name] | None = None
-    nvml_device: Text | None = None
-    error: Text | None = None
-
-
-class ProcessDocument(Document):
-    """The raw timing of one worker process: nanoseconds per sample of ``loops`` units of work."""
-
-    samples_ns: list[NonNegative]
-    loops: Count = 1
-    steps_per_unit: Count = 1
-    first_call_s: NonNegative | None = None
-    warmup_units: Index = 0
-    timer: Text = "perf_counter_ns"
-    process_index: Index = 0
-    heap_offset: Index | None = None
-    layout: dict[str, Any] | None = None  # the memory layout this process drew (perfgate.protocol.layout)
-    layout_groups: list[Count] | None = None  # samples per memory layout, when it sampled several
-    bursts: list[Index] | None = None  # compare.py checks their sum against the samples
-    gpu_clocks: GpuClocksDocument | None = None
-    peak_rss_bytes: NonNegative | None = None  # this process's peak memory (memory_vs_eager's samples)
-    peak_cuda_allocated_bytes: NonNegative | None = None
-    peak_cuda_reserved_bytes: NonNegative | None = None
-
-
-class AccuracyDocument(Document):
-    """Numerical drift against the eager fp32 reference (perfgate.worker.profiling.compare_outputs)."""
-
-    model_config = ConfigDict(extra="allow")
-    max_abs: Measured | None = None  # NaN and inf allowed: the drift of a broken toggle
-    mean_abs: Measured | None = None
-    rel_l2: Measured | None = None
-    verdict: one_of(("ok", "drift")) | None = None  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
-    message: Text | None = None
-    tolerance: Tolerance | None = None
-
-
-class TopOpDocument(Document):
-    """One op or kernel of a profile's ``top_ops`` (perfgate.worker.profiling.top_ops): what the op diffs read."""
-
-    model_config = ConfigDict(extra="allow")
-    name: Text
-    kind: Text = "op"
-    count_per_step: Measured | None = None
-    self_time_us_per_step: Measured | None = None
-
-
-class MemorySiteDocument(Document):
-    """One allocation site of a step (perfgate.worker.allocations): what a memory regression's report diffs."""
-
-    model_config = ConfigDict(extra="allow")
-    site: Text
-    op: Text | None = None
-    file: Text | None = None
-    line: Index | None = None
-    bytes_per_step: NonNegative = 0.0
-    allocations_per_step: NonNegative = 0.0
-
-
-class MemorySitesDocument(Document):
-    """Where one step of a case allocates: its top sites, most bytes first."""
-
-    model_config = ConfigDict(extra="allow")
-    source: Text | None = None
-    steps: Count = 1
-    total_bytes_per_step: NonNegative | None = None
-    sites: list[MemorySiteDocument] = []
-
-
-class ProfileDocument(Document):
-    """A case's profile detail: free-form, but for the fields the reports read (a number where report.html
-    joins a list, or a list where it builds a path, crashed it: exit 3, "a perfgate bug")."""
-
-    model_config = ConfigDict(extra="allow")
-    top_ops: list[TopOpDocument] | None = None
-    graph_break_reasons: list[Text] | None = None
-    trace_dir: Text | None = None
-    trace_file: Text | None = None
-    errors: list[Text] | None = None
-    memory_sites: MemorySitesDocument | None = None
-    memory_snapshot: Text | None = None  # the CUDA allocator's snapshot, relative to the run folder
-
-
-class CaseDocument(Document):
-    """What came of one case: status, raw samples per process, the metrics of the profile pass."""
-
-    spec: SpecDocument
-    key: Text | None = None  # written for readers: the spec's key
-    status: one_of(STATUSES)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
-    failure_class: Name | None = None
-    message: Text | None = None
-    processes: list[ProcessDocument] = []
-    metrics: dict[str, Measured] = {}
-    profile: ProfileDocument = ProfileDocument()
-    accuracy: AccuracyDocument = AccuracyDocument()
-    duration_s: NonNegative = 0.0
-    metadata: dict[str, Any] = {}
-    derived: dict[str, Any] = {}  # statistics written for readers; recomputed, never read back
-
-
-class ShardDocument(Document):
-    """settings.shard as `run --shard` and `merge` write it (perfgate.gating.merge reads every field)."""
-
-    model_config = ConfigDict(extra="allow")
-    index: Count | None = None
-    count: int_range(1, MAX_SHARDS)  # type: ignore[valid-type]  # merge walks 1..count: a huge count would hang it
-    merged: list[Count] | None = None
-    plan: list[Name] | None = None
-    missing_cases: list[Name] | None = None
-    cases_total: Index | None = None
-    cost_source: Text | None = None
-
-    @model_validator(mode="after")
-    def _index_within_count(self) -> ShardDocument:
-        if self.index is not None and self.index > self.count:
-            raise field_error("index", f"an integer from 1 to count ({self.count})")
-        return self
-
-
-class SettingsDocument(Document):
-    """How the run was made (threads, processes, timing budget...); free-form but for its shard record."""
-
-    model_config = ConfigDict(extra="allow")
-    shard: ShardDocument | None = None
-
-
-class ExpectationsDocument(Document):
-    """The run's rules (perfgate.model.rules) and their outcomes, judged when the run is written (perfgate.judging.expect)."""
-
-    model_config = ConfigDict(extra="allow")
-    rules: list[dict[str, Any]] = []
-    outcomes: list[dict[str, Any]] = []
-    unmatched: list[Any] = []
-
-
-class ResultsDocument(Document):
-    """results.json: one run of perfgate, its environment fingerprint and every case with its raw samples."""
-
-    schema_version: Literal[SCHEMA] = Field(alias="schema")  # type: ignore[valid-type]  # older versions are upgraded before
-    run_id: Name
-    suite: Name | None = None
-    started_at: Text = ""
-    finished_at: Text | None = None
-    environment: dict[str, EnvironmentValue] = {}
-    settings: SettingsDocument = SettingsDocument()
-    cases: list[CaseDocument] = []
-    ceilings: dict[str, Any] = {}
-    expectations: ExpectationsDocument
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One case x metric judged against a baseline, with the numbers that made the decision."""
-
-    case_key: str
-    metric: str  # "step_time", "accuracy", "status", or a METRIC_KINDS name
-    kind: str  # one of VERDICT_KINDS
-    baseline: float | None = None
-    current: float | None = None
-    ratio: float | None = None  # current / baseline
-    ratio_low: float | None = None
-    ratio_high: float | None = None
-    p_value: float | None = None
-    threshold: float | None = None  # the relative change that counts as large, or the tolerance used
-    rule: str = ""  # the rule applied, in words
-    advice: str | None = None
-
-    @property
-    def fails_gate(self) -> bool:
-        return self.kind in GATE_FAILING_VERDICTS
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Any, source: str = "comparison", where: str = "verdict") -> Verdict:
-        """A Verdict read back from a comparison.json; SchemaError naming the field when malformed."""
-        doc = check(VerdictDocument, data, source, where)
-        return cls(**{name: getattr(doc, name) for name in VerdictDocument.model_fields})
 
 
 def _freeze_params(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -758,26 +456,6 @@ class RunResult:
         )
 
 
-def readable(data: Any, source: str, where: str = "") -> Any:
-    """``data`` brought up to the current results schema; SchemaError when it is not a results document
-    of a version this perfgate reads."""
-    if not isinstance(data, dict):
-        raise SchemaError(f"{source}: {where + ': ' if where else ''}expected a JSON object, got {type(data).__name__}")
-    schema = data.get("schema")
-    if not isinstance(schema, str) or schema not in SCHEMA_HISTORY:
-        raise SchemaError(
-            f"{source}: unknown schema {schema!r}; this perfgate reads {', '.join(SCHEMA_HISTORY)}"
-        )
-    return upgrade(data)
-
-
-def upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """Bring an older results document up to the current schema, one version at a time."""
-    if data.get("schema") == "perfgate.results/1":
-        data = {**data, "schema": "perfgate.results/2", "expectations": {"rules": [], "outcomes": []}, "ceilings": {}}
-    return data
-
-
 def load_results(path: str | Path) -> RunResult:
     """Read a results.json; raises SchemaError naming the file for anything unreadable."""
     p = Path(path)
@@ -785,142 +463,3 @@ def load_results(path: str | Path) -> RunResult:
         p = p / "results.json"
     return RunResult.from_json(read_json_file(p, "results"), source=str(p))
 
-
-@dataclass(frozen=True)
-class AckMatch:
-    """A regression an acknowledgement matched: ``outcome`` is one of ACK_OUTCOMES."""
-
-    case_key: str
-    metric: str
-    outcome: str
-    ratio: float | None = None
-
-
-@dataclass(frozen=True)
-class Acknowledgement:
-    """One [[tool.perfgate.acknowledge]] entry as a comparison applied it: the entry's terms, its ``state``
-    (ACK_STATES) and the regressions it matched. perfgate.model.acknowledge makes these."""
-
-    entry: str  # "acknowledge[0]": its place in the configuration, as error lines name it
-    case: str
-    metric: str
-    reason: str
-    state: str
-    expires: str | None = None
-    bound: str | None = None
-    matches: tuple[AckMatch, ...] = ()
-
-    @property
-    def terms(self) -> str:
-        """'until 2026-12-31, while ratio <= 1.12': what keeps it in force."""
-        parts = ([f"until {self.expires}"] if self.expires else []) + ([f"while {self.bound}"] if self.bound else [])
-        return ", ".join(parts)
-
-    def matched(self, outcome: str) -> list[AckMatch]:
-        return [m for m in self.matches if m.outcome == outcome]
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "matches": [asdict(m) for m in self.matches]}
-
-    @classmethod
-    def from_json(cls, data: Any, source: str = "comparison", where: str = "acknowledgements") -> Acknowledgement:
-        doc = check(AcknowledgementDocument, data, source, where)
-        return cls(entry=doc.entry, case=doc.case, metric=doc.metric, reason=doc.reason, state=doc.state,
-                   expires=doc.expires, bound=doc.bound,
-                   matches=tuple(AckMatch(m.case_key, m.metric, m.outcome, m.ratio) for m in doc.matches))
-
-
-@dataclass
-class Comparison:
-    """Every verdict of one comparison: a run against a stored baseline or against a base ref's run.
-
-    Produced by perfgate.judging.compare; consumed by the console, the exporters and the gate's exit code.
-    """
-
-    verdicts: list[Verdict]
-    mode: str = "baseline"  # "baseline" (a stored file) or "against" (base and head in the same job)
-    baseline_source: str | None = None  # the baseline file's path, or "git:REF"
-    baseline: RunResult | None = None
-    # environment keys that differ: {key: [baseline value, current value]}
-    environment_diff: dict[str, list[Any]] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    # every [[tool.perfgate.acknowledge]] entry as applied (perfgate.model.acknowledge.apply), and the date its
-    # expiry was judged on (ISO); empty and None when none was applied
-    acknowledgements: list[Acknowledgement] = field(default_factory=list)
-    acknowledged_on: str | None = None
-
-    @property
-    def gate_failed(self) -> bool:
-        return any(v.fails_gate for v in self.verdicts)
-
-    def counts(self) -> dict[str, int]:
-        out = dict.fromkeys(VERDICT_KINDS, 0)
-        for v in self.verdicts:
-            out[v.kind] += 1
-        return out
-
-    def for_case(self, key: str) -> list[Verdict]:
-        return [v for v in self.verdicts if v.case_key == key]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "baseline_source": self.baseline_source,
-            "environment_diff": self.environment_diff,
-            "warnings": self.warnings,
-            "gate_failed": self.gate_failed,
-            "verdicts": [v.to_json() for v in self.verdicts],
-            "acknowledgements": [a.to_json() for a in self.acknowledgements],
-            "acknowledged_on": self.acknowledged_on,
-        }
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What a comparison of ``run`` rests on, counted over the run's cases. A case carried evidence when it
-    ran now and was judged against the base (``compared``: it ran on both sides; or it is new to the base,
-    or fixed), or when its status fails the gate (newly failing). One skipped now, or failing now as it did
-    in the base (or new to it), carried none: a gate with no case that carried evidence cannot pass."""
-
-    cases: int
-    carried: int
-    compared: int
-    skipped: int  # of those that carried none
-    unchanged: int = 0  # cases `run --changed-since` skipped: not among ``cases``, evidence of nothing either way
-
-    @property
-    def unjudged(self) -> str:
-        """Why the cases that carried none did: '1 skipped, 1 failed as in the base or new to it'."""
-        return f"{self.skipped} skipped, {self.cases - self.carried - self.skipped} failed as in the base or new to it"
-
-    @property
-    def none_compared(self) -> str:
-        """Why a gate on this evidence cannot pass ('' when it can): no case ran to be judged, or none was
-        compared with the base (each new to it, or fixed: nothing says how the head's figures compare). A run
-        whose every case was skipped as unchanged by the change has nothing to pass on and nothing to doubt."""
-        if self.cases == 0 and self.unchanged:
-            return ""
-        if self.carried == 0:
-            return f"none of the {self.cases} case(s) ran to be judged ({self.unjudged})"
-        if self.compared == 0:
-            return f"none of the {self.cases} case(s) was compared with the base (each is new to it or fixed)"
-        return ""
-
-    @property
-    def text(self) -> str:
-        """'evidence: 2 of 3 case(s) ran and were judged (2 compared with the base); 1 carried none (...)'."""
-        none = self.cases - self.carried
-        return (f"evidence: {self.carried} of {self.cases} case(s) ran and were judged ({self.compared} compared "
-                f"with the base)" + (f"; {none} carried none ({self.unjudged})" if none else ""))
-
-
-def evidence(run: RunResult, comparison: Comparison) -> Evidence:
-    """The evidence ``comparison`` of ``run`` rests on (Evidence)."""
-    failing = {v.case_key for v in comparison.verdicts if v.fails_gate}
-    compared = {v.case_key for v in comparison.verdicts if v.metric != "status"}
-    cases = [c for c in run.cases if not c.skipped_as_unchanged or c.key in failing]
-    none = [c for c in cases if c.status != STATUS_OK and c.key not in failing]
-    return Evidence(cases=len(cases), carried=len(cases) - len(none),
-                    compared=sum(1 for c in cases if c.key in compared),
-                    skipped=sum(1 for c in none if c.status == STATUS_SKIPPED),
-                    unchanged=len(run.cases) - len(cases))

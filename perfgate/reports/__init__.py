@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from perfgate.model.comparison import Comparison
 from perfgate.model.config import ConfigError
-from perfgate.model.results import Comparison, RunResult, load_results
+from perfgate.model.results import RunResult, load_results
 from perfgate.reports.base import Exporter, ReportInput
 from perfgate.util.storage import atomic_write_text
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfgate.model.results import STATUS_OK, CaseResult, Comparison, Verdict
+from perfgate.model.comparison import Comparison, Verdict
+from perfgate.model.results import STATUS_OK, CaseResult
 from perfgate.util.formatting import format_bytes
 from perfgate.util.vocabulary import METRIC_KINDS
 

@@ -18,17 +18,9 @@ from typing import Any, Protocol
 
 from perfgate.judging import expect, roofline
 from perfgate.judging.compare import throttled
+from perfgate.model.comparison import Comparison, Evidence, Verdict, evidence
 from perfgate.model.environment_keys import change_under_test
-from perfgate.model.results import (
-    STATUS_OK,
-    CaseResult,
-    Comparison,
-    Evidence,
-    ProcessSamples,
-    RunResult,
-    Verdict,
-    evidence,
-)
+from perfgate.model.results import STATUS_OK, CaseResult, ProcessSamples, RunResult
 from perfgate.reports import allocations, traces
 from perfgate.util.formatting import failure_note, format_bytes, format_count, format_rate, format_ratio, plural
 from perfgate.util.stats import NO_INTERVAL, Ratio, SampleSummary, format_seconds, judged_step_time, speedup_of

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate.model import acknowledge
+from perfgate.model.comparison import Comparison, Evidence, Verdict
 from perfgate.model.environment_keys import change_under_test
-from perfgate.model.results import STATUS_OK, CaseResult, CaseSpec, Comparison, Evidence, RunResult, Verdict
+from perfgate.model.results import STATUS_OK, CaseResult, CaseSpec, RunResult
 from perfgate.reports import allocations
 from perfgate.util.formatting import failure_note, format_value
 from perfgate.util.stats import JUDGED_NOTE, PROCESS_QUANTILE, format_seconds, judged_step_time

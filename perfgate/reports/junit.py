@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from perfgate.model.results import STATUS_FAILED, STATUS_SKIPPED, Verdict
+from perfgate.model.comparison import Verdict
+from perfgate.model.results import STATUS_FAILED, STATUS_SKIPPED
 from perfgate.reports import console
 from perfgate.reports.base import CaseRow, Group, ReportInput, first_line
 from perfgate.util.formatting import format_ratio, format_value

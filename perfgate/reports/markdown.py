@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 
 from perfgate.model.acknowledge import match_text
-from perfgate.model.results import Acknowledgement, Comparison, Verdict
+from perfgate.model.comparison import Acknowledgement, Comparison, Verdict
 from perfgate.reports import allocations, traces
 from perfgate.reports.base import CaseRow, ReportInput, change_selection, environment_change
 from perfgate.reports.conditions import measured_under

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfgate.model.comparison import Comparison
 from perfgate.model.config import ConfigError, find_pyproject, load
-from perfgate.model.results import CaseResult, Comparison, RunResult, SchemaError, load_results
+from perfgate.model.results import CaseResult, RunResult, SchemaError, load_results
 from perfgate.protocol.layout import LAYOUT_ENV, MALLOC_ENV, MALLOC_POLICIES, POLICIES
 from perfgate.util.paths import component
 

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+from perfgate.model.comparison import Comparison
 from perfgate.model.config import ConfigError
-from perfgate.model.results import STATUS_OK, CaseResult, Comparison, RunResult, load_results
+from perfgate.model.results import STATUS_OK, CaseResult, RunResult, load_results
 from perfgate.util.formatting import format_count
 from perfgate.util.stats import format_seconds
 from perfgate.util.validation import (

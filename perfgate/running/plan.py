@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.model.config import DEVICES, ConfigError, Suite
-from perfgate.model.results import MAX_SHARDS, CaseSpec
+from perfgate.model.results import CaseSpec
+from perfgate.model.results_file import MAX_SHARDS
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def probe(workloads_dirs: list[str]) -> dict[str, Any]:
     # every module a case needs: an environment that lacks one of their packages fails here, with one line
     from perfgate.model import results as model  # noqa: F401
     from perfgate.worker import measure, toggles  # noqa: F401
-    from perfgate.workload import discover
+    from perfgate.worker.discovery import discover
 
     found = discover(workloads_dirs)
     env = torch_environment()
@@ -236,8 +236,9 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     """Measure one case in this process; return the process result (status, samples, metrics...)."""
     from perfgate.model.results import CaseSpec
     from perfgate.worker import toggles as toggles_mod
+    from perfgate.worker.discovery import load_file
     from perfgate.worker.measure import measure, timer_for
-    from perfgate.workload import WorkloadError, check_step_output, load_file
+    from perfgate.workload import WorkloadError, check_step_output
 
     spec = CaseSpec.from_json(cfg["spec"])
     timing = cfg.get("timing", {})

@@ -338,7 +338,7 @@ def count_case(workload: str, size: str, *, toggles: tuple[str, ...] = (), backe
     ``torch.compile(model, backend=backend)`` when a backend is given; a step from the initial state is
     the call counted. A case that cannot run here is skipped with the reason, as a run skips it."""
     from perfgate.worker import toggles as toggles_mod
-    from perfgate.workload import find
+    from perfgate.worker.discovery import find
 
     cls, _ = find(workloads_dirs, workload)
     if size not in cls.sizes:

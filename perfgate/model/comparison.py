@@ -1,0 +1,257 @@
+"""A comparison: every verdict of a run judged against a stored baseline or a base ref's run (Verdict,
+Comparison), the acknowledgements applied to it, the evidence it rests on, and comparison.json as declared
+(``ComparisonDocument``).
+
+Produced by perfgate.judging.compare; read by the console, the reports and the gate's exit code. Judges
+nothing: the verdicts are made above the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from perfgate.model.results import RunResult
+from perfgate.util.validation import Document, Measured, Name, Text, check, one_of
+from perfgate.util.vocabulary import STATUS_OK, STATUS_SKIPPED
+
+# The verdict kinds of a comparison, per case and metric. "acknowledged": a regression that an entry of
+# [[tool.perfgate.acknowledge]] in force covers (perfgate.model.acknowledge); it does not fail the gate.
+VERDICT_KINDS = (
+    "regression", "acknowledged", "win", "unchanged", "inconclusive", "new", "missing", "newly-failing", "fixed",
+    "skipped",
+)
+GATE_FAILING_VERDICTS = ("regression", "newly-failing")
+
+# What an acknowledgement did with a regression it matched (perfgate.model.acknowledge): covered it, or left it a
+# regression because the entry expired or the ratio is past the entry's bound.
+ACK_OUTCOMES = ("acknowledged", "expired", "past-bound")
+# An entry's state in a comparison: in force and matched a regression, expired, or in force and matched none.
+ACK_STATES = ("in-force", "expired", "unmatched")
+
+# comparison.json as declared: each field's type and what an error line says would be valid (see
+# perfgate.model.results_file, which declares results.json the same way).
+
+
+class VerdictDocument(Document):
+    """One case x metric judged against a baseline, with the numbers that made the decision."""
+
+    case_key: Name
+    metric: Name
+    kind: one_of(VERDICT_KINDS)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
+    baseline: Measured | None = None
+    current: Measured | None = None
+    ratio: Measured | None = None
+    ratio_low: Measured | None = None
+    ratio_high: Measured | None = None
+    p_value: Measured | None = None
+    threshold: Measured | None = None
+    rule: Text = ""
+    advice: Text | None = None
+
+
+class AckMatchDocument(Document):
+    """A regression an acknowledgement matched, and what it did with it."""
+
+    case_key: Name
+    metric: Name
+    outcome: one_of(ACK_OUTCOMES)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
+    ratio: Measured | None = None
+
+
+class AcknowledgementDocument(Document):
+    """One [[tool.perfgate.acknowledge]] entry as a comparison applied it (perfgate.model.acknowledge)."""
+
+    entry: Name  # where it stands in the configuration: "acknowledge[0]"
+    case: Name
+    metric: Name
+    reason: Text
+    expires: Text | None = None  # ISO date, the last day it is in force
+    bound: Text | None = None  # "ratio <= 1.12"
+    state: one_of(ACK_STATES)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
+    matches: list[AckMatchDocument] = []
+
+
+class ComparisonDocument(Document):
+    """comparison.json: every verdict of one comparison, a run against a stored baseline or a base ref."""
+
+    mode: one_of(("baseline", "against")) = "baseline"  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
+    baseline_source: Text | None = None
+    environment_diff: dict[str, list[Any]] = {}
+    warnings: list[Text] = []
+    gate_failed: bool | None = None  # written for readers; recomputed from the verdicts
+    verdicts: list[VerdictDocument]
+    acknowledgements: list[AcknowledgementDocument] = []
+    acknowledged_on: Text | None = None  # the date the acknowledgements' expiry was judged on (ISO)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One case x metric judged against a baseline, with the numbers that made the decision."""
+
+    case_key: str
+    metric: str  # "step_time", "accuracy", "status", or a METRIC_KINDS name
+    kind: str  # one of VERDICT_KINDS
+    baseline: float | None = None
+    current: float | None = None
+    ratio: float | None = None  # current / baseline
+    ratio_low: float | None = None
+    ratio_high: float | None = None
+    p_value: float | None = None
+    threshold: float | None = None  # the relative change that counts as large, or the tolerance used
+    rule: str = ""  # the rule applied, in words
+    advice: str | None = None
+
+    @property
+    def fails_gate(self) -> bool:
+        return self.kind in GATE_FAILING_VERDICTS
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "comparison", where: str = "verdict") -> Verdict:
+        """A Verdict read back from a comparison.json; SchemaError naming the field when malformed."""
+        doc = check(VerdictDocument, data, source, where)
+        return cls(**{name: getattr(doc, name) for name in VerdictDocument.model_fields})
+
+
+
+@dataclass(frozen=True)
+class AckMatch:
+    """A regression an acknowledgement matched: ``outcome`` is one of ACK_OUTCOMES."""
+
+    case_key: str
+    metric: str
+    outcome: str
+    ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class Acknowledgement:
+    """One [[tool.perfgate.acknowledge]] entry as a comparison applied it: the entry's terms, its ``state``
+    (ACK_STATES) and the regressions it matched. perfgate.model.acknowledge makes these."""
+
+    entry: str  # "acknowledge[0]": its place in the configuration, as error lines name it
+    case: str
+    metric: str
+    reason: str
+    state: str
+    expires: str | None = None
+    bound: str | None = None
+    matches: tuple[AckMatch, ...] = ()
+
+    @property
+    def terms(self) -> str:
+        """'until 2026-12-31, while ratio <= 1.12': what keeps it in force."""
+        parts = ([f"until {self.expires}"] if self.expires else []) + ([f"while {self.bound}"] if self.bound else [])
+        return ", ".join(parts)
+
+    def matched(self, outcome: str) -> list[AckMatch]:
+        return [m for m in self.matches if m.outcome == outcome]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "matches": [asdict(m) for m in self.matches]}
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "comparison", where: str = "acknowledgements") -> Acknowledgement:
+        doc = check(AcknowledgementDocument, data, source, where)
+        return cls(entry=doc.entry, case=doc.case, metric=doc.metric, reason=doc.reason, state=doc.state,
+                   expires=doc.expires, bound=doc.bound,
+                   matches=tuple(AckMatch(m.case_key, m.metric, m.outcome, m.ratio) for m in doc.matches))
+
+
+@dataclass
+class Comparison:
+    """Every verdict of one comparison: a run against a stored baseline or against a base ref's run.
+
+    Produced by perfgate.judging.compare; consumed by the console, the exporters and the gate's exit code.
+    """
+
+    verdicts: list[Verdict]
+    mode: str = "baseline"  # "baseline" (a stored file) or "against" (base and head in the same job)
+    baseline_source: str | None = None  # the baseline file's path, or "git:REF"
+    baseline: RunResult | None = None
+    # environment keys that differ: {key: [baseline value, current value]}
+    environment_diff: dict[str, list[Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    # every [[tool.perfgate.acknowledge]] entry as applied (perfgate.model.acknowledge.apply), and the date its
+    # expiry was judged on (ISO); empty and None when none was applied
+    acknowledgements: list[Acknowledgement] = field(default_factory=list)
+    acknowledged_on: str | None = None
+
+    @property
+    def gate_failed(self) -> bool:
+        return any(v.fails_gate for v in self.verdicts)
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(VERDICT_KINDS, 0)
+        for v in self.verdicts:
+            out[v.kind] += 1
+        return out
+
+    def for_case(self, key: str) -> list[Verdict]:
+        return [v for v in self.verdicts if v.case_key == key]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "baseline_source": self.baseline_source,
+            "environment_diff": self.environment_diff,
+            "warnings": self.warnings,
+            "gate_failed": self.gate_failed,
+            "verdicts": [v.to_json() for v in self.verdicts],
+            "acknowledgements": [a.to_json() for a in self.acknowledgements],
+            "acknowledged_on": self.acknowledged_on,
+        }
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a comparison of ``run`` rests on, counted over the run's cases. A case carried evidence when it
+    ran now and was judged against the base (``compared``: it ran on both sides; or it is new to the base,
+    or fixed), or when its status fails the gate (newly failing). One skipped now, or failing now as it did
+    in the base (or new to it), carried none: a gate with no case that carried evidence cannot pass."""
+
+    cases: int
+    carried: int
+    compared: int
+    skipped: int  # of those that carried none
+    unchanged: int = 0  # cases `run --changed-since` skipped: not among ``cases``, evidence of nothing either way
+
+    @property
+    def unjudged(self) -> str:
+        """Why the cases that carried none did: '1 skipped, 1 failed as in the base or new to it'."""
+        return f"{self.skipped} skipped, {self.cases - self.carried - self.skipped} failed as in the base or new to it"
+
+    @property
+    def none_compared(self) -> str:
+        """Why a gate on this evidence cannot pass ('' when it can): no case ran to be judged, or none was
+        compared with the base (each new to it, or fixed: nothing says how the head's figures compare). A run
+        whose every case was skipped as unchanged by the change has nothing to pass on and nothing to doubt."""
+        if self.cases == 0 and self.unchanged:
+            return ""
+        if self.carried == 0:
+            return f"none of the {self.cases} case(s) ran to be judged ({self.unjudged})"
+        if self.compared == 0:
+            return f"none of the {self.cases} case(s) was compared with the base (each is new to it or fixed)"
+        return ""
+
+    @property
+    def text(self) -> str:
+        """'evidence: 2 of 3 case(s) ran and were judged (2 compared with the base); 1 carried none (...)'."""
+        none = self.cases - self.carried
+        return (f"evidence: {self.carried} of {self.cases} case(s) ran and were judged ({self.compared} compared "
+                f"with the base)" + (f"; {none} carried none ({self.unjudged})" if none else ""))
+
+
+def evidence(run: RunResult, comparison: Comparison) -> Evidence:
+    """The evidence ``comparison`` of ``run`` rests on (Evidence)."""
+    failing = {v.case_key for v in comparison.verdicts if v.fails_gate}
+    compared = {v.case_key for v in comparison.verdicts if v.metric != "status"}
+    cases = [c for c in run.cases if not c.skipped_as_unchanged or c.key in failing]
+    none = [c for c in cases if c.status != STATUS_OK and c.key not in failing]
+    return Evidence(cases=len(cases), carried=len(cases) - len(none),
+                    compared=sum(1 for c in cases if c.key in compared),
+                    skipped=sum(1 for c in none if c.status == STATUS_SKIPPED),
+                    unchanged=len(run.cases) - len(cases))
