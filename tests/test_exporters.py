@@ -12,7 +12,10 @@ from fixtures.synthetic import scenario, synthetic_run
 from perfgate.model.config import ConfigError
 from perfgate.model.results import CaseResult, CaseSpec, Comparison, ProcessSamples, RunResult, Verdict
 from perfgate.reports import RUN_FORMATS, console, parse_formats, registry, write_all, write_run_reports
-from perfgate.reports.base import EAGER_DID_NOT_RUN, ReportInput, op_diff, recommend, tolerance_text
+from perfgate.reports.base import ReportInput
+from perfgate.reports.display import tolerance_text
+from perfgate.reports.opdiff import op_diff
+from perfgate.reports.recommend import EAGER_DID_NOT_RUN, recommend
 from perfgate.util.stats import Ratio
 
 
