@@ -13,7 +13,10 @@ from perfgate.model.comparison import Comparison, Verdict
 from perfgate.model.config import ConfigError
 from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples, RunResult
 from perfgate.reports import RUN_FORMATS, console, parse_formats, registry, write_all, write_run_reports
-from perfgate.reports.base import EAGER_DID_NOT_RUN, ReportInput, op_diff, recommend, tolerance_text
+from perfgate.reports.base import ReportInput
+from perfgate.reports.display import tolerance_text
+from perfgate.reports.opdiff import op_diff
+from perfgate.reports.recommend import EAGER_DID_NOT_RUN, recommend
 from perfgate.util.stats import Ratio
 
 

@@ -264,7 +264,7 @@ def test_overview_fits_one_screen_and_no_table_scrolls_sideways(browser, tmp_pat
     the case's row; no table is wider than its place; at phone width only tables scroll, never the page."""
     from fixtures.synthetic import LONG_WORKLOADS, PR_TOGGLES, pr_scenario
 
-    from perfgate.reports.base import VERDICT_DISPLAY
+    from perfgate.reports.display import VERDICT_DISPLAY
 
     run, comp = pr_scenario()
     report = ReportInput(run, comp, run_dir=Path("reports") / run.run_id)
@@ -402,18 +402,18 @@ def test_verdict_tone_and_word_come_from_one_mapping(monkeypatch):
     from perfgate.model import comparison
     from perfgate.model.comparison import VERDICT_KINDS
     from perfgate.model.results import STATUSES
-    from perfgate.reports import base
+    from perfgate.reports import display
 
-    assert set(VERDICT_KINDS) | set(STATUSES) <= set(base.VERDICT_DISPLAY)
-    assert {tone for tone, _ in base.VERDICT_DISPLAY.values()} <= {"bad", "good", "warn", "info", "neutral"}
-    assert base.verdict_display("acknowledged") == base.VerdictLook("acknowledged", "info", "acknowledged")
-    assert base.verdict_display("brand-new").tone == "neutral" and base.verdict_display("brand-new").word == "brand-new"
+    assert set(VERDICT_KINDS) | set(STATUSES) <= set(display.VERDICT_DISPLAY)
+    assert {tone for tone, _ in display.VERDICT_DISPLAY.values()} <= {"bad", "good", "warn", "info", "neutral"}
+    assert display.verdict_display("acknowledged") == display.VerdictLook("acknowledged", "info", "acknowledged")
+    assert display.verdict_display("brand-new").tone == "neutral" and display.verdict_display("brand-new").word == "brand-new"
 
     run, comp = scenario(["operator_rollout"])
     key = "operator_rollout/smoke/compile/cpu"
     comp.verdicts = [replace(v, kind="waived") if v.case_key == key else v for v in comp.verdicts]
     monkeypatch.setattr(comparison, "VERDICT_KINDS", (*VERDICT_KINDS, "waived"))  # the model's side of a new kind
-    monkeypatch.setitem(base.VERDICT_DISPLAY, "waived", ("good", "waived"))
+    monkeypatch.setitem(display.VERDICT_DISPLAY, "waived", ("good", "waived"))
     html = HtmlExporter().render(ReportInput(run, comp)).decode()
     cell = html[html.index('<td class="cell', html.index('id="overview"')):]
     cells = [c for c in cell.split("</td>") if "waived" in c]
@@ -422,7 +422,7 @@ def test_verdict_tone_and_word_come_from_one_mapping(monkeypatch):
 
 
 def test_element_ids_are_safe_and_tell_apart_names_that_slug_alike():
-    from perfgate.reports.base import element_id
+    from perfgate.reports.display import element_id
 
     ids = {element_id("case", k) for k in ("a.b/s/eager/cpu", "a-b/s/eager/cpu", "a b/s/eager/cpu", EVIL, "", "é")}
     assert len(ids) == 6

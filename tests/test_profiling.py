@@ -128,7 +128,7 @@ def test_compile_graph_breaks_kernels_and_cold_warm_compile(tmp_path):
 
 def test_cuda_peaks_are_absent_on_cpu_and_measured_on_cuda():
     torch = pytest.importorskip("torch")
-    from perfgate.worker.profiling import cuda_peaks_over
+    from perfgate.worker.peak_memory import cuda_peaks_over
 
     assert cuda_peaks_over(lambda: None, "cpu") == {}
     if not torch.cuda.is_available():
@@ -146,12 +146,12 @@ def _accuracy_of(workload, params: dict, toggle_set: tuple[str, ...]) -> dict:
     """reference_check run in this process, as process 0 of a case does after its samples."""
     torch = pytest.importorskip("torch")
     from perfgate.model.results import CaseSpec
-    from perfgate.worker import profiling, toggles
+    from perfgate.worker import drift, toggles
 
     spec = CaseSpec(workload.name, "smoke", toggle_set, "cpu", tuple(sorted(params.items())))
     torch.manual_seed(0)
     prepared = toggles.prepare(workload, dict(params), "cpu", toggle_set, frozenset())
-    return profiling.reference_check({"seed": 0}, spec, workload, prepared)[0]
+    return drift.reference_check({"seed": 0}, spec, workload, prepared)[0]
 
 
 # 50 steps, as the pr rollout, on a small grid: bf16 autocast on CPU stands in for the GPU's tf32 and fp16
@@ -210,7 +210,7 @@ def test_real_numerical_damage_stays_drift(kind, reason):
 
 
 def test_an_error_growing_faster_than_the_dynamics_is_drift():
-    from perfgate.worker.profiling import judge_drift
+    from perfgate.worker.drift import judge_drift
 
     end = {"verdict": "drift", "rel_l2": 0.5, "max_abs": 1.0}
     rows = [{"step": 1, "rel_l2": 1e-4, "floor": 1e-7}, {"step": 2, "rel_l2": 1e-1, "floor": 2e-7},

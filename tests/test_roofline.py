@@ -348,7 +348,7 @@ def test_an_unclassified_eager_predicts_no_toggle_in_the_report_or_the_expectati
 
 
 def test_the_worker_stores_no_intensity_for_a_flop_count_that_failed():
-    from perfgate.worker.profiling import roofline_metrics
+    from perfgate.worker.roofline_counts import roofline_metrics
 
     assert "arithmetic_intensity" not in roofline_metrics(None, 1e7, 0.01)  # before: 0.0, read memory-bound
     assert roofline_metrics(None, 1e7, 0.01) == {"bytes_per_step": 1e7, "achieved_bytes_per_s": 1e9}

@@ -12,7 +12,7 @@ import torch
 from conftest import REPO, run_cli
 
 from perfgate.model.results import CaseSpec
-from perfgate.worker import profiling, toggles
+from perfgate.worker import drift, roofline_counts, toggles
 from perfgate.worker.discovery import discover
 from perfgate.workload import TrainingWorkload, WorkloadError, check_loss
 
@@ -103,7 +103,7 @@ def test_the_flop_count_includes_the_backward_pass():
     spec = CaseSpec(workload=workload.name, size="smoke", toggles=("eager",), device="cpu",
                     params=tuple(sorted(params.items())))
     ref = workload.build(params, torch.device("cpu"), torch.float32, frozenset())
-    training = profiling.flops_per_step(spec, workload, ref)
+    training = roofline_counts.flops_per_step(spec, workload, ref)
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad():
         workload.loss(ref.model, ref.state, ref, params)
@@ -118,8 +118,8 @@ def test_drift_is_the_parameters_after_the_unit_against_fp32_and_float64():
     spec = CaseSpec(workload=workload.name, size="smoke", toggles=("amp-bf16",), device="cpu",
                     params=tuple(sorted(params.items())))
     p.unit()  # timed units before the check: it must start again from the initial parameters
-    accuracy, _ = profiling.reference_check({"seed": 0}, spec, workload, p)
-    assert [row["step"] for row in accuracy["horizons"]] == profiling.horizons(params["steps"])
+    accuracy, _ = drift.reference_check({"seed": 0}, spec, workload, p)
+    assert [row["step"] for row in accuracy["horizons"]] == drift.horizons(params["steps"])
     assert 0 < accuracy["rel_l2"] <= workload.tolerance.rel_l2 and accuracy["verdict"] == "ok"
     assert all(0 < row["floor"] < row["rel_l2"] for row in accuracy["horizons"])
 

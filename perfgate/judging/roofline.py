@@ -1,7 +1,8 @@
 """Roofline and bound class of a case: where its step sits against this machine's ceilings. No torch.
 
-The measurements come from the worker (perfgate.worker.profiling: FLOPs and bytes per step, the profile
-window's op timing; perfgate.worker.ceilings: peak FLOP/s and bandwidth measured by `perfgate calibrate`);
+The measurements come from the worker (perfgate.worker.roofline_counts: FLOPs and bytes per step;
+perfgate.worker.profiler_events: the profile window's op timing; perfgate.worker.ceilings: peak FLOP/s
+and bandwidth measured by `perfgate calibrate`);
 this module only decides, so the report layer can use it on any results.json. docs/roofline.md has
 the rule, its thresholds and how good each figure is.
 

@@ -133,7 +133,7 @@ class ProcessSamples:
     # the GPU's SM clock and clocks-event (throttle) reasons before and after the samples, read through
     # NVML (perfgate.worker.gpu_clocks); None on CPU, without nvidia-ml-py, and in results written before it
     gpu_clocks: dict[str, Any] | None = None
-    # this process's peak memory after its timed samples (perfgate.worker.profiling.process_peaks): its peak
+    # this process's peak memory after its timed samples (perfgate.worker.peak_memory.process_peaks): its peak
     # resident set, and on CUDA the allocator's peak over one unit; None in results written before them
     peak_rss_bytes: float | None = None
     peak_cuda_allocated_bytes: float | None = None

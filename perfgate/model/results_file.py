@@ -97,7 +97,7 @@ class ProcessDocument(Document):
 
 
 class AccuracyDocument(Document):
-    """Numerical drift against the eager fp32 reference (perfgate.worker.profiling.compare_outputs)."""
+    """Numerical drift against the eager fp32 reference (perfgate.worker.drift.compare_outputs)."""
 
     model_config = ConfigDict(extra="allow")
     max_abs: Measured | None = None  # NaN and inf allowed: the drift of a broken toggle
@@ -109,7 +109,7 @@ class AccuracyDocument(Document):
 
 
 class TopOpDocument(Document):
-    """One op or kernel of a profile's ``top_ops`` (perfgate.worker.profiling.top_ops): what the op diffs read."""
+    """One op or kernel of a profile's ``top_ops`` (perfgate.worker.profiler_events.top_ops): what the op diffs read."""
 
     model_config = ConfigDict(extra="allow")
     name: Text

@@ -188,7 +188,7 @@ def memory_growth(case: CaseResult, base: CaseResult | None, verdicts: list[Verd
 
 def growth_by_case(rows: list[Any], comparison: Comparison | None, run_dir: Path | None,
                    base_dirs: dict[str, Path]) -> dict[str, MemoryGrowth]:
-    """MemoryGrowth by case key for every row (perfgate.reports.base.CaseRow) with a memory regression;
+    """MemoryGrowth by case key for every row (perfgate.reports.rows.CaseRow) with a memory regression;
     ``base_dirs``: the base side's run folder per case, where one is kept (``--against``)."""
     if comparison is None:
         return {}

@@ -20,16 +20,12 @@ from markupsafe import Markup, escape
 from perfgate.judging import roofline
 from perfgate.model.acknowledge import match_text
 from perfgate.reports import allocations, traces
-from perfgate.reports.base import (
-    CaseRow,
-    Group,
-    ReportInput,
-    change_selection,
-    process_clocks_text,
-    verdict_display,
-)
+from perfgate.reports.base import ReportInput
 from perfgate.reports.conditions import measured_under
 from perfgate.reports.cost import read_cost
+from perfgate.reports.display import verdict_display
+from perfgate.reports.rows import CaseRow, Group, process_clocks_text
+from perfgate.reports.scope import change_selection
 from perfgate.util.formatting import (
     format_bytes,
     format_count,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from perfgate.reports.base import CaseRow, ReportInput
+from perfgate.reports.base import ReportInput
+from perfgate.reports.rows import CaseRow
 
 
 def _growth(report: ReportInput, key: str) -> dict[str, Any] | None:

@@ -15,7 +15,9 @@ import xml.etree.ElementTree as ET
 from perfgate.model.comparison import Verdict
 from perfgate.model.results import STATUS_FAILED, STATUS_SKIPPED
 from perfgate.reports import console
-from perfgate.reports.base import CaseRow, Group, ReportInput, first_line
+from perfgate.reports.base import ReportInput
+from perfgate.reports.display import first_line
+from perfgate.reports.rows import CaseRow, Group
 from perfgate.util.formatting import format_ratio, format_value
 
 # XML 1.0 forbids most control characters; an error message carrying one would make the file unreadable.

@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from perfgate.model.acknowledge import match_text
 from perfgate.model.comparison import Acknowledgement, Comparison, Verdict
 from perfgate.reports import allocations, traces
-from perfgate.reports.base import CaseRow, ReportInput, change_selection, environment_change
+from perfgate.reports.base import ReportInput
 from perfgate.reports.conditions import measured_under
 from perfgate.reports.cost import read_cost
+from perfgate.reports.rows import CaseRow
+from perfgate.reports.scope import change_selection, environment_change
 from perfgate.util.formatting import format_ratio, format_value
 from perfgate.util.stats import JUDGED_RATIO_NOTE
 

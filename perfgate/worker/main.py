@@ -279,9 +279,9 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
                             f"{clip_line(repr(steps), 80)}, not an integer >= 1 (a unit of work is at least one step)")
     compiled = toggles_mod.compile_mode(registry_toggles) is not None
     if compiled:
-        from perfgate.worker import profiling
+        from perfgate.worker import compile_stats
 
-        profiling.reset_compile_counters()
+        compile_stats.reset_compile_counters()
     capped = cap_device_memory(cfg.get("device_memory_gb"), spec.device)  # before anything is built on it
     if capped:
         result["metadata"]["device_memory_cap"] = capped
@@ -357,7 +357,7 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
         "bursts": m.bursts,
         "gpu_clocks": clocks.record() if clocks is not None else None,
     }
-    from perfgate.worker.profiling import process_peaks
+    from perfgate.worker.peak_memory import process_peaks
 
     result["process"].update(process_peaks(prepared.unit, spec.device))  # every process: memory_vs_eager's spread
     if m.faults is not None and m.samples_ns:
@@ -383,10 +383,10 @@ def run_case(cfg: dict[str, Any]) -> dict[str, Any]:
     if metrics_left_out:
         result["metadata"]["metrics_left_out"] = metrics_left_out
     if compiled:
-        from perfgate.worker import profiling
+        from perfgate.worker import compile_stats
 
         # every process reports it; the runner names process 0 cold (fresh cache) and process 1 warm
-        result["compile"] = profiling.compile_time(m.first_call_s, m.samples_ns, m.loops)
+        result["compile"] = compile_stats.compile_time(m.first_call_s, m.samples_ns, m.loops)
     if cfg.get("profile", False):
         from perfgate.worker import profiling
 

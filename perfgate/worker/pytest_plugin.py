@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from perfgate.worker import profiling
+from perfgate.worker import compile_stats, peak_memory, profiler_events, profiling
 
 STEPS = 3  # profiled calls after one unprofiled warm-up call: the counts are per call ("per step")
 
@@ -275,8 +275,8 @@ def _window(call: Callable[[], Any], device: str, steps: int) -> tuple[dict[str,
                 profiling._sync(device)
                 prof.step()
         events = list(prof.events())
-        metrics, recorded = profiling.window_counts(events, device)
-        rows = profiling.top_ops(list(prof.key_averages()), recorded, n=len(events))
+        metrics, recorded = profiler_events.window_counts(events, device)
+        rows = profiler_events.top_ops(list(prof.key_averages()), recorded, n=len(events))
         by_name = sorted(((r["name"], r["count_per_step"]) for r in rows), key=lambda r: (-r[1], r[0]))
         peak = _peak_from_trace(trace, device)
     return metrics, dict(by_name), peak
@@ -321,7 +321,7 @@ def count(fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, 
 
         kwargs = dict(kwargs or {})
         counts = Counts(name=_name(fn), device=_device_of((args, kwargs)), backend=backend, steps=steps)
-        profiling.reset_compile_counters()  # what the counters read next belongs to this call
+        compile_stats.reset_compile_counters()  # what the counters read next belongs to this call
         target = torch.compile(fn, backend=backend) if backend else fn
         eager = _original(fn)
         def again(more: tuple[Any, ...]) -> Callable[[], Any]:
@@ -357,7 +357,7 @@ def count_case(workload: str, size: str, *, toggles: tuple[str, ...] = (), backe
 
         name = f"{workload}/{size}/{'+'.join(toggles) or 'eager'}/{device}"
         counts = Counts(name=name, device=device, backend=backend, steps=steps)
-        profiling.reset_compile_counters()
+        compile_stats.reset_compile_counters()
         instance = cls()
         params = dict(cls.sizes[size])
         variants = frozenset(t for t in toggles if t in cls.variants)
@@ -398,7 +398,7 @@ def _measure(counts: Counts, call: Callable[[], Any], more_calls: list[Callable[
         for more in more_calls:
             more()
         call()
-    metrics, reasons, detail = profiling.compile_counters()
+    metrics, reasons, detail = compile_stats.compile_counters()
     counts.graph_breaks = int(metrics.get("graph_breaks", 0))
     counts.graph_break_reasons = reasons
     counts.unique_graphs = int(metrics.get("unique_graphs", 0))
@@ -412,7 +412,7 @@ def _measure(counts: Counts, call: Callable[[], Any], more_calls: list[Callable[
             setattr(counts, name, window.get(name) if device.startswith("cuda") else None)
     except Exception as exc:
         counts.errors.append(f"profiler window: {type(exc).__name__}: {exc}")
-    counts.peak_cuda_allocated_bytes = profiling.cuda_peaks_over(call, device).get("peak_cuda_allocated_bytes")
+    counts.peak_cuda_allocated_bytes = peak_memory.cuda_peaks_over(call, device).get("peak_cuda_allocated_bytes")
     try:
         counts.flops_per_step = _flops(eager_call)
     except Exception as exc:  # an op the counter cannot dispatch through
