@@ -35,7 +35,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from perfgate.running.runner import InfrastructureError
+        from perfgate.running.workers import InfrastructureError
 
         try:
             return fn(*args, **kwargs)
@@ -65,10 +65,10 @@ def unexpected_error_line(exc: BaseException) -> str:
 
 
 def load_settings(config: str | None) -> config_mod.Settings:
-    from perfgate.running import runner
+    from perfgate.running import inherit
 
     settings = config_mod.load(config)
-    runner.set_config_env_names(settings.worker_env)  # what workers get beyond the allow-list
+    inherit.set_config_env_names(settings.worker_env)  # what workers get beyond the allow-list
     return settings
 
 
@@ -128,7 +128,7 @@ config_option = click.option("--config", "config", type=click.Path(dir_okay=Fals
 @handle_errors
 def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
     """Workloads with their sizes, toggles with their requirements, and suites."""
-    from perfgate.running.runner import run_probe
+    from perfgate.running.workers import run_probe
 
     settings = load_settings(config)
     dirs = [*settings.workloads_dirs, *(Path(d) for d in workloads_dirs)]
@@ -274,11 +274,11 @@ def baseline_update_cmd(config: str | None, results: tuple[str, ...], allow_fail
     from perfgate.judging import baselines
     from perfgate.judging.gate_settings import gate_settings
     from perfgate.model.results import load_results
-    from perfgate.running import runner
+    from perfgate.running import run_folders
 
     settings = load_settings(config)
     if not results:
-        latest = runner.latest_run_dir(settings.reports_dir)
+        latest = run_folders.latest_run_dir(settings.reports_dir)
         if latest is None:
             raise ConfigError(f"no run under {settings.reports_dir}; run `perfgate run` first or name RESULTS")
         results = (str(latest),)
@@ -347,10 +347,10 @@ def repro_cmd(config: str | None, case: str, results: str | None, traces_only: b
     it (workload/size/toggles/device) or a glob of keys; one command per case it matches."""
     from perfgate.gating.merge import load_comparison_file
     from perfgate.reports import repro
-    from perfgate.running import runner
+    from perfgate.running import run_folders
 
     if results is None:
-        latest = runner.latest_run_dir(load_settings(config).reports_dir)
+        latest = run_folders.latest_run_dir(load_settings(config).reports_dir)
         if latest is None:
             raise ConfigError("no run found in the reports folder; give --results RUN_DIR or run `perfgate run` first")
         results = str(latest)
@@ -512,10 +512,10 @@ def report_cmd(config: str | None, results: str, baseline: str | None, against_r
 def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: str) -> None:
     """Start TensorBoard on a run's traces and scalars (default: the latest run); Ctrl-C stops it."""
     from perfgate.commands import tbserver
-    from perfgate.running import runner
+    from perfgate.running import run_folders
 
     if run_dir is None:
-        latest = runner.latest_run_dir(load_settings(config).reports_dir)
+        latest = run_folders.latest_run_dir(load_settings(config).reports_dir)
         if latest is None:
             raise ConfigError("no run found in the reports folder; give RUN_DIR or run `perfgate run` first")
         run_path = latest
@@ -555,10 +555,10 @@ def trace_cmd(config: str | None, case: str, results: str | None) -> None:
     in Perfetto. CASE is a case key or a glob over them (`tight_conv/*/eager/cpu`)."""
     from perfgate.gating import merge
     from perfgate.reports import traces
-    from perfgate.running import runner
+    from perfgate.running import run_folders
 
     if results is None:
-        run_dir = runner.latest_run_dir(load_settings(config).reports_dir)
+        run_dir = run_folders.latest_run_dir(load_settings(config).reports_dir)
         if run_dir is None:
             raise ConfigError("no run found in the reports folder; give --results RUN_DIR or run `perfgate run` first")
     else:
@@ -722,7 +722,7 @@ def doctor_cmd(config: str | None) -> None:
     """What this machine can run (torch, CUDA, compiler, threads, clock pinning, TensorBoard, a browser),
     how the gate will judge each stored baseline, and what to fix, one line each. Exit 3 when perfgate cannot measure here."""
     from perfgate.commands import doctor
-    from perfgate.running.runner import InfrastructureError, run_probe
+    from perfgate.running.workers import InfrastructureError, run_probe
 
     settings = load_settings(config)
     try:

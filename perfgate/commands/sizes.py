@@ -30,7 +30,7 @@ from perfgate.judging import roofline
 from perfgate.model.config import ConfigError, Settings, Suite, read_toml, read_toml_text
 from perfgate.model.results import STATUS_OK, CaseSpec
 from perfgate.reports.console import echo
-from perfgate.running import environment, runner
+from perfgate.running import environment, run_folders, runner, workers
 from perfgate.running.plan import (
     Catalog,
     check_size_params,
@@ -324,7 +324,7 @@ def check_sizes(settings: Settings, options: SizesOptions) -> list[SizeCheck]:
     try:
         return _check_sizes(settings, options)
     finally:
-        runner.close_zygotes(under=check_folder(settings))
+        workers.close_zygotes(under=check_folder(settings))
 
 
 def _check_sizes(settings: Settings, options: SizesOptions) -> list[SizeCheck]:
@@ -333,7 +333,7 @@ def _check_sizes(settings: Settings, options: SizesOptions) -> list[SizeCheck]:
     if options.write:
         writable_source(settings, suite)
     work = check_folder(settings)
-    probe = runner.run_probe(settings.workloads_dirs, settings.threads, runner.run_work_dir(work))
+    probe = workers.run_probe(settings.workloads_dirs, settings.threads, run_folders.run_work_dir(work))
     catalog = Catalog.from_probe(probe)
     if catalog.errors:
         raise ConfigError(catalog.errors[0]["error"])

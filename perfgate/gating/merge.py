@@ -34,7 +34,7 @@ from perfgate.model.results import (
 )
 from perfgate.reports import console, write_run_reports
 from perfgate.reports.cost import read_cost
-from perfgate.running import changes, runner
+from perfgate.running import changes, runner, workers
 from perfgate.running.changes import Selection
 from perfgate.running.github import publish_summary
 from perfgate.running.plan import Catalog, Shard, costs_from_results, expected_costs, load_costs, partition_cases
@@ -477,7 +477,7 @@ def below_floor(comparison: Comparison, run: RunResult, base_run: RunResult, set
 
 def judge_catalog(settings: Settings) -> Catalog:
     """This judge's own workloads (a worker probe of its workloads folders); ConfigError for a broken one."""
-    catalog = Catalog.from_probe(runner.run_probe(settings.workloads_dirs, settings.threads))
+    catalog = Catalog.from_probe(workers.run_probe(settings.workloads_dirs, settings.threads))
     if catalog.errors:
         raise ConfigError(catalog.errors[0]["error"])
     return catalog
