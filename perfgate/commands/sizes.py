@@ -302,6 +302,17 @@ class SizesOptions:
     out: str | None = None
 
 
+def options_from_calibrate(options: dict[str, Any], budget_s: float | None, out: str | None) -> SizesOptions:
+    """`calibrate --sizes`'s options from calibrate's; ConfigError for one that cannot apply to it."""
+    given = [f"--{k.replace('_', '-')}" for k in ("toggles", "rounds", "processes", "samples", "baseline_file")
+             if options[k]] + (["--ceilings-only"] if options["ceilings_only"] else [])
+    if given:
+        raise ConfigError(f"calibrate --sizes measures the eager case of each workload with its own budget; "
+                          f"{', '.join(given).replace('--baseline-file', '--baseline')} cannot apply to it")
+    return SizesOptions(suite=options["suite"], workloads=options["workloads"], write=options["write"], out=out,
+                        budget_s=DEFAULT_BUDGET_S if budget_s is None else budget_s)
+
+
 def check_folder(settings: Settings) -> Path:
     return Path(settings.reports_dir) / ".sizes"
 

@@ -530,6 +530,17 @@ def checked_skips(comparison: Comparison, run: RunResult, selection: Selection |
     return replace(comparison, verdicts=[*kept, *added])
 
 
+def check_rejudge_options(rejudge: bool, baseline_file: str | None, expect_suite: str | None,
+                          changed_since: str | None) -> None:
+    """ConfigError for a `perfgate merge` option --rejudge refuses (--baseline) or needs (--expect-suite,
+    --changed-since)."""
+    if rejudge and baseline_file:
+        raise ConfigError("perfgate merge: --rejudge judges the shards' --against runs; it takes no --baseline")
+    for given, name in ((expect_suite, "--expect-suite"), (changed_since, "--changed-since")):
+        if given and not rejudge:
+            raise ConfigError(f"perfgate merge: {name} checks the shards --rejudge judges; add --rejudge")
+
+
 @dataclass(frozen=True)
 class JudgeSelection:
     """`merge --changed-since SINCE [--head COMMIT | --changes FILE] [--all]`: how this judge reads a change."""
