@@ -312,7 +312,7 @@ def load_history(url: str | os.PathLike[str] | None = None, metric: str | Sequen
     exist, is not a perfgate history, or a filter is malformed.
     """
     from perfgate.history import show as show_mod
-    from perfgate.history.store import metrics as store_metrics
+    from perfgate.history.reading import metrics as store_metrics
     from perfgate.history.store import open_store
 
     if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 1):
