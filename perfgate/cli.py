@@ -267,7 +267,7 @@ def repro_cmd(config: str | None, case: str, results: str | None, traces_only: b
     """The command that measures CASE alone, base and head in lockstep with the settings its run used
     (`perfgate run --against BASE ...`), and a form that keeps both traces. CASE: a key as perfgate prints
     it (workload/size/toggles/device) or a glob of keys; one command per case it matches."""
-    from perfgate.gating.merge import load_comparison_file
+    from perfgate.gating.comparison_file import load_comparison_file
     from perfgate.reports import repro
     from perfgate.running import run_folders
 
@@ -361,15 +361,15 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
     shards' verdicts are not read: this perfgate judges their raw --against samples again, and with
     --changed-since takes a shard's skip of an unchanged case only where its own selection skips it too.
     Under --gate, summary.md is appended to $GITHUB_STEP_SUMMARY when set."""
-    from perfgate.gating import merge
+    from perfgate.gating import merge, merged_gate
 
-    merge.check_rejudge_options(rejudge, baseline_file, expect_suite, changed_since)
-    selection = merge.JudgeSelection(changed_since, head, changes_file, run_all)
+    merged_gate.check_rejudge_options(rejudge, baseline_file, expect_suite, changed_since)
+    selection = merged_gate.JudgeSelection(changed_since, head, changes_file, run_all)
     run = merge.merge_into(results, Path(out))
     settings = load_settings(config) if (gate or baseline_file or rejudge) else None
-    sys.exit(merge.judge_merged(run, results, Path(out), settings, gate=gate, baseline_file=baseline_file,
-                                strict_env=strict_env, rejudge=rejudge, expect_suite=expect_suite,
-                                selection=selection))
+    sys.exit(merged_gate.judge_merged(run, results, Path(out), settings, gate=gate, baseline_file=baseline_file,
+                                      strict_env=strict_env, rejudge=rejudge, expect_suite=expect_suite,
+                                      selection=selection))
 
 
 # ---------------------------------------------------------------- perfgate report
@@ -428,7 +428,7 @@ def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: st
 def trace_cmd(config: str | None, case: str, results: str | None) -> None:
     """Print CASE's profiler trace files (base and head where the run was compared) and how to open them
     in Perfetto. CASE is a case key or a glob over them (`tight_conv/*/eager/cpu`)."""
-    from perfgate.gating import merge
+    from perfgate.gating import comparison_file
     from perfgate.reports import traces
     from perfgate.running import run_folders
 
@@ -438,7 +438,7 @@ def trace_cmd(config: str | None, case: str, results: str | None) -> None:
             raise ConfigError("no run found in the reports folder; give --results RUN_DIR or run `perfgate run` first")
     else:
         run_dir = Path(results) if not Path(results).is_file() else Path(results).parent
-    echo(traces.trace_text(run_dir, case, merge.load_comparison_file(run_dir)))
+    echo(traces.trace_text(run_dir, case, comparison_file.load_comparison_file(run_dir)))
 
 
 # ---------------------------------------------------------------- perfgate history, bisect

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from perfgate.gating.merge import load_comparison_file
+from perfgate.gating.comparison_file import load_comparison_file
 from perfgate.model.config import ConfigError, Settings
 from perfgate.model.results import load_results
 from perfgate.reports import ReportInput, load_comparison, parse_formats, write_all

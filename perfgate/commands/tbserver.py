@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfgate.gating.merge import load_comparison_file
+from perfgate.gating.comparison_file import load_comparison_file
 from perfgate.model.config import ConfigError
 from perfgate.model.results import Comparison, load_results
 from perfgate.reports import traces

@@ -119,7 +119,7 @@ def bisect(settings: Settings, good: str, bad: str, case: str, metric: str, proc
 def add_from_run(settings: Settings, run_dir: Path) -> list[str]:
     """`perfgate run --history`: add the run, write history.html beside it (the trends of its cases on
     its machine), and render its reports again so that each case links to its trend."""
-    from perfgate.gating.merge import load_comparison_file
+    from perfgate.gating.comparison_file import load_comparison_file
     from perfgate.model.results import load_results
     from perfgate.reports import write_run_reports
 
