@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfgate.history.detect import DetectSettings, SeriesAnalysis, analyse  # noqa: E402
-from perfgate.history.store import Point  # noqa: E402
+from perfgate.history.reading import Point  # noqa: E402
 
 NEAR = 5  # a change point within this many points of a true edge found it
 TRANSIENT_LENGTH = 10

@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from perfgate.history import ingest  # noqa: E402
-from perfgate.history.store import add_run, open_store, resolve_url, run_count  # noqa: E402
+from perfgate.history.reading import run_count  # noqa: E402
+from perfgate.history.store import open_store, resolve_url  # noqa: E402
+from perfgate.history.writing import add_run  # noqa: E402
 from tests.fixtures.history import make_run, spec  # noqa: E402
 from tests.fixtures.postgres import postgres_server  # noqa: E402
 

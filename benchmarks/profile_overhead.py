@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfgate.model import config  # noqa: E402
 from perfgate.model.results import CaseSpec, ProcessSamples  # noqa: E402
-from perfgate.running import runner  # noqa: E402
+from perfgate.running import runner, workers  # noqa: E402
 from perfgate.util.stats import format_seconds, ratio_of, summarize  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def main() -> int:
     args = parser.parse_args()
 
     settings = config.load()
-    probe = runner.run_probe(settings.workloads_dirs, settings.threads)
+    probe = workers.run_probe(settings.workloads_dirs, settings.threads)
     info = probe["workloads"][args.workload]
     spec = CaseSpec(workload=args.workload, size=args.size, toggles=tuple(args.toggles.split("+")), device="cpu",
                     params=tuple(sorted(info["sizes"][args.size].items())))
@@ -52,7 +52,7 @@ def main() -> int:
         cfg = runner.case_config(spec, info["file"], settings, i, run_dir, profile=profile)
         cfg["timing"] = timing
         t0 = time.perf_counter()
-        outcome = runner.run_worker(cfg, settings.timeout_s, settings.threads, run_dir / ".work")
+        outcome = workers.run_worker(cfg, settings.timeout_s, settings.threads, run_dir / ".work")
         res = outcome.result
         if res.get("status") != "ok":
             print(f"worker {i} failed: {res.get('message')}")

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 from perfgate.commands import calibrate  # noqa: E402
 from perfgate.judging import roofline  # noqa: E402
 from perfgate.model.results import load_results  # noqa: E402
-from perfgate.running.runner import worker_env  # noqa: E402
+from perfgate.running.inherit import worker_env  # noqa: E402
 from perfgate.worker import ceilings  # noqa: E402
 
 HAND_TIMED = r"""

@@ -35,7 +35,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from perfgate.running.runner import InfrastructureError
+        from perfgate.running.workers import InfrastructureError
 
         try:
             return fn(*args, **kwargs)
@@ -65,10 +65,10 @@ def unexpected_error_line(exc: BaseException) -> str:
 
 
 def load_settings(config: str | None) -> config_mod.Settings:
-    from perfgate.running import runner
+    from perfgate.running import inherit
 
     settings = config_mod.load(config)
-    runner.set_config_env_names(settings.worker_env)  # what workers get beyond the allow-list
+    inherit.set_config_env_names(settings.worker_env)  # what workers get beyond the allow-list
     return settings
 
 
@@ -128,41 +128,9 @@ config_option = click.option("--config", "config", type=click.Path(dir_okay=Fals
 @handle_errors
 def list_cmd(config: str | None, workloads_dirs: tuple[str, ...]) -> None:
     """Workloads with their sizes, toggles with their requirements, and suites."""
-    from perfgate.running.runner import run_probe
+    from perfgate.commands import listing
 
-    settings = load_settings(config)
-    dirs = [*settings.workloads_dirs, *(Path(d) for d in workloads_dirs)]
-    probe = run_probe(dirs, settings.threads)
-    env = probe["environment"]
-    echo(f"torch {env['torch']}  cuda available: {env['cuda_available']}"
-               + (f"  device: {env['device_name']}" if env.get("device_name") else ""))
-    echo("\nWorkloads:")
-    if not probe["workloads"]:
-        echo(f"  ({settings.no_workloads(dirs)}; `perfgate init` starts a project)")
-    for name, info in probe["workloads"].items():
-        echo(f"  {name}: {info['description']}")
-        for size, params in info["sizes"].items():
-            echo(f"      {size}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
-        for v, desc in info.get("variants", {}).items():
-            echo(f"      variant {v}: {desc}")
-    errors = probe.get("workload_errors", [])
-    for err in errors:
-        echo(f"  ERROR {err['error']}")
-    echo("\nToggles (requirements; can it run here?):")
-    for t in probe["toggles"]:
-        reqs = ", ".join(t["requires"]) or "-"
-        here = "yes" if not t.get("unmet_here") else f"no: {t['unmet_here']}"
-        echo(f"  {t['name']:<24} needs {reqs:<32} {here}")
-    echo("\nSuites:")
-    for s in settings.suites.values():
-        echo(f"  {s.name}: {s.description}")
-        echo(f"      workloads {', '.join(s.workloads)}; sizes {', '.join(s.sizes)}; device {s.device}")
-        echo(f"      toggles {', '.join(s.toggles)}")
-        for kind, records in (s.size_params or {}).items():  # sizes recorded by `calibrate --sizes --write`
-            echo(f"      {s.sizes[0]} on {kind}: " + "; ".join(
-                f"{w} " + ", ".join(f"{k}={v}" for k, v in p.items()) for w, p in records.items()))
-    if errors:  # listed above with the rest; a broken workload file is still a configuration error
-        fail(f"{len(errors)} workload file(s) failed to load: {', '.join(e['file'] for e in errors)}")
+    listing.list_catalog(load_settings(config), workloads_dirs)
 
 
 @main.command("run")
@@ -271,49 +239,9 @@ def baseline_update_cmd(config: str | None, results: tuple[str, ...], allow_fail
     """Make RESULTS (default: the latest run) the baseline of its suite on its machine (with --case: only
     those cases of it). Several RESULTS, runs of one clean commit on this machine, are pooled: each case's
     processes together, and the spread between the runs measured for the gate's unpaired comparisons."""
-    from perfgate.judging import baselines
-    from perfgate.judging.gate_settings import gate_settings
-    from perfgate.model.results import load_results
-    from perfgate.running import runner
+    from perfgate.commands import baseline
 
-    settings = load_settings(config)
-    if not results:
-        latest = runner.latest_run_dir(settings.reports_dir)
-        if latest is None:
-            raise ConfigError(f"no run under {settings.reports_dir}; run `perfgate run` first or name RESULTS")
-        results = (str(latest),)
-    gs = gate_settings(settings)
-    run = baselines.pooled([load_results(r) for r in results], results, gs.process_quantile)
-    source = " + ".join(results)
-    path = Path(baseline_file) if baseline_file else baselines.baseline_path(
-        settings.baselines_dir, run.environment.get("machine_key", "unknown-machine"), run.suite or settings.default_suite)
-    with baselines.updating(path):  # another update of this folder's baselines waits (no lost update)
-        previous = baselines.load_baseline(path) if path.exists() else None
-        new = baselines.updated(run, previous, source, cases, allow_failed=allow_failed)
-        baselines.write_baseline(new, path)
-    chosen = [c.key for c in baselines.select_cases(run, cases, source)] if cases else None
-    echo(f"baseline {path} <- {source}" + (f" ({', '.join(cases)} only)" if cases else ""))
-    for line in baselines.changes(previous, new, only=chosen) + _recording_lines(run, len(results), gs, chosen):
-        echo(line)
-    single = [c.key for c in new.run.cases if c.status == "ok" and len(c.processes) < 2]
-    if single:  # compare.judge_time: a one-process side never settles a step-time change
-        echo(f"perfgate: warning: {len(single)} case(s) of the baseline hold one worker process "
-             f"({', '.join(single[:3])}{', ...' if len(single) > 3 else ''}): against them a step-time change is "
-             "always inconclusive, never a regression; update from a run with 2 or more processes per case")
-    kept = [c.key for c in new.run.cases if "git_commit" in c.metadata] if cases else []
-    if kept:  # baselines.with_cases_from: each is settled against the commit its numbers come from
-        echo(f"{len(kept)} case(s) kept from another commit than {source}'s keep theirs, and a gate settles each "
-             f"against it ({', '.join(kept[:3])}{', ...' if len(kept) > 3 else ''}; `perfgate baseline show`)")
-
-
-def _recording_lines(run: Any, runs: int, gs: Any, chosen: list[str] | None) -> list[str]:
-    """`baseline update`'s cost and precision lines (perfgate.judging.baselines.recording_lines), a baseline's target
-    judged as a run's settling judges its own (perfgate.judging.sequential.PrecisionRule)."""
-    from perfgate.judging import baselines
-    from perfgate.judging.sequential import PrecisionRule
-
-    rule = PrecisionRule(gs.plain_precision() * baselines.BASELINE_PRECISION_SHARE, gs.process_quantile, gs.confidence)
-    return baselines.recording_lines(run, runs, gs.plain_precision(), rule.half_width, only=chosen)
+    baseline.update(load_settings(config), results, allow_failed, baseline_file, cases)
 
 
 @baseline_group.command("show")
@@ -322,15 +250,9 @@ def _recording_lines(run: Any, runs: int, gs: Any, chosen: list[str] | None) -> 
 @handle_errors
 def baseline_show_cmd(config: str | None, path: str | None) -> None:
     """Print a baseline (default: every baseline under baselines_dir)."""
-    from perfgate.judging import baselines
+    from perfgate.commands import baseline
 
-    settings = load_settings(config)
-    paths = [Path(path)] if path else baselines.list_baselines(settings.baselines_dir)
-    if not paths:
-        echo(f"no baselines under {settings.baselines_dir}; `perfgate baseline update` makes one")
-    for p in paths:
-        for line in baselines.describe(baselines.load_baseline(p)):
-            echo(line)
+    baseline.show(load_settings(config), path)
 
 
 @main.command("repro")
@@ -345,12 +267,12 @@ def repro_cmd(config: str | None, case: str, results: str | None, traces_only: b
     """The command that measures CASE alone, base and head in lockstep with the settings its run used
     (`perfgate run --against BASE ...`), and a form that keeps both traces. CASE: a key as perfgate prints
     it (workload/size/toggles/device) or a glob of keys; one command per case it matches."""
-    from perfgate.gating.merge import load_comparison_file
+    from perfgate.gating.comparison_file import load_comparison_file
     from perfgate.reports import repro
-    from perfgate.running import runner
+    from perfgate.running import run_folders
 
     if results is None:
-        latest = runner.latest_run_dir(load_settings(config).reports_dir)
+        latest = run_folders.latest_run_dir(load_settings(config).reports_dir)
         if latest is None:
             raise ConfigError("no run found in the reports folder; give --results RUN_DIR or run `perfgate run` first")
         results = str(latest)
@@ -390,14 +312,8 @@ def calibrate_cmd(config: str | None, sizes: bool, budget_s: float | None, out: 
     if sizes:
         from perfgate.commands import sizes as sizes_mod
 
-        given = [f"--{k.replace('_', '-')}" for k in ("toggles", "rounds", "processes", "samples", "baseline_file")
-                 if options[k]] + (["--ceilings-only"] if options["ceilings_only"] else [])
-        if given:
-            raise ConfigError(f"calibrate --sizes measures the eager case of each workload with its own budget; "
-                              f"{', '.join(given).replace('--baseline-file', '--baseline')} cannot apply to it")
-        sizes_mod.check_sizes(load_settings(config), sizes_mod.SizesOptions(
-            suite=options["suite"], workloads=options["workloads"], write=options["write"], out=out,
-            budget_s=sizes_mod.DEFAULT_BUDGET_S if budget_s is None else budget_s))
+        chosen = sizes_mod.options_from_calibrate(options, budget_s, out)
+        sizes_mod.check_sizes(load_settings(config), chosen)
         return
     if budget_s is not None or out is not None:
         raise ConfigError(f"{'--budget-s' if budget_s is not None else '--out'} belongs to calibrate --sizes")
@@ -445,19 +361,15 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
     shards' verdicts are not read: this perfgate judges their raw --against samples again, and with
     --changed-since takes a shard's skip of an unchanged case only where its own selection skips it too.
     Under --gate, summary.md is appended to $GITHUB_STEP_SUMMARY when set."""
-    from perfgate.gating import merge
+    from perfgate.gating import merge, merged_gate
 
-    if rejudge and baseline_file:
-        raise ConfigError("perfgate merge: --rejudge judges the shards' --against runs; it takes no --baseline")
-    for given, name in ((expect_suite, "--expect-suite"), (changed_since, "--changed-since")):
-        if given and not rejudge:
-            raise ConfigError(f"perfgate merge: {name} checks the shards --rejudge judges; add --rejudge")
-    selection = merge.JudgeSelection(changed_since, head, changes_file, run_all)
+    merged_gate.check_rejudge_options(rejudge, baseline_file, expect_suite, changed_since)
+    selection = merged_gate.JudgeSelection(changed_since, head, changes_file, run_all)
     run = merge.merge_into(results, Path(out))
     settings = load_settings(config) if (gate or baseline_file or rejudge) else None
-    sys.exit(merge.judge_merged(run, results, Path(out), settings, gate=gate, baseline_file=baseline_file,
-                                strict_env=strict_env, rejudge=rejudge, expect_suite=expect_suite,
-                                selection=selection))
+    sys.exit(merged_gate.judge_merged(run, results, Path(out), settings, gate=gate, baseline_file=baseline_file,
+                                      strict_env=strict_env, rejudge=rejudge, expect_suite=expect_suite,
+                                      selection=selection))
 
 
 # ---------------------------------------------------------------- perfgate report
@@ -477,31 +389,12 @@ def merge_cmd(config: str | None, results: tuple[str, ...], out: str, gate: bool
 def report_cmd(config: str | None, results: str, baseline: str | None, against_results: str | None,
                out: str | None, formats: str) -> None:
     """Write report.html, summary.md, junit.xml (and csv/json) for a results.json, optionally compared."""
-    from perfgate.model.results import load_results
-    from perfgate.reports import ReportInput, load_comparison, parse_formats, write_all
-    from perfgate.util.storage import check_writable_dir
+    from perfgate.commands import report
 
-    chosen = parse_formats(formats)
-    run = load_results(results)
-    run_dir = Path(results) if Path(results).is_dir() else Path(results).parent
-    out_dir = Path(out) if out else run_dir
-    problem = check_writable_dir(out_dir)
-    if problem:
-        raise ConfigError(problem)
-    if baseline or against_results:
-        comparison = load_comparison(run, baseline, against_results, load_settings(config))
-    else:  # the verdicts the run's gate, or the latest `perfgate compare` of it, wrote beside it (if any)
-        from perfgate.gating.merge import load_comparison_file
-
-        comparison = load_comparison_file(run_dir)
-    report = ReportInput(run, comparison, run_dir=run_dir.resolve(), report_dir=out_dir.resolve())
-    for path in write_all(report, out_dir, chosen):
-        echo(f"wrote {path}")
-    echo(report.verdict.headline)
+    report.write_reports(results, baseline, against_results, out, formats, lambda: load_settings(config))
 
 
 # ---------------------------------------------------------------- perfgate tensorboard
-
 
 @main.command("tensorboard")
 @config_option
@@ -512,37 +405,19 @@ def report_cmd(config: str | None, results: str, baseline: str | None, against_r
 def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: str) -> None:
     """Start TensorBoard on a run's traces and scalars (default: the latest run); Ctrl-C stops it."""
     from perfgate.commands import tbserver
-    from perfgate.running import runner
+    from perfgate.running import run_folders
 
     if run_dir is None:
-        latest = runner.latest_run_dir(load_settings(config).reports_dir)
+        latest = run_folders.latest_run_dir(load_settings(config).reports_dir)
         if latest is None:
             raise ConfigError("no run found in the reports folder; give RUN_DIR or run `perfgate run` first")
         run_path = latest
     else:
         run_path = Path(run_dir)
-    import signal
-
-    # a SIGTERM (CI, a supervisor), also one while TensorBoard starts, stops TensorBoard too
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with tbserver.logdir_for(run_path) as logdir:  # a compared run's extra runs are removed on the way out
-        try:
-            tb = tbserver.start(logdir.path, host=host, port=port or tbserver.free_port(host))
-        except RuntimeError as exc:
-            fail(str(exc), EXIT_INFRA)
-        echo(f"TensorBoard on {run_path / 'tb'}: {tb.url}  (Ctrl-C to stop)")
-        for line in tbserver.traces_help(tbserver.profiler_plugin_installed(), logdir):
-            echo(line)
-        try:
-            tb.process.wait()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            tb.stop()
+    tbserver.serve(run_path, host, port)
 
 
 # ---------------------------------------------------------------- perfgate trace
-
 
 @main.command("trace")
 @config_option
@@ -553,17 +428,17 @@ def tensorboard_cmd(config: str | None, run_dir: str | None, port: int, host: st
 def trace_cmd(config: str | None, case: str, results: str | None) -> None:
     """Print CASE's profiler trace files (base and head where the run was compared) and how to open them
     in Perfetto. CASE is a case key or a glob over them (`tight_conv/*/eager/cpu`)."""
-    from perfgate.gating import merge
+    from perfgate.gating import comparison_file
     from perfgate.reports import traces
-    from perfgate.running import runner
+    from perfgate.running import run_folders
 
     if results is None:
-        run_dir = runner.latest_run_dir(load_settings(config).reports_dir)
+        run_dir = run_folders.latest_run_dir(load_settings(config).reports_dir)
         if run_dir is None:
             raise ConfigError("no run found in the reports folder; give --results RUN_DIR or run `perfgate run` first")
     else:
         run_dir = Path(results) if not Path(results).is_file() else Path(results).parent
-    echo(traces.trace_text(run_dir, case, merge.load_comparison_file(run_dir)))
+    echo(traces.trace_text(run_dir, case, comparison_file.load_comparison_file(run_dir)))
 
 
 # ---------------------------------------------------------------- perfgate history, bisect
@@ -705,14 +580,7 @@ def init_cmd(gpu_runner: str | None, suite_only: bool, force: bool, action: str 
     and the pull-request and baselines workflows. Running it again changes nothing."""
     from perfgate.commands import init
 
-    top = init.repository_top(Path.cwd())
-    planned = init.plan(top, gpu_runner, suite_only, force, action or init.ACTION)
-    init.apply(top, planned)
-    for p in planned:
-        echo(f"{p.state:>9}  {p.path}")
-    if gpu_runner and not suite_only:
-        echo(init.RUNNER_GROUPS_WARNING.replace("LABEL", gpu_runner), err=True)
-    echo(init.NEXT_STEPS.replace(" .github", "") if suite_only else init.NEXT_STEPS)  # no workflows written
+    init.initialize(gpu_runner, suite_only, force, action)
 
 
 @main.command("doctor")
@@ -722,17 +590,8 @@ def doctor_cmd(config: str | None) -> None:
     """What this machine can run (torch, CUDA, compiler, threads, clock pinning, TensorBoard, a browser),
     how the gate will judge each stored baseline, and what to fix, one line each. Exit 3 when perfgate cannot measure here."""
     from perfgate.commands import doctor
-    from perfgate.running.runner import InfrastructureError, run_probe
 
-    settings = load_settings(config)
-    try:
-        probe, error = run_probe([], settings.threads), None
-    except InfrastructureError as exc:
-        probe, error = None, str(exc)
-    findings = [*doctor.diagnose(probe, error, settings.threads), *doctor.check_baselines(settings)]
-    for finding in findings:
-        echo(finding.line())
-    sys.exit(EXIT_INFRA if any(f.status == doctor.FAIL for f in findings) else EXIT_OK)
+    sys.exit(EXIT_INFRA if doctor.report(load_settings(config)) else EXIT_OK)
 
 
 if __name__ == "__main__":

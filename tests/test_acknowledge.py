@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import cli_env, run_cli
 
-from perfgate.gating.merge import comparison_from_json, merged_comparison
+from perfgate.gating.comparison_file import comparison_from_json
+from perfgate.gating.merged_gate import merged_comparison
 from perfgate.judging.compare import acknowledged, compare_runs
 from perfgate.judging.gate_settings import GateSettings
 from perfgate.model.acknowledge import Entry, apply, parse_bound

@@ -214,7 +214,7 @@ def test_a_case_its_base_commit_lacks_says_so_naming_the_commit(tmp_path, monkey
     from perfgate.gating.gate import sampler_factory
     from perfgate.model.results import CaseSpec, ProcessSamples
     from perfgate.running.plan import Catalog
-    from perfgate.running.runner import ProcessOutcome
+    from perfgate.running.workers import ProcessOutcome
 
     commit = "0123456789abcdef" * 2 + "01234567"
     settings = config.load(cwd=tmp_path)
@@ -227,7 +227,7 @@ def test_a_case_its_base_commit_lacks_says_so_naming_the_commit(tmp_path, monkey
         calls.append(cfg)
         return ProcessOutcome({"status": "ok", "process": {**samples, "process_index": len(calls) - 1}}, 0, 0.1)
 
-    monkeypatch.setattr(against.runner, "run_worker", worker)
+    monkeypatch.setattr(against.workers, "run_worker", worker)
     spec = CaseSpec("newload", "smoke", ("eager",), "cpu")
     head, base_case = against.run_pair(spec, str(tmp_path / "newload.py"), base, settings, tmp_path / "run",
                                        tmp_path / "run" / "base", sampler=sampler_factory(settings, "against")(spec))

@@ -270,7 +270,7 @@ def test_write_needs_enough_rounds_for_its_run_to_run_term(tmp_path, monkeypatch
     assert calibrate.rounds_of(calibrate.CalibrateOptions()) == 3
     assert calibrate.rounds_of(calibrate.CalibrateOptions(write=True, ceilings_only=True, rounds=2)) == 2
     settings, _ = _project(tmp_path, monkeypatch)
-    monkeypatch.setattr(calibrate.runner, "run_probe", lambda *a, **k: pytest.fail("measured before refusing"))
+    monkeypatch.setattr(calibrate.workers, "run_probe", lambda *a, **k: pytest.fail("measured before refusing"))
     with pytest.raises(ConfigError, match=r"^calibrate --write needs --rounds 8 or more \(got 3\)"):
         calibrate.calibrate(settings, calibrate.CalibrateOptions(rounds=3, write=True))
 

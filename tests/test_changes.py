@@ -386,7 +386,7 @@ def test_summary_md_says_which_cases_were_skipped_and_why_and_the_banner_counts_
 
 def test_merge_takes_a_shards_skip_only_where_the_judges_own_selection_skips_it_too():
     """The shards ran the pull request's perfgate: its claim that a case is unchanged is the judge's to make."""
-    from perfgate.gating.merge import checked_skips
+    from perfgate.gating.merged_gate import checked_skips
     from perfgate.running.changes import everything
 
     head_selection = select([Change("M", "workloads/b.py")], OWNERS, "main")
@@ -429,7 +429,7 @@ def test_the_files_github_lists_for_a_pull_request_select_as_git_would(tmp_path)
     ("[", "not valid JSON"),
 ])
 def test_a_bad_list_of_files_is_one_line_for_merge_and_everything_for_a_run(tmp_path, text, words):
-    from perfgate.gating.merge import JudgeSelection
+    from perfgate.gating.merged_gate import JudgeSelection
     from perfgate.model.config import ConfigError
 
     repo = project(tmp_path)
@@ -442,7 +442,7 @@ def test_a_bad_list_of_files_is_one_line_for_merge_and_everything_for_a_run(tmp_
 
 
 def test_the_judges_selection_options_need_changed_since_and_one_source():
-    from perfgate.gating.merge import JudgeSelection
+    from perfgate.gating.merged_gate import JudgeSelection
     from perfgate.model.config import ConfigError
 
     with pytest.raises(ConfigError, match="add --changed-since REF"):
@@ -488,7 +488,8 @@ def _selection_shards(tmp: Path, touched: set[str], count: int) -> tuple[list[Pa
 def test_merge_judges_the_shards_of_a_selection_and_a_shard_that_measured_nothing_needs_no_base(tmp_path):
     from fixtures.shards import settings_for
 
-    from perfgate.gating.merge import checked_skips, judge_against, merge_runs
+    from perfgate.gating.merge import merge_runs
+    from perfgate.gating.merged_gate import checked_skips, judge_against
 
     paths, selection = _selection_shards(tmp_path, {"wave_field"}, 3)  # 2 cases measured: one shard is empty
     run, _ = merge_runs(paths, tmp_path / "m")
@@ -503,7 +504,8 @@ def test_a_merge_of_nothing_but_unchanged_cases_passes_saying_so(tmp_path):
     base/ run, and the judge, agreeing, passes with a banner that says nothing was measured."""
     from fixtures.shards import settings_for
 
-    from perfgate.gating.merge import checked_skips, judge_against, merge_runs
+    from perfgate.gating.merge import merge_runs
+    from perfgate.gating.merged_gate import checked_skips, judge_against
     from perfgate.model.comparison import evidence
     from perfgate.reports.base import ReportInput, banner
 

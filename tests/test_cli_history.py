@@ -285,8 +285,8 @@ def test_no_password_in_history_add_output_or_history_html(tmp_path: Path) -> No
 def test_a_flat_series_gets_y_ticks_that_say_different_values(values: list[float]) -> None:
     """One run, or runs at the same step time: the chart's five y ticks once all read `11 us`."""
     from perfgate.history.detect import SeriesAnalysis
+    from perfgate.history.reading import Point
     from perfgate.history.report import trend_chart
-    from perfgate.history.store import Point
 
     points = [Point(f"r{i}", None, None, f"2026-11-26T21:3{i}:00Z", "m", v, v, v, 100) for i, v in enumerate(values)]
     chart = trend_chart(points, SeriesAnalysis("w/smoke/eager/cpu", "step_time", len(points)))
@@ -298,8 +298,8 @@ def test_a_flat_series_gets_y_ticks_that_say_different_values(values: list[float
 def test_a_chart_heading_counts_its_runs_in_words(count: int, words: str) -> None:
     """A series of one run was headed `step_time (1 runs)`."""
     from perfgate.history.detect import SeriesAnalysis
+    from perfgate.history.reading import Point
     from perfgate.history.report import render, trend_chart
-    from perfgate.history.store import Point
 
     points = [Point(f"r{i}", None, None, f"2026-11-26T21:3{i}:00Z", "m", 1e-3, 1e-3, 1e-3, 100) for i in range(count)]
     chart = trend_chart(points, SeriesAnalysis("w/smoke/eager/cpu", "step_time", count))

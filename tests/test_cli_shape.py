@@ -63,8 +63,8 @@ def test_the_length_check_catches_a_long_command():
 
 
 def test_the_orchestration_modules_import_no_torch():
-    code = ("import sys, perfgate.cli, perfgate.commands.session, perfgate.commands.calibrate, perfgate.gating.merge, perfgate.gating.gate, "
-            "perfgate.running.against; print('torch' in sys.modules)")
+    code = ("import sys, perfgate.cli, perfgate.commands.session, perfgate.commands.calibrate, perfgate.gating.merge, "
+            "perfgate.gating.merged_gate, perfgate.gating.gate, perfgate.running.against; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                          timeout=120)
     assert out.stdout.strip() == "False"

@@ -559,15 +559,15 @@ def test_environment_difference_warns_and_strict_refuses():
 def test_a_variable_that_tunes_the_workers_is_an_environment_difference():
     """A baseline measured with TORCHINDUCTOR_MAX_AUTOTUNE=1 (or another allocator in LD_PRELOAD) against a
     run without it: before, nothing said so and its time verdicts read as the code's."""
-    from perfgate.running import runner
+    from perfgate.running import inherit
 
     rnd = random.Random(9)
     gs = groups(rnd, 2, 1e-3, 0.001, 0.001)
-    tuned = runner.tuning_environment({"TORCHINDUCTOR_MAX_AUTOTUNE": "1", "LD_PRELOAD": "libjemalloc.so",
-                                       "TORCHINDUCTOR_CACHE_DIR": "/tmp/a", "OMP_NUM_THREADS": "1",
-                                       "CUDA_VISIBLE_DEVICES": "3", "HOME": "/root", "MY_TOKEN": "x"})
+    tuned = inherit.tuning_environment({"TORCHINDUCTOR_MAX_AUTOTUNE": "1", "LD_PRELOAD": "libjemalloc.so",
+                                        "TORCHINDUCTOR_CACHE_DIR": "/tmp/a", "OMP_NUM_THREADS": "1",
+                                        "CUDA_VISIBLE_DEVICES": "3", "HOME": "/root", "MY_TOKEN": "x"})
     assert tuned == {"LD_PRELOAD": "libjemalloc.so", "TORCHINDUCTOR_MAX_AUTOTUNE": "1"}
-    plain = runner.tuning_environment({"TORCHINDUCTOR_CACHE_DIR": "/tmp/b", "CUDA_VISIBLE_DEVICES": "0"})
+    plain = inherit.tuning_environment({"TORCHINDUCTOR_CACHE_DIR": "/tmp/b", "CUDA_VISIBLE_DEVICES": "0"})
     assert plain == {}  # where caches live and which GPU a shard sees are no difference
     listed = [f"{n}={v}" for n, v in tuned.items()]  # as results.json records it (session.new_run)
     base, cur = run(case("eager", gs), env={"tuning_env": listed}), run(case("eager", gs), env={"tuning_env": []})

@@ -325,8 +325,8 @@ def test_history_csv_holds_no_formula_either():
     import csv
     import io
 
+    from perfgate.history.reading import Point
     from perfgate.history.show import render
-    from perfgate.history.store import Point
 
     points = [Point("run-1", "a" * 40, '=HYPERLINK("https://evil.example","x")', "2026-01-01T00:00", "@m",
                     -0.5, None, None, 3)]

@@ -11,7 +11,8 @@ import pytest
 from conftest import REPO, TEST_WORKLOADS, run_cli
 
 from perfgate.model.results import CaseSpec
-from perfgate.running.runner import LOG_TAIL_BYTES, WorkerHandle, _bounded_message, _classify_death, case_from_results
+from perfgate.running.runner import case_from_results
+from perfgate.running.workers import LOG_TAIL_BYTES, WorkerHandle, _bounded_message, _classify_death
 
 EXPECTED = {
     "fault_raise": ("error", "ValueError: boom"),

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from fixtures.synthetic import roofline_run, synthetic_comparison, synthetic_run
 
-from perfgate.gating.merge import check_compatible, read_comparison
+from perfgate.gating.comparison_file import read_comparison
+from perfgate.gating.merge import check_compatible
 from perfgate.history.ingest import record_from_run
 from perfgate.judging import baselines, expect, roofline
 from perfgate.judging.compare import compare_runs

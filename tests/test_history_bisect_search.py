@@ -11,10 +11,10 @@ import pytest
 
 from perfgate.history import bisect as bisect_mod
 from perfgate.history.bisect import Measurement
-from perfgate.running import against, runner
+from perfgate.running import against, workers
 
-# what measure raises when the case fails at the measured commit (before: runner.InfrastructureError)
-Unmeasurable = getattr(bisect_mod, "Unmeasurable", runner.InfrastructureError)
+# what measure raises when the case fails at the measured commit (before: workers.InfrastructureError)
+Unmeasurable = getattr(bisect_mod, "Unmeasurable", workers.InfrastructureError)
 
 COMMITS = [f"{i:02d}" + "0" * 38 for i in range(17)]  # GOOD, then 16 commits up to BAD
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from perfgate.history.detect import DetectSettings, analyse, change_point_indices, qhat, render
-from perfgate.history.store import Point
+from perfgate.history.reading import Point
 from perfgate.model.results import DERIVED_METRICS, METRICS
 
 
@@ -211,7 +211,8 @@ def test_runs_from_two_machines_are_two_series_not_a_step_where_the_runner_chang
     from fixtures.history import make_run
 
     from perfgate.history import commands, detect, ingest
-    from perfgate.history.store import add_run, open_store
+    from perfgate.history.store import open_store
+    from perfgate.history.writing import add_run
 
     rng = np.random.default_rng(3)
     url = f"sqlite:///{tmp_path / 'h.db'}"
@@ -276,7 +277,8 @@ def test_last_n_is_each_machines_last_n_runs(tmp_path) -> None:  # noqa: ANN001
 
     from perfgate.history import commands, ingest
     from perfgate.history import show as show_mod
-    from perfgate.history.store import add_run, open_store
+    from perfgate.history.store import open_store
+    from perfgate.history.writing import add_run
 
     rng = np.random.default_rng(5)
     url = f"sqlite:///{tmp_path / 'h.db'}"

@@ -16,19 +16,17 @@ import pytest
 import sqlalchemy as sa
 
 from perfgate.history import ingest
+from perfgate.history.reading import SeriesFilter, run_count, series
 from perfgate.history.store import (
     MIGRATIONS_DIR,
     SCHEMA_HEAD,
     HistoryError,
-    SeriesFilter,
-    add_run,
     metadata,
     open_store,
     resolve_url,
-    run_count,
     schema_version,
-    series,
 )
+from perfgate.history.writing import add_run
 from tests.fixtures.history import commit_of, make_run, write_run
 from tests.fixtures.postgres import PostgresUnavailable, postgres_server
 

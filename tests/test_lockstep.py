@@ -14,7 +14,7 @@ from conftest import TEST_WORKLOADS
 from perfgate.model.config import Settings, TimingSettings
 from perfgate.model.results import CaseSpec
 from perfgate.protocol import lockstep
-from perfgate.running import runner
+from perfgate.running import runner, workers
 
 
 def pipe_pair() -> tuple[lockstep.Channel, lockstep.Channel]:
@@ -119,7 +119,7 @@ def test_one_failing_worker_ends_the_pair_cleanly(tmp_path, fault, failure_class
 def test_a_side_that_fails_to_start_leaves_no_worker_and_no_pipe(tmp_path, monkeypatch):
     """The second side cannot start (a fork server gone, no fds left): the first, already running, is ended
     with its files, and neither side's pipes stay open in the orchestrator."""
-    real_start, started = runner.start_worker, []
+    real_start, started = workers.start_worker, []
 
     def start_worker(*args, **kwargs):
         if started:
@@ -133,6 +133,6 @@ def test_a_side_that_fails_to_start_leaves_no_worker_and_no_pipe(tmp_path, monke
         runner.run_lockstep([job(tmp_path, "tiny", 0), job(tmp_path, "tiny", 1)], settings())
     (first,) = started
     assert first.proc.poll() is not None  # ended, not left to sample alone until perfgate exits
-    runner.close_zygotes(tmp_path)  # the fork server this run started, and its socket
+    workers.close_zygotes(tmp_path)  # the fork server this run started, and its socket
     assert set(os.listdir("/proc/self/fd")) <= fds_before
     assert not list((tmp_path / ".work").glob("case-*"))

@@ -10,7 +10,9 @@ import pytest
 from conftest import cli_env, run_cli
 from fixtures.shards import ENVIRONMENT, settings_for, suite_cases, write_shard_runs
 
-from perfgate.gating.merge import load_comparison_file, merge_runs, merged_comparison
+from perfgate.gating.comparison_file import load_comparison_file
+from perfgate.gating.merge import merge_runs
+from perfgate.gating.merged_gate import merged_comparison
 from perfgate.judging.baselines import commit_of
 from perfgate.judging.compare import environment_diff
 from perfgate.model.comparison import Comparison, Verdict
@@ -382,7 +384,7 @@ def test_rejudge_passes_an_unchanged_run(tmp_path):
 
 
 def test_rejudge_confirms_a_regression_only_with_both_sides_re_measured(tmp_path):
-    from perfgate.gating.merge import judge_against
+    from perfgate.gating.merged_gate import judge_against
     from perfgate.judging.gate_settings import GateSettings
 
     paths = _against_shards(tmp_path, 3.0)
@@ -434,7 +436,7 @@ def test_rejudge_fails_a_case_stopped_inconclusive_where_the_judge_would_look_ag
     stopped short of its design."""
     import random
 
-    from perfgate.gating.merge import judge_against
+    from perfgate.gating.merged_gate import judge_against
 
     rnd = random.Random(5)
     paths = write_shard_runs(tmp_path, suite_cases(workloads=1, toggles=1), 1)

@@ -18,8 +18,9 @@ from conftest import REPO, TEST_WORKLOADS, cli_env
 
 from perfgate.model.results import load_results
 from perfgate.protocol import layout
-from perfgate.running import runner
-from perfgate.running.runner import latest_run_dir, mark_latest, new_run_id, unique_run_dir, worker_env
+from perfgate.running import inherit, run_folders, workers
+from perfgate.running.inherit import worker_env
+from perfgate.running.run_folders import latest_run_dir, mark_latest, new_run_id, unique_run_dir
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -202,7 +203,7 @@ def test_worker_env_pins_threads():
 
 
 def test_workers_get_the_allow_list_and_what_the_config_names_not_secrets(monkeypatch):
-    from perfgate.running import runner
+    from perfgate.running import inherit
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cret")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_x")
@@ -212,13 +213,13 @@ def test_workers_get_the_allow_list_and_what_the_config_names_not_secrets(monkey
     monkeypatch.setenv("PERFGATE_LAYOUT", "fixed")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.setenv("LANG", "C.UTF-8")
-    monkeypatch.setattr(runner, "_config_env_names", ())
+    monkeypatch.setattr(inherit, "_config_env_names", ())
     env = worker_env(1)
     for kept in ("PATH", "PERFGATE_LAYOUT", "CUDA_VISIBLE_DEVICES", "LANG", "PYTHONHASHSEED", "OMP_NUM_THREADS"):
         assert kept in env, kept
     for secret in ("AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "PERFGATE_HISTORY_URL", "MY_KNOB", "SIM_DATA_DIR"):
         assert secret not in env, secret
-    runner.set_config_env_names(["MY_KNOB", "SIM_*"])
+    inherit.set_config_env_names(["MY_KNOB", "SIM_*"])
     env = worker_env(1)
     assert env["MY_KNOB"] == "1" and env["SIM_DATA_DIR"] == "/data" and "GITHUB_TOKEN" not in env
 
@@ -466,8 +467,8 @@ def test_a_users_own_malloc_threshold_is_kept_and_recorded(knob):
     assert layout.user_thresholds({}) == {}
     (name, value), = knob.items()
     tuning = {"MALLOC_ARENA_MAX": "2", name: value}
-    assert all(runner.passed_to_workers(n, ()) for n in tuning)
-    assert runner.tuning_environment(tuning) == dict(sorted(tuning.items()))
+    assert all(inherit.passed_to_workers(n, ()) for n in tuning)
+    assert inherit.tuning_environment(tuning) == dict(sorted(tuning.items()))
 
 
 def test_layout_draws_are_seeded_per_process_and_spread():
@@ -697,14 +698,14 @@ def _start_stack(arg: str, env: dict[str, str], padded: bool) -> int:
     """The new process's mm->start_stack (/proc/self/stat field 28), started as perfgate starts workers."""
     cmd = [sys.executable, "-c", _START_STACK, arg]
     out = subprocess.run(cmd, env=layout.padded_env(cmd, env) if padded else env, capture_output=True,
-                         text=True, check=True, preexec_fn=functools.partial(runner._die_with_parent, os.getpid()))
+                         text=True, check=True, preexec_fn=functools.partial(workers._die_with_parent, os.getpid()))
     return int(out.stdout)
 
 
-@pytest.mark.skipif(runner.address_layout() != "fixed", reason="no fixed address-space layout here (not Linux, "
+@pytest.mark.skipif(workers.address_layout() != "fixed", reason="no fixed address-space layout here (not Linux, "
                     "PERFGATE_LAYOUT=random, or personality(2) refused)")
 def test_workers_start_with_the_same_stack_whatever_their_argv_and_environment_sizes():
-    env = runner.worker_env(1)
+    env = inherit.worker_env(1)
     short = ("runs/a", {**env})
     long_ = ("runs/" + "b" * 700, {**env, "CI_JOB_URL": "https://ci.example/" + "9" * 99})
     more = [("runs/a", {**env, **{f"CI_VAR_{i}": "1" for i in range(n)}}) for n in (1, 2, 3)]
@@ -842,19 +843,19 @@ def test_a_runs_probe_is_forked_and_a_daemon_its_workload_file_starts_at_import_
 @pytest.mark.slow
 def test_the_probe_and_the_runs_workers_share_one_fork_server(tmp_path, monkeypatch):
     """The probe forked for a run's folder comes from the fork server the run's workers are then forked by
-    (runner._zygote_for's key: threads, PYTHONPATH, folder, scratch folder, interpreter), or the saving is lost."""
-    monkeypatch.delenv(runner.WORKER_START_ENV, raising=False)
-    work = runner.run_work_dir(tmp_path / "run")
+    (workers._zygote_for's key: threads, PYTHONPATH, folder, scratch folder, interpreter), or the saving is lost."""
+    monkeypatch.delenv(workers.WORKER_START_ENV, raising=False)
+    work = run_folders.run_work_dir(tmp_path / "run")
     try:
-        probe = runner.run_probe([TEST_WORKLOADS], 1, work)
+        probe = workers.run_probe([TEST_WORKLOADS], 1, work)
         assert probe["environment"]["probe_start"] == "fork" and "tiny" in probe["workloads"]
-        server = runner._zygotes.get((1, None, None, str(work), runner.THIS_INTERPRETER.key()))
+        server = workers._zygotes.get((1, None, None, str(work), inherit.THIS_INTERPRETER.key()))
         assert server is not None and server.alive()
         cache_env = {"TORCHINDUCTOR_CACHE_DIR": str(work / "compile-cache" / "x" / "inductor")}  # a case's
-        assert runner._zygote_for(1, cache_env, None, work) is server
+        assert workers._zygote_for(1, cache_env, None, work) is server
         assert not list(work.glob("probe-*"))
     finally:
-        runner.close_zygotes()
+        workers.close_zygotes()
 
 
 @needs_linux
@@ -877,8 +878,8 @@ def test_a_probe_an_older_fork_server_does_not_answer_is_spawned(tmp_path, monke
             assert case == "" and probe == [str(TEST_WORKLOADS)]
             return Exited()
 
-    monkeypatch.setattr(runner, "_zygote_for", lambda *args: OlderZygote())
-    probe = runner.run_probe([TEST_WORKLOADS], 1, tmp_path / "work")
+    monkeypatch.setattr(workers, "_zygote_for", lambda *args: OlderZygote())
+    probe = workers.run_probe([TEST_WORKLOADS], 1, tmp_path / "work")
     assert probe["environment"]["probe_start"] == "spawn" and "tiny" in probe["workloads"]
     assert not list((tmp_path / "work").glob("probe-*"))
 
@@ -891,7 +892,7 @@ def test_a_spawned_probe_answers_after_a_workload_file_printed_half_a_line(tmp_p
     folder.mkdir()
     (folder / "prints.py").write_text((TEST_WORKLOADS / "faults.py").read_text()
                                       + "\nimport sys\nsys.stdout.write('loading without a newline')\n")
-    probe = runner.run_probe([folder], 1)
+    probe = workers.run_probe([folder], 1)
     assert probe["environment"]["probe_start"] == "spawn" and "tiny" in probe["workloads"]
 
 
@@ -910,21 +911,21 @@ time.sleep(600)
 def test_a_forked_probe_past_its_timeout_is_killed(tmp_path, monkeypatch):
     """A workload file that hangs when imported: the forked probe is killed at the probe's timeout, and the
     run stops with an infrastructure error that says so."""
-    monkeypatch.delenv(runner.WORKER_START_ENV, raising=False)
+    monkeypatch.delenv(workers.WORKER_START_ENV, raising=False)
     pids_file = tmp_path / "pids"
     monkeypatch.setenv("PERFGATE_TEST_PIDS_FILE", str(pids_file))
-    monkeypatch.setattr(runner, "PROBE_TIMEOUT_S", 5)  # counts from the fork: torch is imported by then
+    monkeypatch.setattr(workers, "PROBE_TIMEOUT_S", 5)  # counts from the fork: torch is imported by then
     folder = tmp_path / "hangs"
     folder.mkdir()
     (folder / "hangs.py").write_text(HANGS_AT_IMPORT)
     try:
-        with pytest.raises(runner.InfrastructureError, match="did not answer within 5 s"):
-            runner.run_probe([folder], 1, tmp_path / "work")
+        with pytest.raises(workers.InfrastructureError, match="did not answer within 5 s"):
+            workers.run_probe([folder], 1, tmp_path / "work")
         pids = _started_pids(pids_file)
         assert len(pids) == 1 and not _alive(pids[0])
         assert not list((tmp_path / "work").glob("probe-*"))
     finally:
-        runner.close_zygotes()
+        workers.close_zygotes()
 
 
 def test_the_runners_tracking_id_reaches_workers_and_no_config_passes_a_withheld_variable(monkeypatch):
@@ -932,11 +933,11 @@ def test_the_runners_tracking_id_reaches_workers_and_no_config_passes_a_withheld
     store's URL is a credential that no `worker_env` pattern can let through."""
     monkeypatch.setenv("RUNNER_TRACKING_ID", "github_1234")
     monkeypatch.setenv("PERFGATE_HISTORY_URL", "postgresql://u:secret@db/perf")
-    monkeypatch.setattr(runner, "_config_env_names", ("PERFGATE_HISTORY_URL", "PERFGATE_*"))
+    monkeypatch.setattr(inherit, "_config_env_names", ("PERFGATE_HISTORY_URL", "PERFGATE_*"))
     env = worker_env(1)
     assert env["RUNNER_TRACKING_ID"] == "github_1234"
     assert "PERFGATE_HISTORY_URL" not in env
-    assert not runner.passed_to_workers("PERFGATE_HISTORY_URL", ["PERFGATE_HISTORY_URL"])
+    assert not inherit.passed_to_workers("PERFGATE_HISTORY_URL", ["PERFGATE_HISTORY_URL"])
 
 
 # ---------------------------------------------------------------- what a workload can read of its ancestors
@@ -1078,7 +1079,7 @@ def test_two_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, 
     (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\n")
     settings = config.load(cwd=tmp_path)
     suite = settings.suite(settings.default_suite)
-    monkeypatch.setattr(runner, "new_run_id", lambda *a, **k: "20260101-000000-smoke")
+    monkeypatch.setattr(run_folders, "new_run_id", lambda *a, **k: "20260101-000000-smoke")
     check, other = session.check_writable_dir, []
 
     def the_other_run_starts_now(path):  # between this run choosing its folder and creating it
@@ -1125,7 +1126,7 @@ def test_an_interrupt_while_a_worker_runs_ends_it_and_all_it_started(tmp_path, m
 
     pids_file = tmp_path / "pids"
     monkeypatch.setenv("PERFGATE_TEST_PIDS_FILE", str(pids_file))
-    monkeypatch.setenv(runner.WORKER_START_ENV, start)
+    monkeypatch.setenv(workers.WORKER_START_ENV, start)
     cfg = {"spec": CaseSpec("spawns_children", "smoke", ("eager",), "cpu").to_json(),
            "workload_file": str(TEST_WORKLOADS / "faults.py"), "process_index": 0,
            "layout": layout.draw(0).to_json(), "threads": 1, "seed": 0, "max_memory_mb": None,
@@ -1139,11 +1140,11 @@ def test_an_interrupt_while_a_worker_runs_ends_it_and_all_it_started(tmp_path, m
     threading.Thread(target=interrupt_once_the_workload_runs, daemon=True).start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            runner.run_worker(cfg, 600, 1, tmp_path / "run" / ".work")
+            workers.run_worker(cfg, 600, 1, tmp_path / "run" / ".work")
         _all_end(_started_pids(pids_file), 3, "the workload's processes")
         assert not list((tmp_path / "run" / ".work").glob("case-*"))  # its case, output and log files
     finally:
-        runner.close_zygotes()
+        workers.close_zygotes()
 
 
 @needs_linux
@@ -1160,7 +1161,7 @@ def test_a_run_made_from_python_leaves_no_fork_server_behind(tmp_path, monkeypat
     result = CliRunner().invoke(main, ["run", "--workloads-dir", str(TEST_WORKLOADS), "-w", "tiny", "-t", "eager",
                                        "--processes", "1", "--samples", "3", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert not [k for k in runner._zygotes if str(out) in k[3]]
+    assert not [k for k in workers._zygotes if str(out) in k[3]]
     wait_for(lambda: not processes_mentioning(str(out / ".work")), 10, "the run's fork server to end")
 
 
@@ -1204,8 +1205,8 @@ def test_a_timed_out_forked_worker_is_ended_by_its_fork_server_not_by_a_pid_reus
         child = z.spawn("no-such-case.json", str(tmp_path / "out.json"), str(tmp_path / "log"), {}, None)
         child.wait(120)  # failed at once (no case file), and reaped by the fork server
         child.pid = victim.pid  # the kernel gave its number to another process since
-        handle = runner.WorkerHandle(child, str(tmp_path / "case.json"), str(tmp_path / "out.json"),
-                                     str(tmp_path / "log"), time.perf_counter())
+        handle = workers.WorkerHandle(child, str(tmp_path / "case.json"), str(tmp_path / "out.json"),
+                                      str(tmp_path / "log"), time.perf_counter())
         handle.kill()
         with pytest.raises(subprocess.TimeoutExpired):
             victim.wait(timeout=2)
@@ -1223,7 +1224,7 @@ def test_workers_started_from_a_short_lived_thread_outlive_it(tmp_path, monkeypa
     ends (the notebook API in a thread, a pool's task) must not lose its workers, nor its fork server, then."""
     import threading
 
-    monkeypatch.setenv(runner.WORKER_START_ENV, start)
+    monkeypatch.setenv(workers.WORKER_START_ENV, start)
     from perfgate.model.results import CaseSpec
 
     cfg = {"spec": CaseSpec("tiny", "smoke", ("eager",), "cpu", params=(("steps", 2), ("n", 8))).to_json(),
@@ -1231,13 +1232,13 @@ def test_workers_started_from_a_short_lived_thread_outlive_it(tmp_path, monkeypa
            "layout": layout.draw(0).to_json(), "threads": 1, "seed": 0, "max_memory_mb": None,
            "timing": {"samples": 3, "min_time_s": 0.5}, "run_dir": str(tmp_path / "run"), "profile": False}
     handles = []
-    starter = threading.Thread(target=lambda: handles.append(runner.start_worker(cfg, 1, tmp_path / "run" / ".work")))
+    starter = threading.Thread(target=lambda: handles.append(workers.start_worker(cfg, 1, tmp_path / "run" / ".work")))
     starter.start()
     starter.join()
     try:
         outcome = handles[0].finish(300)
     finally:
-        runner.close_zygotes()
+        workers.close_zygotes()
     assert outcome.result["status"] == "ok", outcome.result
 
 
@@ -1251,9 +1252,9 @@ def test_a_base_perfgate_of_either_layout_runs_its_own_worker_module(tmp_path):
     (packaged / "perfgate" / "worker").mkdir(parents=True)
     (packaged / "perfgate" / "worker" / "main.py").write_text("")
     none.mkdir()
-    assert runner.worker_module(flat) == "perfgate.worker"
-    assert runner.worker_module(packaged) == runner.WORKER_MODULE == "perfgate.worker.main"
-    assert runner.worker_module(none) is None
-    assert runner._worker_module_for({"PYTHONPATH": os.pathsep.join([str(flat), str(packaged)])}) == "perfgate.worker"
-    assert runner._worker_module_for({"PYTHONPATH": str(none)}) == runner.WORKER_MODULE
-    assert runner._worker_module_for(None) == runner.WORKER_MODULE
+    assert workers.worker_module(flat) == "perfgate.worker"
+    assert workers.worker_module(packaged) == workers.WORKER_MODULE == "perfgate.worker.main"
+    assert workers.worker_module(none) is None
+    assert workers._worker_module_for({"PYTHONPATH": os.pathsep.join([str(flat), str(packaged)])}) == "perfgate.worker"
+    assert workers._worker_module_for({"PYTHONPATH": str(none)}) == workers.WORKER_MODULE
+    assert workers._worker_module_for(None) == workers.WORKER_MODULE

@@ -80,7 +80,7 @@ def _load(run_dir: Path):
 
 
 def _comparison(run_dir: Path):
-    from perfgate.gating.merge import read_comparison
+    from perfgate.gating.comparison_file import read_comparison
 
     comparison = read_comparison(run_dir / "comparison.json")
     return replace(comparison, baseline=_load(run_dir / "base"))

@@ -1,1 +1,1 @@
-"""What each command does below the command line (run, calibrate, doctor, init, tensorboard, schemas) and the notebook API."""
+"""What each command does below the command line (list, run, baseline, calibrate, report, doctor, init, tensorboard, schemas) and the notebook API."""

@@ -31,7 +31,7 @@ from perfgate.model.config import ConfigError, Settings
 from perfgate.model.results import STATUS_OK, CaseResult, CaseSpec
 from perfgate.protocol import layout
 from perfgate.reports.console import echo
-from perfgate.running import environment, runner
+from perfgate.running import environment, run_folders, runner, workers
 from perfgate.running.plan import Catalog, plan_cases
 from perfgate.util.formatting import plural
 from perfgate.util.stats import quantile
@@ -290,11 +290,11 @@ class CalibrateOptions:
 def calibrate(settings: Settings, options: CalibrateOptions) -> None:
     """`perfgate calibrate`: the machine's ceilings, then ``options.rounds`` A/A rounds of each case with
     their noise figures printed; with ``write``, the ceilings and each case's noise figures stored.
-    Its rounds' fork servers end with it (perfgate used from Python lives on: runner.close_zygotes)."""
+    Its rounds' fork servers end with it (perfgate used from Python lives on: workers.close_zygotes)."""
     try:
         _calibrate(settings, options)
     finally:
-        runner.close_zygotes(under=calibrate_folder(settings))
+        workers.close_zygotes(under=calibrate_folder(settings))
 
 
 def rounds_of(options: CalibrateOptions) -> int:
@@ -313,9 +313,9 @@ def _calibrate(settings: Settings, options: CalibrateOptions) -> None:
     settings = with_sampling(settings, processes=options.processes, samples=options.samples)
     gs = gate_settings(settings)
     suite = settings.suite(options.suite or settings.default_suite)
-    # forked by the fork server the first round's workers then come from (runner.run_probe)
-    probe = runner.run_probe(settings.workloads_dirs, settings.threads,
-                             runner.run_work_dir(round_folder(calibrate_folder(settings), 0)))
+    # forked by the fork server the first round's workers then come from (workers.run_probe)
+    probe = workers.run_probe(settings.workloads_dirs, settings.threads,
+                              run_folders.run_work_dir(round_folder(calibrate_folder(settings), 0)))
     catalog = Catalog.from_probe(probe)
     cases = plan_cases(suite, catalog, options.workloads, options.toggles, None, None)
     if not cases:
@@ -414,7 +414,7 @@ def measure_ceilings(threads: int = 1, budget_s: float | None = None, timeout_s:
     if budget_s is not None:
         args += ["--budget", str(budget_s)]
     try:
-        proc = runner.run_worker_command(args, threads, timeout_s)
+        proc = workers.run_worker_command(args, threads, timeout_s)
     except subprocess.TimeoutExpired as exc:
         raise RuntimeError(f"measuring the ceilings took longer than {timeout_s:g} s") from exc
     if proc.returncode != 0:
@@ -432,7 +432,7 @@ def calibrate_ceilings(settings: Settings, env: dict[str, Any], machine_key: str
     try:
         measured = measure_ceilings(settings.threads)
     except RuntimeError as exc:
-        raise runner.InfrastructureError(str(exc)) from exc
+        raise workers.InfrastructureError(str(exc)) from exc
     for line in roofline.ceilings_lines(measured, env.get("device_name")):
         echo(line)
     if write:

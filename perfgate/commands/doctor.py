@@ -287,3 +287,19 @@ def diagnose(probe: dict[str, Any] | None, probe_error: str | None, threads: int
     return [check_python(), *check_torch(probe, probe_error), check_compiler(bool(env.get("cuda_available"))),
             check_threads(os.cpu_count(), threads), check_allocator(), *check_clock(), check_tensorboard(), check_browser(),
             check_git()]
+
+
+def report(settings: Any) -> bool:
+    """`perfgate doctor`: every finding, one line each, the stored baselines' too; True when a check failed
+    (perfgate cannot measure here)."""
+    from perfgate.reports.console import echo
+    from perfgate.running.workers import InfrastructureError, run_probe
+
+    try:
+        probe, error = run_probe([], settings.threads), None
+    except InfrastructureError as exc:
+        probe, error = None, str(exc)
+    findings = [*diagnose(probe, error, settings.threads), *check_baselines(settings)]
+    for finding in findings:
+        echo(finding.line())
+    return any(f.status == FAIL for f in findings)

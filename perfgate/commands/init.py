@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 
 from perfgate.model.config import ConfigError, read_toml_text
+from perfgate.reports.console import echo
 from perfgate.util.storage import atomic_write_text
 from perfgate.util.validation import TooLarge, read_capped
 
@@ -328,3 +329,16 @@ NEXT_STEPS = """next:
 then `perfgate run --gate` (against baselines/) or `perfgate run --against HEAD~1 --gate` after a change.
 (Commit the workloads first: `run --gate` settles a changed case in lockstep against the baseline's
 recorded commit, and a commit without them settles nothing.)"""
+
+
+def initialize(gpu_runner: str | None, suite_only: bool, force: bool, action: str | None) -> None:
+    """`perfgate init` in the git repository around the current folder: plan, check, write, then what each
+    file got and the next steps."""
+    top = repository_top(Path.cwd())
+    planned = plan(top, gpu_runner, suite_only, force, action or ACTION)
+    apply(top, planned)
+    for p in planned:
+        echo(f"{p.state:>9}  {p.path}")
+    if gpu_runner and not suite_only:
+        echo(RUNNER_GROUPS_WARNING.replace("LABEL", gpu_runner), err=True)
+    echo(NEXT_STEPS.replace(" .github", "") if suite_only else NEXT_STEPS)  # no workflows written

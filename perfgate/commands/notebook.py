@@ -7,7 +7,7 @@ this module (nor pandas) until ``perfgate.load`` or a sibling is first used.
 - ``load_verdicts(path)``: every verdict of the run's comparison.json, one row per case x metric
 - ``load_history(url, ...)``: series from a history store, one row per run x case x metric
 
-Every file goes through the readers the CLI uses (perfgate.model.results, perfgate.gating.merge, perfgate.history), so
+Every file goes through the readers the CLI uses (perfgate.model.results, perfgate.gating.comparison_file, perfgate.history), so
 an untrusted file gets the same checks. Bad input raises ``SchemaError`` (a run that cannot be read) or
 ``HistoryError`` (a store that cannot be used), both ``ValueError``s with one line naming the path and
 what would be valid. The user's guide is docs/notebook.md.
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfgate.gating.merge import COMPARISON_FILE, read_comparison
+from perfgate.gating.comparison_file import COMPARISON_FILE, read_comparison
 from perfgate.history.store import HistoryError
 from perfgate.model.comparison import Comparison
 from perfgate.model.results import RunResult
@@ -313,7 +313,7 @@ def load_history(url: str | os.PathLike[str] | None = None, metric: str | Sequen
     exist, is not a perfgate history, or a filter is malformed.
     """
     from perfgate.history import show as show_mod
-    from perfgate.history.store import metrics as store_metrics
+    from perfgate.history.reading import metrics as store_metrics
     from perfgate.history.store import open_store
 
     if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 1):

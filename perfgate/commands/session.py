@@ -5,7 +5,7 @@ after every case, the history, and the gate (perfgate.gating.gate; `--against` t
 ``console.echo``. No torch.
 
 Errors leave as exceptions for the command line to turn into one line and an exit code: ConfigError (2),
-runner.InfrastructureError (3, gate.NoEvidence included).
+workers.InfrastructureError (3, gate.NoEvidence included).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from perfgate.model.results import STATUS_OK, CaseSpec, RunResult, SchemaError, 
 from perfgate.protocol import layout
 from perfgate.reports import console
 from perfgate.reports.console import echo
-from perfgate.running import against, changes, environment, runner
+from perfgate.running import against, changes, environment, inherit, run_folders, runner, workers
 from perfgate.running.github import publish_summary
 from perfgate.running.plan import Catalog, Shard, parse_shard, plan_cases
 from perfgate.util.storage import check_writable_dir
@@ -111,7 +111,7 @@ class RunOptions:
         """Base and head measured in this job: --against REF, or the base side under another environment."""
         return bool(self.against_ref or self.base_python or self.base_env)
 
-    def interpreter(self) -> runner.Interpreter | None:
+    def interpreter(self) -> inherit.Interpreter | None:
         """The base side's interpreter and variables (--base-python, --base-env), or None: this one's.
         ConfigError for a path that is no executable file, or a variable not given as NAME=VALUE."""
         if not (self.base_python or self.base_env):
@@ -130,7 +130,7 @@ class RunOptions:
                 raise ConfigError(f"--base-env {item!r}: expected NAME=VALUE (NAME of letters, digits and "
                                   "underscores, not starting with a digit), e.g. --base-env TORCH_CUDNN_V8_API_DISABLED=1")
             env.append((name, value))
-        return runner.Interpreter(python, tuple(env))
+        return inherit.Interpreter(python, tuple(env))
 
     def shard_part(self) -> Shard | None:
         return parse_shard(self.shard) if self.shard else None
@@ -174,7 +174,7 @@ def run_settings(settings: Settings, options: RunOptions) -> Settings:
 def run_folder(settings: Settings, options: RunOptions, suite: Suite) -> tuple[Path, list[Path]]:
     """The run's folder and the folders this run creates for it (the run's, then each missing parent up),
     checked writable (with the compile cache) before the probe and any case: fail fast. Without ``--out``
-    the run's folder is reserved (created atomically, runner.unique_run_dir): a second run started in the
+    the run's folder is reserved (created atomically, run_folders.unique_run_dir): a second run started in the
     same second into the same reports folder gets a folder of its own, never this one."""
     run_dir = Path(options.out).resolve() if options.out else settings.reports_dir
     created = []
@@ -184,9 +184,9 @@ def run_folder(settings: Settings, options: RunOptions, suite: Suite) -> tuple[P
         missing = missing.parent
     problem = check_writable_dir(run_dir)  # --out, or the reports folder the run's own is reserved in
     if problem is None and not options.out:
-        run_id = runner.new_run_id(suite.name)
+        run_id = run_folders.new_run_id(suite.name)
         try:
-            run_dir = runner.unique_run_dir(settings.reports_dir, run_id, reserve=True)
+            run_dir = run_folders.unique_run_dir(settings.reports_dir, run_id, reserve=True)
             created.insert(0, run_dir)
             problem = check_writable_dir(run_dir)
         except OSError as exc:
@@ -220,9 +220,9 @@ def plan(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path | 
          ) -> tuple[dict[str, Any], Catalog, list[CaseSpec]]:
     """The probe's answer, its catalog and the cases to run; ConfigError for a broken workload file or a
     selection of nothing. With ``run_dir``: the probe is forked by the fork server the run's workers then
-    come from (runner.run_probe), one ``import torch`` for both."""
-    probe = runner.run_probe(settings.workloads_dirs, settings.threads,
-                             runner.run_work_dir(run_dir) if run_dir is not None else None)
+    come from (workers.run_probe), one ``import torch`` for both."""
+    probe = workers.run_probe(settings.workloads_dirs, settings.threads,
+                              run_folders.run_work_dir(run_dir) if run_dir is not None else None)
     catalog = Catalog.from_probe(probe)
     if catalog.errors:
         raise ConfigError(catalog.errors[0]["error"])
@@ -246,9 +246,9 @@ def new_run(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path
     seed), settings, expectation rules and the machine's ceilings."""
     env = {**environment.host_environment(settings.root, settings.threads), **probe["environment"]}
     env["machine_key"] = environment.machine_key(env, cases[0].device)
-    env["address_layout"] = runner.address_layout()  # fixed: no address-space randomization in workers
+    env["address_layout"] = workers.address_layout()  # fixed: no address-space randomization in workers
     # what tunes the workers, as NAME=value (an environment holds no tables): a difference is reported
-    env["tuning_env"] = [f"{k}={v}" for k, v in runner.tuning_environment().items()]
+    env["tuning_env"] = [f"{k}={v}" for k, v in inherit.tuning_environment().items()]
     env["layout_policy"] = layout.policy()  # drawn: each worker draws its own layout (docs/gate.md)
     env["malloc"] = layout.malloc_state()  # steady: the C allocator's thresholds fixed in workers (docs/gate.md)
     if env["layout_policy"] == "drawn":
@@ -354,7 +354,7 @@ def run(settings: Settings, options: RunOptions) -> int:
         with against.interruptible():
             return _run_in(settings, options, suite, run_dir, created)
     finally:  # the run's fork servers end with it, however it ends (perfgate used from Python lives on)
-        runner.close_zygotes(under=run_dir)
+        workers.close_zygotes(under=run_dir)
 
 
 def _run_in(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path, created: list[Path]) -> int:
@@ -394,7 +394,7 @@ def _run_in(settings: Settings, options: RunOptions, suite: Suite, run_dir: Path
              f"+/-{gs.plain_precision() * BASELINE_PRECISION_SHARE * 100:g}%, from "
              f"{gs.unpaired_min_processes} processes (a plain run: +/-{gs.plain_precision() * 100:g}%)")
     if settings.reports_dir in run_dir.parents:
-        runner.mark_latest(settings.reports_dir, run_dir)
+        run_folders.mark_latest(settings.reports_dir, run_dir)
     write_reports = reports_writer(run_dir)
     write_reports(record)
     if options.side_by_side:  # the gate's same-job A/B mode: perfgate/gating/gate.py
@@ -456,7 +456,7 @@ def run_measured(options: RunOptions, cases: list[CaseSpec], files: dict[str, st
     if options.history:  # before the gate's verdict: a regression is history too
         add_to_history(settings, run_dir)
     if not any(c.status == STATUS_OK for c in done.cases):
-        raise runner.InfrastructureError("no case could run (see the failures and skip reasons above)")
+        raise workers.InfrastructureError("no case could run (see the failures and skip reasons above)")
     if stored:  # compare with the stored baseline: perfgate/gating/gate.py
         code = gate_mod.gate_run(done, run_dir, settings, stored, strict_env=options.strict_env, gate=options.gate,
                                  cases=cases, workload_files=files, echo=echo, lockstep=lockstep)

@@ -30,7 +30,7 @@ from perfgate.judging import roofline
 from perfgate.model.config import ConfigError, Settings, Suite, read_toml, read_toml_text
 from perfgate.model.results import STATUS_OK, CaseSpec
 from perfgate.reports.console import echo
-from perfgate.running import environment, runner
+from perfgate.running import environment, run_folders, runner, workers
 from perfgate.running.plan import (
     Catalog,
     check_size_params,
@@ -302,6 +302,17 @@ class SizesOptions:
     out: str | None = None
 
 
+def options_from_calibrate(options: dict[str, Any], budget_s: float | None, out: str | None) -> SizesOptions:
+    """`calibrate --sizes`'s options from calibrate's; ConfigError for one that cannot apply to it."""
+    given = [f"--{k.replace('_', '-')}" for k in ("toggles", "rounds", "processes", "samples", "baseline_file")
+             if options[k]] + (["--ceilings-only"] if options["ceilings_only"] else [])
+    if given:
+        raise ConfigError(f"calibrate --sizes measures the eager case of each workload with its own budget; "
+                          f"{', '.join(given).replace('--baseline-file', '--baseline')} cannot apply to it")
+    return SizesOptions(suite=options["suite"], workloads=options["workloads"], write=options["write"], out=out,
+                        budget_s=DEFAULT_BUDGET_S if budget_s is None else budget_s)
+
+
 def check_folder(settings: Settings) -> Path:
     return Path(settings.reports_dir) / ".sizes"
 
@@ -324,7 +335,7 @@ def check_sizes(settings: Settings, options: SizesOptions) -> list[SizeCheck]:
     try:
         return _check_sizes(settings, options)
     finally:
-        runner.close_zygotes(under=check_folder(settings))
+        workers.close_zygotes(under=check_folder(settings))
 
 
 def _check_sizes(settings: Settings, options: SizesOptions) -> list[SizeCheck]:
@@ -333,7 +344,7 @@ def _check_sizes(settings: Settings, options: SizesOptions) -> list[SizeCheck]:
     if options.write:
         writable_source(settings, suite)
     work = check_folder(settings)
-    probe = runner.run_probe(settings.workloads_dirs, settings.threads, runner.run_work_dir(work))
+    probe = workers.run_probe(settings.workloads_dirs, settings.threads, run_folders.run_work_dir(work))
     catalog = Catalog.from_probe(probe)
     if catalog.errors:
         raise ConfigError(catalog.errors[0]["error"])

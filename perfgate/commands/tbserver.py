@@ -22,12 +22,14 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfgate.gating.merge import load_comparison_file
+from perfgate.gating.comparison_file import load_comparison_file
 from perfgate.model.comparison import Comparison
 from perfgate.model.config import ConfigError
 from perfgate.model.results import load_results
 from perfgate.reports import traces
+from perfgate.reports.console import echo
 from perfgate.reports.traces import PERFETTO_URL
+from perfgate.running.workers import InfrastructureError
 from perfgate.util.validation import SchemaError
 
 PLUGIN_INSTALL = "pip install 'perfgate[tensorboard]'"
@@ -198,3 +200,26 @@ def start(logdir: Path, host: str = "127.0.0.1", port: int = 6006, wait_s: float
     except BaseException:  # no answer in time, Ctrl-C or a SIGTERM while it starts: leave no TensorBoard
         TensorBoardProcess(proc, url, logdir).stop()
         raise
+
+
+def serve(run_path: Path, host: str, port: int) -> None:
+    """`perfgate tensorboard`: TensorBoard on ``run_path``'s traces and scalars until Ctrl-C or a SIGTERM;
+    InfrastructureError (exit 3) when it does not start."""
+    import signal
+
+    # a SIGTERM (CI, a supervisor), also one while TensorBoard starts, stops TensorBoard too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with logdir_for(run_path) as logdir:  # a compared run's extra runs are removed on the way out
+        try:
+            tb = start(logdir.path, host=host, port=port or free_port(host))
+        except RuntimeError as exc:
+            raise InfrastructureError(str(exc)) from exc
+        echo(f"TensorBoard on {run_path / 'tb'}: {tb.url}  (Ctrl-C to stop)")
+        for line in traces_help(profiler_plugin_installed(), logdir):
+            echo(line)
+        try:
+            tb.process.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            tb.stop()

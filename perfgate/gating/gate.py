@@ -21,7 +21,7 @@ from perfgate.model.config import ConfigError, Settings
 from perfgate.model.results import STATUS_FAILED, STATUS_OK, CaseResult, CaseSpec, RunResult
 from perfgate.protocol import layout
 from perfgate.reports import console
-from perfgate.running import runner
+from perfgate.running import inherit, runner, workers
 from perfgate.util.formatting import plural
 from perfgate.util.storage import atomic_write_json
 
@@ -51,7 +51,7 @@ def write_comparison(comparison: Comparison, run_dir: Path, run: RunResult | Non
     return path
 
 
-class NoEvidence(runner.InfrastructureError):
+class NoEvidence(workers.InfrastructureError):
     """A gate none of whose cases carried evidence (comparison.Evidence): exit 3, never a pass."""
 
 
@@ -364,7 +364,7 @@ Narrowing = tuple[tuple[str, ...], tuple[str, ...], str | None, str | None]
 def execute_against(ref: str | None, cases: list[CaseSpec], workload_files: dict[str, str], settings: Settings,
                     run: RunResult, run_dir: Path, progress: Any, echo: Echo, *, gate: bool,
                     narrowing: Narrowing = ((), (), None, None),
-                    interpreter: runner.Interpreter | None = None) -> int:
+                    interpreter: inherit.Interpreter | None = None) -> int:
     """`perfgate run --against REF`: base and head interleaved per case, compared directly; a case of the
     suite as REF plans it (``narrowing`` applied) that this tree's plan lacks is ``newly-failing``.
     ``interpreter`` (`--base-python`, `--base-env`): the base side runs under it, REF's code, or with no REF
@@ -399,7 +399,7 @@ def base_side_environment(base: Any, run: RunResult) -> dict[str, Any]:
         env.update(base.environment)
         env["executable"] = base.interpreter.executable
         # what tunes its workers, and every variable --base-env set, whatever its name: the change asked for
-        tuning = {**runner.tuning_environment({**os.environ, **dict(base.interpreter.env)}), **dict(base.interpreter.env)}
+        tuning = {**inherit.tuning_environment({**os.environ, **dict(base.interpreter.env)}), **dict(base.interpreter.env)}
         env["tuning_env"] = [f"{k}={v}" for k, v in sorted(tuning.items())]
     return env
 

@@ -31,7 +31,7 @@ from perfgate.judging.gate_settings import gate_settings
 from perfgate.model.comparison import Verdict
 from perfgate.model.config import ConfigError, Settings, Suite
 from perfgate.model.results import STATUS_OK, CaseResult, CaseSpec
-from perfgate.running import against, runner
+from perfgate.running import against, runner, workers
 from perfgate.running.plan import Catalog, plan_cases
 
 Echo = Callable[[str], None]
@@ -177,13 +177,13 @@ def measure(spec: CaseSpec, good: against.BaseCheckout, other: against.BaseCheck
             if any(r.get("status") != STATUS_OK for r in (base_out.result, head_out.result)):
                 break
     finally:
-        runner.close_zygotes()  # each checkout had its own fork server: do not keep them all alive
+        workers.close_zygotes()  # each checkout had its own fork server: do not keep them all alive
     base = runner.case_from_results(spec, base_results, settings.processes, t0, base_cache)
     head = runner.case_from_results(spec, head_results, settings.processes, t0, head_cache)
     for side, case, commit in (("GOOD", base, good.commit), ("measured", head, other.commit)):
         if case.status != STATUS_OK:
             last = (case.message or "").strip().splitlines()[-1:] or [""]
-            error = runner.InfrastructureError if side == "GOOD" else Unmeasurable
+            error = workers.InfrastructureError if side == "GOOD" else Unmeasurable
             raise error(f"bisect: {spec.key} {case.status} at {side} commit {commit[:12]}: {last[0]}")
     v = _step_verdict(spec, base, head, settings)
     return Measurement(other.commit, v.ratio or 1.0, v.ratio_low or 1.0, v.ratio_high or 1.0, v.baseline, v.current,
@@ -194,7 +194,7 @@ def _step_verdict(spec: CaseSpec, base: CaseResult, head: CaseResult, settings: 
     for v in judge_case(spec.key, base, head, gate_settings(settings), paired=True):
         if v.metric == "step_time" and v.ratio is not None:
             return v
-    raise runner.InfrastructureError(f"bisect: no step-time comparison for {spec.key}")
+    raise workers.InfrastructureError(f"bisect: no step-time comparison for {spec.key}")
 
 
 def is_after_step(m: Measurement, step: Measurement, threshold: float | None) -> bool:
@@ -270,7 +270,7 @@ class NoStep(ConfigError):
     """GOOD and BAD measure alike: nothing to bisect (exit 2)."""
 
 
-class Unmeasurable(runner.InfrastructureError):
+class Unmeasurable(workers.InfrastructureError):
     """The case cannot be measured at one commit of the range (it fails or is skipped there, or its workload
     is missing): that commit is skipped. At BAD it ends the bisection: exit 3, or 2 for a missing workload."""
 

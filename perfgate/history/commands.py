@@ -56,7 +56,7 @@ def detect(settings: Settings, url: str | None, patterns: Sequence[str], metric:
            fmt: str) -> tuple[str, int]:
     """(text to print, number of regressions found)."""
     from perfgate.history import detect as detect_mod
-    from perfgate.history.store import metrics as store_metrics
+    from perfgate.history.reading import metrics as store_metrics
 
     with open_store(_url(settings, url), create=False) as store:
         chosen = store_metrics(store) if all_metrics else [metric]
@@ -72,7 +72,7 @@ def report(settings: Settings, url: str | None, patterns: Sequence[str], metric:
     """Write history.html to ``out``; its path."""
     from perfgate.history import detect as detect_mod
     from perfgate.history import report as report_mod
-    from perfgate.history.store import metrics as store_metrics
+    from perfgate.history.reading import metrics as store_metrics
     from perfgate.util.storage import atomic_write_text
 
     with open_store(_url(settings, url), create=False) as store:
@@ -119,7 +119,7 @@ def bisect(settings: Settings, good: str, bad: str, case: str, metric: str, proc
 def add_from_run(settings: Settings, run_dir: Path) -> list[str]:
     """`perfgate run --history`: add the run, write history.html beside it (the trends of its cases on
     its machine), and render its reports again so that each case links to its trend."""
-    from perfgate.gating.merge import load_comparison_file
+    from perfgate.gating.comparison_file import load_comparison_file
     from perfgate.model.results import load_results
     from perfgate.reports import write_run_reports
 

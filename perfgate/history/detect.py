@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from perfgate.history.store import Point
+from perfgate.history.reading import Point
 from perfgate.model.results import higher_is_better
 from perfgate.util.formatting import format_value
 

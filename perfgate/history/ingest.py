@@ -15,7 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from perfgate.history.store import MAX_MAGNITUDE, HistoryError, RunRecord, Store, add_run
+from perfgate.history.store import MAX_MAGNITUDE, HistoryError, Store
+from perfgate.history.writing import RunRecord, add_run
 from perfgate.model.results import STATUS_OK, CaseResult, RunResult, load_results
 
 # accuracy entries kept as metrics, under these names

@@ -14,7 +14,7 @@ from typing import Any
 import jinja2
 
 from perfgate.history.detect import SeriesAnalysis, step_range, step_text
-from perfgate.history.store import Point
+from perfgate.history.reading import Point
 from perfgate.util.formatting import format_value, trend_anchor
 
 WIDTH, HEIGHT = 760, 240

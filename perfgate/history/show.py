@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from perfgate.history.store import HistoryError, Point, SeriesFilter, Store, case_keys, series
+from perfgate.history.reading import Point, SeriesFilter, case_keys, series
+from perfgate.history.store import HistoryError, Store
 from perfgate.util.formatting import format_value, inert
 
 FORMATS = ("table", "csv", "json")

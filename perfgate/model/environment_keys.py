@@ -16,7 +16,7 @@ ENVIRONMENT_KEYS = ("torch", "torch_cuda", "cudnn", "nvidia_driver", "python", "
 # allocator's default thresholds until `malloc` was recorded (docs/gate.md)
 ENVIRONMENT_BEFORE = {"malloc": "system"}
 
-TUNING_ENV = "tuning_env"  # environment: ["NAME=value", ...], what tunes the workers (runner.tuning_environment)
+TUNING_ENV = "tuning_env"  # environment: ["NAME=value", ...], what tunes the workers (inherit.tuning_environment)
 TUNING_DIFF_MAX = 20  # variables named in a difference at most (a baseline file is untrusted)
 
 

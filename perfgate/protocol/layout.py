@@ -8,7 +8,7 @@ own from a seeded stream (Curtsinger and Berger's Stabilizer, ASPLOS 2013, rando
 measurements sample them), and both sides of any comparison sample the same distribution of layouts.
 
 What is held fixed (run-level parts that no draw could average out within a run): address-space
-randomisation is off in workers (perfgate.running.runner) and the exec strings are padded to whole pages
+randomisation is off in workers (perfgate.running.workers) and the exec strings are padded to whole pages
 (``padded_env``, below), so the stack, the interpreter and its libraries start at the same addresses in
 every worker of every run; the case file and the fork server's request are padded to whole pages too
 (``padded_json``). What is drawn, per process, before anything of the workload runs (perfgate.worker.main):

@@ -1,5 +1,5 @@
 """What the fork server's two sides share: its request protocol and the names it sets in a worker's
-environment. Standard library only: the orchestrator's side (perfgate.running.zygote, used by perfgate.running.runner), the
+environment. Standard library only: the orchestrator's side (perfgate.running.zygote, used by perfgate.running.workers), the
 fork server (perfgate.worker.zygote_server) and the worker (perfgate.worker.main) all import this module, and none of
 them imports another's code through it.
 

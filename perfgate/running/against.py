@@ -27,7 +27,7 @@ from typing import Any
 from perfgate.model.config import ConfigError, Settings
 from perfgate.model.results import STATUS_OK, CaseResult, CaseSpec
 from perfgate.reports import console
-from perfgate.running import runner
+from perfgate.running import inherit, run_folders, runner, workers
 from perfgate.running.plan import Catalog, parse_probe_answer
 
 
@@ -49,7 +49,7 @@ class BaseCheckout:
     notes: list[str] = field(default_factory=list)
     lock_fd: int | None = None  # held while this process uses the worktree (``prune_stale_worktrees``)
     # the Python (and variables) its workers run under: ``run --base-python/--base-env``; None: this one's
-    interpreter: runner.Interpreter | None = None
+    interpreter: inherit.Interpreter | None = None
     environment: dict[str, Any] = field(default_factory=dict)  # its probe's: torch, Python, packages
     worktree: bool = True  # False: this tree itself (``same_tree``), nothing checked out
     link_dir: Path | None = None  # a folder holding only a link to this perfgate (``use_interpreter``)
@@ -60,8 +60,8 @@ class BaseCheckout:
         return self.path if self.worktree else None
 
     @property
-    def side_interpreter(self) -> runner.Interpreter:
-        return self.interpreter or runner.THIS_INTERPRETER
+    def side_interpreter(self) -> inherit.Interpreter:
+        return self.interpreter or inherit.THIS_INTERPRETER
 
     def describe(self) -> str:
         """The base side in a comparison's source: ``git:REF (COMMIT)``, the interpreter it ran under, the
@@ -244,9 +244,9 @@ def checkout(settings: Settings, ref: str) -> BaseCheckout:
         shutil.rmtree(holder, ignore_errors=True)
         raise ConfigError(f"--against {ref}: git worktree add failed: {add.stderr.strip()[-300:]}")
     notes = []
-    pkg_parent = Path(runner.package_parent())
+    pkg_parent = Path(inherit.package_parent())
     mapped_pkg = _map_into(pkg_parent, repo_top, path)
-    if mapped_pkg is not None and runner.worker_module(mapped_pkg) is not None:  # REF's own perfgate, either layout
+    if mapped_pkg is not None and workers.worker_module(mapped_pkg) is not None:  # REF's own perfgate, either layout
         python_path = base_python_path(str(mapped_pkg))
     else:
         python_path = base_python_path(str(pkg_parent))
@@ -263,25 +263,25 @@ def checkout(settings: Settings, ref: str) -> BaseCheckout:
                         workloads_dirs=tuple(dirs), notes=notes, lock_fd=lock_fd)
 
 
-def same_tree(settings: Settings, interpreter: runner.Interpreter) -> BaseCheckout:
+def same_tree(settings: Settings, interpreter: inherit.Interpreter) -> BaseCheckout:
     """The base side of ``run --base-python PATH`` alone: this tree's code and workloads and this perfgate,
     run under ``interpreter``: the change is the environment."""
     top = settings.root.resolve()
     commit = _git(top, "rev-parse", "HEAD")
     base = BaseCheckout(ref="this tree", commit=commit.stdout.strip() if commit.returncode == 0 else "", path=top,
-                        repo_top=top, python_path=base_python_path(runner.package_parent()),
+                        repo_top=top, python_path=base_python_path(inherit.package_parent()),
                         workloads_dirs=tuple(Path(d) for d in settings.workloads_dirs), worktree=False)
     use_interpreter(base, interpreter)
     return base
 
 
-def use_interpreter(base: BaseCheckout, interpreter: runner.Interpreter) -> None:
+def use_interpreter(base: BaseCheckout, interpreter: inherit.Interpreter) -> None:
     """Run ``base``'s workers under ``interpreter``. Where they would import this perfgate, they find it
     through a folder that holds a link to its package and nothing else: the folder this perfgate lies in
     is often the head environment's site-packages, whose torch and packages would otherwise stand in
     for the base environment's own."""
     base.interpreter = interpreter
-    head_parent = Path(runner.package_parent()).resolve()
+    head_parent = Path(inherit.package_parent()).resolve()
     first = base.python_path.split(os.pathsep)[0]
     if interpreter.python and first and Path(first).resolve() == head_parent:
         link_dir = Path(tempfile.mkdtemp(prefix="perfgate-link-"))
@@ -292,9 +292,9 @@ def use_interpreter(base: BaseCheckout, interpreter: runner.Interpreter) -> None
 
 def base_python_path(base_package_parent: str) -> str:
     """PYTHONPATH for base workers: the folder holding the base's perfgate first, then the user's own entries
-    (where packages the workloads or perfgate need may live: a head worker keeps them too, runner.worker_env),
+    (where packages the workloads or perfgate need may live: a head worker keeps them too, inherit.worker_env),
     less this perfgate's folder, which would otherwise stand in for the base's."""
-    head = Path(runner.package_parent()).resolve()
+    head = Path(inherit.package_parent()).resolve()
     user = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != head]
     return os.pathsep.join(dict.fromkeys([base_package_parent, *user]))
 
@@ -306,26 +306,26 @@ def probe_base(base: BaseCheckout, threads: int) -> Catalog:
     because one side could not run."""
     interp = base.side_interpreter
     try:
-        proc = runner.run_worker_command(runner.probe_args(base.workloads_dirs), threads, runner.PROBE_TIMEOUT_S,
-                                         {"PYTHONPATH": base.python_path}, cwd=base.cwd, interpreter=interp)
+        proc = workers.run_worker_command(workers.probe_args(base.workloads_dirs), threads, workers.PROBE_TIMEOUT_S,
+                                          {"PYTHONPATH": base.python_path}, cwd=base.cwd, interpreter=interp)
     except OSError as exc:  # the interpreter cannot be started at all
-        raise runner.InfrastructureError(f"the base side's Python {interp.executable} cannot be started: "
-                                         f"{exc.strerror or exc}") from exc
+        raise workers.InfrastructureError(f"the base side's Python {interp.executable} cannot be started: "
+                                          f"{exc.strerror or exc}") from exc
     if proc.returncode != 0:
         if base.interpreter is not None:
-            raise runner.InfrastructureError(f"the base side's Python {interp.executable} cannot run perfgate's "
-                                             f"worker: {runner._tail(proc.stderr, 1) or f'exit {proc.returncode}'}")
-        raise runner.InfrastructureError(f"the worker probe of {base.ref} failed: {runner._tail(proc.stderr, 1)} "
-                                         f"(its workers' PYTHONPATH: {base.python_path})")
+            raise workers.InfrastructureError(f"the base side's Python {interp.executable} cannot run perfgate's "
+                                              f"worker: {workers._tail(proc.stderr, 1) or f'exit {proc.returncode}'}")
+        raise workers.InfrastructureError(f"the worker probe of {base.ref} failed: {workers._tail(proc.stderr, 1)} "
+                                          f"(its workers' PYTHONPATH: {base.python_path})")
     data = parse_probe_answer(proc.stdout, f"the worker probe of {base.ref}")
     base.catalog = Catalog.from_probe(data)
     env = data.get("environment")
     base.environment = {str(k): v for k, v in env.items() if _environment_value(v)} if isinstance(env, dict) else {}
     if base.interpreter is not None and base.catalog.errors:
         err = base.catalog.errors[0]
-        raise runner.InfrastructureError(f"the base side's Python {interp.executable} cannot import the workload "
-                                         f"file {err.get('file')}: "
-                                         f"{str(err.get('error', '')).rsplit(': failed to import: ', 1)[-1]}")
+        raise workers.InfrastructureError(f"the base side's Python {interp.executable} cannot import the workload "
+                                          f"file {err.get('file')}: "
+                                          f"{str(err.get('error', '')).rsplit(': failed to import: ', 1)[-1]}")
     for err in base.catalog.errors:
         base.notes.append(f"{base.ref}: {err['error']}")
     return base.catalog
@@ -409,7 +409,7 @@ def side_compile_caches(spec: CaseSpec, run_dir: Path, base_dir: Path, persisten
 
 
 def lockstep_pair(base_job: runner.LockstepJob, head_job: runner.LockstepJob, settings: Settings,
-                  index: int) -> tuple[runner.ProcessOutcome, runner.ProcessOutcome]:
+                  index: int) -> tuple[workers.ProcessOutcome, workers.ProcessOutcome]:
     """Pair ``index``: base and head workers sampling in turns (runner.run_lockstep), the side that goes
     first alternating from pair to pair; returns (base, head)."""
     first_base = index % 2 == 0
@@ -442,10 +442,10 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
         while len(head_results) < target:
             i = len(head_results)
             head_job = runner.LockstepJob(runner.case_config(spec, head_file, settings, i, run_dir, profile=(i == 0)),
-                                          runner.run_work_dir(run_dir), head_env)
+                                          run_folders.run_work_dir(run_dir), head_env)
             if base_file is None:  # REF lacks the case: head alone, as a plain run would measure it
-                out = runner.run_worker(head_job.cfg, settings.timeout_s, settings.threads, head_job.work_dir,
-                                        head_env)
+                out = workers.run_worker(head_job.cfg, settings.timeout_s, settings.threads, head_job.work_dir,
+                                         head_env)
                 head_results.append(out.result)
                 t_head += out.wall_s
             else:
@@ -458,8 +458,8 @@ def run_pair(spec: CaseSpec, head_file: str, base: BaseCheckout, settings: Setti
                     # the base failed before sampling and stopped the head with it: the head is measured
                     # alone, as a plain run would, so a `fixed` verdict rests on a head that ran its steps
                     t_head += head_out.wall_s
-                    head_out = runner.run_worker(head_job.cfg, settings.timeout_s, settings.threads,
-                                                 head_job.work_dir, head_env)
+                    head_out = workers.run_worker(head_job.cfg, settings.timeout_s, settings.threads,
+                                                  head_job.work_dir, head_env)
                 head_results.append(head_out.result)
                 base_results.append(base_out.result)
                 t_head += head_out.wall_s

@@ -13,7 +13,7 @@ after CUDA is initialised is unsafe; after import it is not). Where importing le
 in the zygote (a BLAS pool started by numpy with more threads than one), it says so and the runner spawns
 workers the plain way instead. Linux only; elsewhere workers are spawned.
 
-This module is the orchestrator's side (Zygote, ForkedProcess), used by perfgate.running.runner: it imports no
+This module is the orchestrator's side (Zygote, ForkedProcess), used by perfgate.running.workers: it imports no
 torch and none of the worker's code. The fork server's loop, which does, is perfgate.worker.zygote_server; the
 protocol between the two, and the names both set in a worker's environment, are perfgate.protocol.zygote_protocol.
 """
