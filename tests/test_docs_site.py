@@ -374,3 +374,18 @@ def test_the_configuration_reference_takes_defaults_and_words_from_the_code():
     assert f"| `threshold` | a number, at least 0 | `{GateSettings().threshold!r}` |" in page
     assert "| `confidence` | a number, between 0.5 and 0.999 |" in page  # parse_gate's second check
     assert '| `workloads_dirs` | an array, each a string (one string means an array of one) | `["workloads"]` |' in page
+
+
+# The lab record holds every dated measurement and grows by design; the generated reference and the schema
+# index are code's; the rest are user pages, each the rule as it stands
+LONG_BY_DESIGN = {"lab-record.md"}
+
+
+def test_user_pages_stay_short_enough_to_read():
+    """No user page over 500 lines and a README of at most 150: a page that outgrows that is a lab notebook
+    in the making, and its measurements belong in docs/lab-record.md."""
+    pages = [p for p in (REPO / "docs").glob("*.md") if p.name not in LONG_BY_DESIGN]
+    assert pages
+    long = {p.name: n for p in pages if (n := len(p.read_text().splitlines())) > 500}
+    assert not long, f"user pages over 500 lines: {long}"
+    assert len((REPO / "README.md").read_text().splitlines()) <= 150
