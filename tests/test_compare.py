@@ -625,6 +625,9 @@ def test_a_regression_must_regress_again_on_remeasure():
     assert kinds["tf32"].kind == "regression" and "confirmed by a re-measure" in kinds["tf32"].rule
     assert kinds["eager"].kind != "regression" and "the re-measure did not" in kinds["eager"].rule
     assert len(again) == 2
+    # what settled each, as data: the re-measure's verdict, its own evidence
+    assert kinds["tf32"].facts.settled_by == kinds["eager"].facts.settled_by == "remeasure"
+    assert {v.facts.settled_by for v in cmp.verdicts if v.metric == "step_time"} == {"measurement"}
 
 
 def test_a_re_measure_faster_than_the_baseline_makes_the_regression_inconclusive_never_a_win():
@@ -697,6 +700,35 @@ def test_settling_in_lockstep_judges_paired_and_keeps_what_it_cannot_settle():
     assert f"settled in lockstep against the baseline's commit {'a' * 12} (the stored comparison: regression at" \
         in after["eager"].rule
     assert after["tf32"].kind == after["fp16"].kind == "regression" and "lockstep" not in after["fp16"].rule
+    assert after["eager"].facts.settled_by == "lockstep" and after["eager"].facts.paired
+    assert after["eager"].facts.processes == (6, 6) and after["eager"].facts.run_to_run == gate.run_to_run_paired
+    assert after["fp16"].facts.settled_by == "measurement" and not after["fp16"].facts.paired
+
+
+def test_a_step_time_verdict_carries_its_evidence_as_fields_that_survive_comparison_json():
+    """The facts a step-time rule states in words are fields too (Verdict.facts): paired or not, processes a
+    side, the set-aside and the modes, the confidence, the run-to-run term and where it came from, what
+    settled it; comparison.json keeps them, and a file without them (an older perfgate's) still reads."""
+    import json
+
+    from perfgate.gating.comparison_file import comparison_from_json
+    from perfgate.model.comparison import TimeFacts, Verdict
+
+    rnd = random.Random(21)
+    base = run(case("eager", groups(rnd, 5, 1e-3, 0.002, 0.002)))
+    cur = run(case("eager", groups(rnd, 7, 1.2e-3, 0.002, 0.002)))
+    gate = GateSettings(bootstrap_resamples=1000, run_to_run=0.03)
+    cmp = compare_runs(cur, base, gate, look_confidence=lambda c: 0.99)
+    (v,) = [v for v in cmp.verdicts if v.metric == "step_time"]
+    f = v.facts
+    assert isinstance(f, TimeFacts) and not f.paired and f.processes == (5, 7) and f.confidence == 0.99
+    assert f.run_to_run == 0.03 and f.run_to_run_source in v.rule and "run-to-run 3%" in v.rule
+    assert f.set_aside == (0, 0) and f.modes == (1, 1) and f.host_busy is None and f.settled_by == "measurement"
+    assert all(x.facts is None for x in cmp.verdicts if x.metric != "step_time")
+    back = comparison_from_json(json.loads(json.dumps(cmp.to_json())), "comparison.json")
+    assert back.verdicts == cmp.verdicts
+    old = {k: val for k, val in v.to_json().items() if k != "facts"}
+    assert Verdict.from_json(old).facts is None
 
 
 def test_many_raw_samples_do_not_overflow_the_rank_test_check():

@@ -281,8 +281,8 @@ def measure_unscreened(comparison: Comparison, run: RunResult, run_dir: Path, se
                                      look_confidence=look) if n.metric in (STEP_TIME, STATUS)]
         if new:
             screen = f"{v.ratio:.3f}x" if v.ratio is not None else "no ratio"
-            verdicts[i] = replace(new[0], rule=f"{new[0].rule}; measured with the full sampler, lockstep could "
-                                               f"not settle it (the screen: {v.kind} at {screen})")
+            verdicts[i] = new[0].settled("full-sampler", f"{new[0].rule}; measured with the full sampler, "
+                                                         f"lockstep could not settle it (the screen: {v.kind} at {screen})")
     if measured:
         runner.write_results(run, run_dir / "results.json")
     return replace(comparison, verdicts=verdicts), run

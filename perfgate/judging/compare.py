@@ -16,7 +16,7 @@ from perfgate.judging import decision
 from perfgate.judging.gate_settings import GateSettings
 from perfgate.judging.timechange import TimeChange, time_change
 from perfgate.model import acknowledge
-from perfgate.model.comparison import Comparison, Verdict
+from perfgate.model.comparison import Comparison, TimeFacts, Verdict
 from perfgate.model.config import ConfigError, Settings
 from perfgate.model.environment_keys import environment_diff
 from perfgate.model.results import (
@@ -424,11 +424,14 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
             kind, rule, advice = "inconclusive", f"host busy: {busy}; measured alone, a {kind} ({rule})", \
                 "other processes took the host's CPUs or GPU while this case was timed: run it again on a quiet " \
                 "host, or with `perfgate run --against` (lockstep pairs share the machine's moments)"
+        facts = TimeFacts(paired=change.paired, processes=(change.n_base, change.n_head), confidence=confidence,
+                          run_to_run=run_to_run, run_to_run_source=run_to_run_source, set_aside=change.set_aside,
+                          modes=change.modes, host_busy=busy)
         out.append(Verdict(
             case_key=key, metric=STEP_TIME, kind=kind,
             baseline=change.base_s, current=change.head_s,
             ratio=change.ratio, ratio_low=change.low, ratio_high=change.high, p_value=change.p_value,
-            threshold=threshold, rule=rule, advice=advice,
+            threshold=threshold, rule=rule, advice=advice, facts=facts,
         ))
     errors = cur.profile.get("errors") if isinstance(cur.profile, dict) else None
     errors = errors if isinstance(errors, list) else []

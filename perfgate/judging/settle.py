@@ -83,19 +83,19 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
                                            f"it ({n.kind}: {n.rule})")
             continue
         if n.kind == "newly-failing":  # the re-measure failed, or could not run the case at all
-            verdicts[i] = replace(n, rule=f"{n.rule} (in the re-measure; the {first} {was})")
+            verdicts[i] = n.settled("remeasure", f"{n.rule} (in the re-measure; the {first} {was})")
         elif n.kind == v.kind:
-            verdicts[i] = replace(n, rule=f"{n.rule}; confirmed by a re-measure ({first})")
+            verdicts[i] = n.settled("remeasure", f"{n.rule}; confirmed by a re-measure ({first})")
         elif n.kind in ("regression", "win"):  # two measurements that contradict each other decide nothing
-            verdicts[i] = replace(n, kind="inconclusive",
-                                  rule=f"the {first} {was}, the re-measure "
-                                       f"{'was faster' if n.kind == 'win' else 'regressed'} ({n.rule})",
+            verdicts[i] = replace(n.settled("remeasure", f"the {first} {was}, the re-measure "
+                                                         f"{'was faster' if n.kind == 'win' else 'regressed'} ({n.rule})"),
+                                  kind="inconclusive",
                                   advice="the two measurements disagree: the machine's speed changed while the "
                                          "case ran; `perfgate run --against` measures base and head in lockstep")
         else:
             one_off = ("a one-off slowdown: the machine was busy" if v.kind == "regression"
                        else "a one-off speed-up: the machine ran this case faster for a while")
-            verdicts[i] = replace(n, rule=f"{n.rule}; the {first} {was}, the re-measure did not",
+            verdicts[i] = replace(n.settled("remeasure", f"{n.rule}; the {first} {was}, the re-measure did not"),
                                   advice=n.advice or f"{one_off}, or the change is near the threshold; "
                                                      "`perfgate calibrate` measures the noise")
     return replace(comparison, verdicts=verdicts), remeasured
@@ -126,8 +126,8 @@ def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSet
                                      look_confidence=look_confidence) if n.metric == STEP_TIME]
         if new and not gives_no_time(new[0]):  # else a side failed, skipped, had no samples or 0 ns: the stored verdict stands
             n = new[0]
-            verdicts[i] = replace(n, rule=f"{n.rule}; settled in lockstep against the baseline's commit "
-                                         f"{commit[:12]} (the stored comparison: {v.kind} at {_ratio_text(v)})")
+            verdicts[i] = n.settled("lockstep", f"{n.rule}; settled in lockstep against the baseline's commit "
+                                                f"{commit[:12]} (the stored comparison: {v.kind} at {_ratio_text(v)})")
             settled.add(v.case_key)
     return replace(comparison, verdicts=verdicts), pairs, settled
 

@@ -8,11 +8,11 @@ nothing: the verdicts are made above the model.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from perfgate.model.results import RunResult
-from perfgate.util.validation import Document, Measured, Name, Text, check, one_of
+from perfgate.util.validation import Document, Index, Measured, Name, Text, check, one_of
 from perfgate.util.vocabulary import STATUS_OK, STATUS_SKIPPED
 
 # The verdict kinds of a comparison, per case and metric. "acknowledged": a regression that an entry of
@@ -29,8 +29,27 @@ ACK_OUTCOMES = ("acknowledged", "expired", "past-bound")
 # An entry's state in a comparison: in force and matched a regression, expired, or in force and matched none.
 ACK_STATES = ("in-force", "expired", "unmatched")
 
+# What settled a step-time verdict: its first measurement (the stored comparison, `--against`'s pairs, a
+# screen that passed), the re-measure that confirmed or contradicted it, lockstep pairs against a stored
+# baseline's commit, or the stored comparison's full sampler after lockstep could not run
+SETTLED_BY = ("measurement", "remeasure", "lockstep", "full-sampler")
+
 # comparison.json as declared: each field's type and what an error line says would be valid (see
 # perfgate.model.results_file, which declares results.json the same way).
+
+
+class TimeFactsDocument(Document):
+    """What decided a step-time verdict, as data: the rule text says the same in words."""
+
+    paired: bool
+    processes: list[Index]  # [base, head]: the processes (pairs) the comparison kept, a side
+    set_aside: list[Index] = [0, 0]
+    modes: list[Index] = [1, 1]
+    confidence: Measured
+    run_to_run: Measured
+    run_to_run_source: Text = ""
+    host_busy: Text | None = None
+    settled_by: one_of(SETTLED_BY) = "measurement"  # type: ignore[valid-type]  # pydantic's Annotated type
 
 
 class VerdictDocument(Document):
@@ -48,6 +67,7 @@ class VerdictDocument(Document):
     threshold: Measured | None = None
     rule: Text = ""
     advice: Text | None = None
+    facts: TimeFactsDocument | None = None  # step time only; absent in older files
 
 
 class AckMatchDocument(Document):
@@ -85,6 +105,35 @@ class ComparisonDocument(Document):
     acknowledged_on: Text | None = None  # the date the acknowledgements' expiry was judged on (ISO)
 
 
+def _pair(values: Any, default: tuple[int, int]) -> tuple[int, int]:
+    return (int(values[0]), int(values[1])) if len(values) == 2 else default
+
+
+@dataclass(frozen=True)
+class TimeFacts:
+    """What decided a step-time verdict, as data (its rule says the same in words): paired or not, the
+    processes each side kept and set aside, the performance modes they fell into, the confidence it was
+    judged at, the run-to-run term added and where it came from, a busy host that made it inconclusive,
+    and what settled it (SETTLED_BY)."""
+
+    paired: bool
+    processes: tuple[int, int]  # (base, head)
+    confidence: float
+    run_to_run: float
+    run_to_run_source: str = ""
+    set_aside: tuple[int, int] = (0, 0)
+    modes: tuple[int, int] = (1, 1)
+    host_busy: str | None = None
+    settled_by: str = "measurement"
+
+    @classmethod
+    def from_document(cls, doc: TimeFactsDocument) -> TimeFacts:
+        return cls(paired=doc.paired, processes=_pair(doc.processes, (0, 0)), confidence=float(doc.confidence),
+                   run_to_run=float(doc.run_to_run), run_to_run_source=doc.run_to_run_source,
+                   set_aside=_pair(doc.set_aside, (0, 0)), modes=_pair(doc.modes, (1, 1)),
+                   host_busy=doc.host_busy, settled_by=doc.settled_by)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One case x metric judged against a baseline, with the numbers that made the decision."""
@@ -101,6 +150,12 @@ class Verdict:
     threshold: float | None = None  # the relative change that counts as large, or the tolerance used
     rule: str = ""  # the rule applied, in words
     advice: str | None = None
+    facts: TimeFacts | None = None  # a step-time verdict's evidence as data
+
+    def settled(self, by: str, rule: str) -> Verdict:
+        """This verdict as what ``by`` (SETTLED_BY) settled, with ``rule``."""
+        facts = replace(self.facts, settled_by=by) if self.facts is not None else None
+        return replace(self, rule=rule, facts=facts)
 
     @property
     def fails_gate(self) -> bool:
@@ -113,7 +168,8 @@ class Verdict:
     def from_json(cls, data: Any, source: str = "comparison", where: str = "verdict") -> Verdict:
         """A Verdict read back from a comparison.json; SchemaError naming the field when malformed."""
         doc = check(VerdictDocument, data, source, where)
-        return cls(**{name: getattr(doc, name) for name in VerdictDocument.model_fields})
+        fields = {name: getattr(doc, name) for name in VerdictDocument.model_fields if name != "facts"}
+        return cls(**fields, facts=TimeFacts.from_document(doc.facts) if doc.facts is not None else None)
 
 
 
