@@ -116,48 +116,53 @@ def repo_of(root: Path, name: str, family: str, extra: float) -> Path:
 
 
 def real(args: argparse.Namespace) -> int:
+    """Trials are the outer loop and configurations alternate inside it, so a slow drift of the machine
+    falls on every configuration alike and a run stopped early leaves balanced cells."""
     extras = [float(x) for x in args.extras.split(",")]
+    families, names = args.families.split(","), args.configs.split(",")
     results: list[dict] = []
     print(f"load before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="gate-ablation-") as tmp:
-        for family in args.families.split(","):
-            for name in args.configs.split(","):
+        cells = [(family, name, Path(tmp) / family / name.replace(" ", "-")) for family in families for name in names]
+        for family, name, root in cells:
+            if "stored" in args.modes:
+                project(root / "stored", name, family)
+            if "against" in args.modes:
+                for extra in extras:
+                    repo_of(root / f"repo-{extra}", name, family, extra)
+        for trial in range(args.trials):
+            for family, name, root in cells:
                 env = {**CONFIGS[name][2]}
-                root = Path(tmp) / family / name.replace(" ", "-")
                 start = len(results)
                 if "stored" in args.modes:
-                    proj = project(root / "stored", name, family)
-                    for trial in range(args.trials):
-                        base_dir = proj / "runs" / f"t{trial:02d}-base"
-                        base = gate_accuracy.perfgate(["run", "--out", str(base_dir)], proj,
-                                                      {**env, "GATE_KNOB_EXTRA": "0.00"})
-                        if base.returncode != 0:
-                            print(base.stdout[-2000:], base.stderr[-2000:])
-                            return 3
-                        gate_accuracy.perfgate(["baseline", "update", str(base_dir)], proj, env)
-                        (baseline_file,) = (proj / "baselines").glob("*/smoke.json")
-                        for extra in extras:
-                            out = proj / "runs" / f"t{trial:02d}-{extra:.2f}"
-                            t0 = time.perf_counter()
-                            proc = gate_accuracy.perfgate(["run", "--gate", "--baseline", str(baseline_file), "--out",
-                                                           str(out)], proj, {**env, "GATE_KNOB_EXTRA": f"{extra:.2f}"})
-                            gate_accuracy.record(results, "stored", extra, proc, out, time.perf_counter() - t0, family)
+                    proj = root / "stored"
+                    base_dir = proj / "runs" / f"t{trial:02d}-base"
+                    base = gate_accuracy.perfgate(["run", "--out", str(base_dir)], proj,
+                                                  {**env, "GATE_KNOB_EXTRA": "0.00"})
+                    if base.returncode != 0:
+                        print(base.stdout[-2000:], base.stderr[-2000:])
+                        return 3
+                    gate_accuracy.perfgate(["baseline", "update", str(base_dir)], proj, env)
+                    (baseline_file,) = (proj / "baselines").glob("*/smoke.json")
+                    for extra in extras:
+                        out = proj / "runs" / f"t{trial:02d}-{extra:.2f}"
+                        t0 = time.perf_counter()
+                        proc = gate_accuracy.perfgate(["run", "--gate", "--baseline", str(baseline_file), "--out",
+                                                       str(out)], proj, {**env, "GATE_KNOB_EXTRA": f"{extra:.2f}"})
+                        gate_accuracy.record(results, "stored", extra, proc, out, time.perf_counter() - t0, family)
                 if "against" in args.modes:
                     for extra in extras:
-                        repo_of(root / f"repo-{extra}", name, family, extra)
-                    for trial in range(args.trials):
-                        for extra in extras:
-                            repo = root / f"repo-{extra}"
-                            out = root / "ab" / f"t{trial}-{extra}"
-                            t0 = time.perf_counter()
-                            proc = gate_accuracy.perfgate(["run", "--against", "HEAD~1", "--gate", "--out", str(out)],
-                                                          repo, env)
-                            gate_accuracy.record(results, "against", extra, proc, out, time.perf_counter() - t0,
-                                                 family)
+                        repo = root / f"repo-{extra}"
+                        out = root / "ab" / f"t{trial}-{extra}"
+                        t0 = time.perf_counter()
+                        proc = gate_accuracy.perfgate(["run", "--against", "HEAD~1", "--gate", "--out", str(out)],
+                                                      repo, env)
+                        gate_accuracy.record(results, "against", extra, proc, out, time.perf_counter() - t0, family)
                 for r in results[start:]:
-                    r["config"] = name
+                    r["config"], r["trial"] = name, trial
                 if args.out:
                     args.out.write_text(json.dumps(results, indent=1) + "\n")
+            print(f"trial {trial + 1}/{args.trials} done, load {os.getloadavg()}", flush=True)
     print(f"\nload after: {os.getloadavg()}")
     table(results)
     return 0

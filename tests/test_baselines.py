@@ -398,15 +398,16 @@ def test_runs_of_one_commit_pool_into_one_baseline_that_knows_their_spread():
     if spread["upper"] < runspread.per_run(gate.run_to_run) or spread["estimate"] > runspread.per_run(gate.run_to_run):
         assert "measured by the baseline's 3 pooled runs" in source
     else:  # the runs cannot show the default too wide: it stands, for a head run against 3 pooled runs
-        assert term == pytest.approx(runspread.ratio_term(runspread.per_run(0.02), 3), abs=1e-5) and term < 0.02
+        assert term == pytest.approx(runspread.ratio_term(runspread.per_run(gate.run_to_run), 3), abs=1e-5) \
+            and term < gate.run_to_run
     assert "against 3 pooled runs" in source
     # a pooled case whose runs agree closely: their own bound, below the default's
     tight = baselines.pooled([_run_of(0.0, seed=i, processes=16, spread=0.001) for i in range(8)], list("abcdefgh"))
     term, source = gate.run_to_run_term(tight.cases[0], tight.cases[0].key, base=tight.cases[0])
-    assert term < 0.02 and source.startswith("measured by the baseline's 8 pooled runs (95% upper bound)")
+    assert term < gate.run_to_run and source.startswith("measured by the baseline's 8 pooled runs (95% upper bound)")
     # one run: the configured default, as before
     assert gate.run_to_run_term(runs[0].cases[0], case.key, base=runs[0].cases[0]) == (
-        0.02, "run_to_run default, not calibrated")
+        gate.run_to_run, "run_to_run default, not calibrated")
 
 
 def test_a_few_pooled_runs_far_apart_widen_the_term_by_their_spread_not_by_its_upper_bound():
@@ -425,8 +426,9 @@ def test_a_few_pooled_runs_far_apart_widen_the_term_by_their_spread_not_by_its_u
     assert spread is not None and spread.upper > 4 * spread.estimate > 0.2
     term, source = GateSettings().run_to_run_term(case, case.key, base=case)
     own = runspread.ratio_term(spread.estimate, 3)
-    assert 0.02 < term < own and term < runspread.ratio_term(spread.upper, 3) / 4
-    assert term == pytest.approx(runspread.ratio_term(runspread.moderated(runspread.per_run(0.02), spread), 3),
+    default = GateSettings().run_to_run
+    assert default < term < own and term < runspread.ratio_term(spread.upper, 3) / 4
+    assert term == pytest.approx(runspread.ratio_term(runspread.moderated(runspread.per_run(default), spread), 3),
                                  abs=1e-5)
     assert source.startswith("measured by the baseline's 3 pooled runs (") and "combined with the run_to_run " \
         "default counted as 2 runs' worth; against 3 pooled runs" in source

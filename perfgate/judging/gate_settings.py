@@ -29,10 +29,10 @@ class GateSettings:
     threshold: float = 0.05  # relative step-time change that counts as large
     confidence: float = 0.95  # of the ratio's CI; alpha of the rank test is 1 - confidence
     # relative sd of the step-time ratio between repeated runs of the same change, which one run's samples
-    # cannot see (the machine's state drifts between runs); added to the ratio's CI (docs/gate.md). 2% on
-    # CPU until `perfgate calibrate --write` measures it: with workers' C allocator steady, unchanged code's
-    # unpaired ratios spread by an sd of 1.4% across 20 trials on the conv rollout (3% before, when whole
-    # runs moved with their share of allocator-thrashing processes)
+    # cannot see (the machine's state drifts between runs); added to the ratio's CI (docs/gate.md). 6% on
+    # CPU until `perfgate calibrate --write` (or a pooled baseline) measures it: whole runs of small cases
+    # on a shared 2-vCPU machine moved by 6.5% (sd), and unchanged code's stored A/A ratios by 3-9% on two
+    # of three days (1.4% on the quietest); a term narrower than the moves calls them regressions
     run_to_run: float = RUN_TO_RUN_CPU
     # the same for `--against`: base and head sampled in lockstep on the same CPU, so the machine's drift
     # reaches both sides and cancels; what is left between repeated paired runs is smaller (docs/gate.md)
