@@ -458,11 +458,16 @@ def _read(value: Any) -> Any:
 
 def from_document(record: type[R], doc: BaseModel) -> R:
     """The dataclass ``record`` of ``doc``, a Document ``document`` generated from it and validated: each
-    field's value as validated (nested records read back into theirs), through its ``Stored.read``."""
+    field's value as validated; a field with a ``Stored`` (a nested record's is its document) read back
+    into the record's shape: its records into theirs, then through ``Stored.read``."""
     values = {}
     for name, stored in _stored(record).items():
-        value = _read(getattr(doc, name))
-        values[name] = stored.read(value) if stored is not None and stored.read is not None else value
+        value = getattr(doc, name)
+        if stored is not None:
+            value = _read(value)
+            if stored.read is not None:
+                value = stored.read(value)
+        values[name] = value
     return record(**values)
 
 
