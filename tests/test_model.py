@@ -184,7 +184,7 @@ def test_the_data_model_imports_no_torch():
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("document, dataclass", [("results_file.ProcessDocument", "results.ProcessSamples"),
+@pytest.mark.parametrize("document, dataclass", [("results.ProcessDocument", "results.ProcessSamples"),
                                                   ("comparison.VerdictDocument", "comparison.Verdict")])
 def test_a_declared_document_and_its_dataclass_agree_on_fields_and_defaults(document, dataclass):
     """The readers build the dataclass from every field of its document: the two must not drift apart."""
@@ -201,6 +201,78 @@ def test_a_declared_document_and_its_dataclass_agree_on_fields_and_defaults(docu
     for name, info in doc.model_fields.items():
         if not info.is_required():
             assert info.default == fields[name], name
+
+
+def _names(model) -> set[str]:
+    return {info.alias or name for name, info in model.model_fields.items()}
+
+
+def test_each_records_file_form_holds_the_fields_its_dataclass_does():
+    """A record is declared once, as its dataclass: its document is generated from it, and what it writes is
+    what the document reads. A field added to the dataclass alone, to a writer alone, or to a document declared
+    by hand (a run's, a baseline's, a comparison's) alone fails here."""
+    import dataclasses
+
+    from perfgate.judging.baselines import Baseline, BaselineDocument
+    from perfgate.model import comparison, results
+
+    ack = comparison.Acknowledgement(entry="acknowledge[0]", case="w/*", metric="step_time", reason="known",
+                                     state="in-force", matches=(comparison.AckMatch("w/s/eager/cpu", "step_time",
+                                                                                    "acknowledged", 1.1),))
+    case = ok_case()
+    generated = [(results.CaseSpec, results.SpecDocument, case.spec.to_json(), set()),
+                 (results.ProcessSamples, results.ProcessDocument, case.processes[0].to_json(), set()),
+                 (results.CaseResult, results.CaseDocument, case.to_json(), {"key", "derived"}),
+                 (comparison.AckMatch, comparison.AckMatchDocument, dataclasses.asdict(ack.matches[0]), set()),
+                 (comparison.Acknowledgement, comparison.AcknowledgementDocument, ack.to_json(), set())]
+    for record, document, written, for_readers in generated:
+        fields = {f.name for f in dataclasses.fields(record)}
+        assert _names(document) == fields | for_readers == set(written), record
+    # declared by hand, where the file's shape is not the dataclass's: the same fields on both sides
+    r = run()
+    assert {f.name for f in dataclasses.fields(RunResult)} - {"expectation_outcomes"} == _names(
+        results.ResultsDocument) == set(r.to_json())  # the outcomes are written inside "expectations"
+    assert set(Baseline(r, "m", "smoke").to_json()) == _names(BaselineDocument)
+    compared = comparison.Comparison(verdicts=[], acknowledgements=[ack])
+    assert {f.name for f in dataclasses.fields(comparison.Comparison)} - {"baseline"} | {"gate_failed"} == _names(
+        comparison.ComparisonDocument) == set(compared.to_json())
+
+
+def test_a_record_reads_back_from_its_generated_document_as_it_was_written(tmp_path):
+    """Every record of a results.json and of a comparison's acknowledgements, written and read back: equal,
+    with the shapes the file does not hold (a spec's sorted params, toggles as a tuple) restored."""
+    from perfgate.model.comparison import AckMatch, Acknowledgement
+
+    case = ok_case(("compile", "amp-bf16"))
+    case.processes[0].gpu_clocks = {"sm_clock_mhz_before": 1980.0, "throttle_reasons_after": [], "vendor": "x"}
+    case.profile = {"trace_dir": "tb/x", "window": {"steps": 3}}
+    back = CaseResult.from_json(json.loads(json.dumps(case.to_json())))
+    assert back == case and back.spec.toggles == ("compile", "amp-bf16") and hash(back.spec) == hash(case.spec)
+    assert back.spec.params == (("T", 4), ("grid", 24)) and back.processes[0].gpu_clocks["vendor"] == "x"
+    ack = Acknowledgement(entry="acknowledge[1]", case="w/*", metric="step_time", reason="known", state="expired",
+                          expires="2026-01-01", matches=(AckMatch("w/s/eager/cpu", "step_time", "expired", 1.3),))
+    again = Acknowledgement.from_json(json.loads(json.dumps(ack.to_json())))
+    assert again == ack and isinstance(again.matches, tuple) and isinstance(again.matches[0], AckMatch)
+
+
+@pytest.mark.parametrize("where, value, said", [
+    ("spec.toggles", ["eager", ""], "cases[0].spec.toggles[1] must be a non-empty printable string"),
+    ("spec.params", [["T", 4]], "cases[0].spec.params must be an object, got"),
+    ("status", "fine", "cases[0].status must be one of ok, skipped, failed, got 'fine'"),
+    ("processes.1.loops", 0, "cases[0].processes[1].loops must be an integer >= 1, got 0"),
+    ("processes.0.gpu_clocks", [], "cases[0].processes[0].gpu_clocks must be an object, got []"),
+    ("duration_s", -1, "cases[0].duration_s must be a finite number >= 0, got -1"),
+])
+def test_a_bad_field_of_a_generated_document_is_one_line_naming_it(tmp_path, where, value, said):
+    data = run().to_json()
+    target = data["cases"][0]
+    *path, last = where.split(".")
+    for part in path:
+        target = target[int(part)] if part.isdigit() else target[part]
+    target[last] = value
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    with pytest.raises(SchemaError, match=re.escape(f"r.json: {said}")):
+        load_results(tmp_path / "r.json")
 
 
 @pytest.mark.slow

@@ -3,9 +3,12 @@ traceback or exit 1; what no check foresaw is one line and exit 3."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 from click.testing import CliRunner
@@ -18,7 +21,20 @@ from perfgate.model.config import ConfigError
 from perfgate.reports import registry
 from perfgate.reports.base import ReportInput
 from perfgate.running.plan import parse_probe_answer
-from perfgate.util.validation import SchemaError, depth, parse_json, read_json_file
+from perfgate.util.validation import (
+    Count,
+    Name,
+    NonNegative,
+    SchemaError,
+    Stored,
+    Text,
+    check,
+    depth,
+    document,
+    from_document,
+    parse_json,
+    read_json_file,
+)
 
 DATA = Path(__file__).parent / "data" / "reports"
 
@@ -145,6 +161,41 @@ def test_reader_primitives(tmp_path):
     assert parse_json('{"k\\udc80": "\\ud83d\\ude00 \\ud800"}', "f", "x") == {"k\ufffd": "\U0001f600 \ufffd"}
     with pytest.raises(SchemaError, match=r"cannot read results \(no such file\); run it first"):
         read_json_file(tmp_path / "nope.json", "results", "run it first")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Part:
+    """A part."""
+
+    name: Name
+    count: Count = 1
+
+
+@dataclasses.dataclass
+class _Whole:
+    """A whole, with its parts."""
+
+    label: Name
+    parts: Annotated[tuple[_Part, ...], Stored(list[_PartDocument], default=[], read=tuple)] = ()
+    weight: NonNegative | None = None
+
+
+_PartDocument = document(_Part, "_PartDocument")
+_WholeDocument = document(_Whole, "_WholeDocument", note=(Text | None, None))
+
+
+def test_a_records_document_is_generated_from_its_dataclass_and_read_back_into_it():
+    """validation.document: one field per dataclass field with its value type, or the type and default its
+    Stored says, plus the fields written for readers; from_document reads nested records back and converts."""
+    assert list(_WholeDocument.model_fields) == ["label", "parts", "weight", "note"]
+    assert _WholeDocument.model_fields["parts"].default == [] and _WholeDocument.__doc__ == _Whole.__doc__
+    data = {"label": "w", "parts": [{"name": "a"}, {"name": "b", "count": 3}], "note": "for readers"}
+    whole = from_document(_Whole, check(_WholeDocument, data, "f.json"))
+    assert whole == _Whole("w", (_Part("a"), _Part("b", 3)))
+    with pytest.raises(SchemaError, match=re.escape("f.json: parts[1].count must be an integer >= 1, got 0")):
+        check(_WholeDocument, {**data, "parts": [{"name": "a"}, {"name": "b", "count": 0}]}, "f.json")
+    with pytest.raises(SchemaError, match=re.escape("f.json: weight must be a finite number >= 0, got True")):
+        check(_WholeDocument, {**data, "weight": True}, "f.json")
 
 
 @pytest.mark.parametrize("answer, needle", [

@@ -1,6 +1,6 @@
 """The JSON Schemas of the files perfgate writes and reads, generated from their declared models. No torch.
 
-results.json (perfgate.model.results_file.ResultsDocument), a stored baseline (perfgate.judging.baselines.BaselineDocument),
+results.json (perfgate.model.results.ResultsDocument), a stored baseline (perfgate.judging.baselines.BaselineDocument),
 comparison.json (perfgate.model.comparison.ComparisonDocument) and a machine's ceilings.json
 (perfgate.judging.roofline.CeilingsDocument) are declared once, as the pydantic models their
 readers validate against; these schemas are what those models say, for other tools and for readers of
@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from perfgate.judging.baselines import BaselineDocument
 from perfgate.judging.roofline import CeilingsDocument
 from perfgate.model.comparison import ComparisonDocument
-from perfgate.model.results_file import ResultsDocument
+from perfgate.model.results import ResultsDocument
 from perfgate.reports import console
 from perfgate.util.storage import atomic_write_text
 

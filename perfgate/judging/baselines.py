@@ -28,8 +28,16 @@ from pydantic import ConfigDict, Field
 from perfgate.judging import expect, runspread
 from perfgate.model.config import ConfigError
 from perfgate.model.environment_keys import environment_diff
-from perfgate.model.results import STATUS_FAILED, STATUS_OK, CaseResult, RunResult, SchemaError, read_json_file
-from perfgate.model.results_file import ResultsDocument, readable
+from perfgate.model.results import (
+    STATUS_FAILED,
+    STATUS_OK,
+    CaseResult,
+    ResultsDocument,
+    RunResult,
+    SchemaError,
+    read_json_file,
+)
+from perfgate.model.results_file import readable
 from perfgate.util.formatting import format_environment, format_value, plural
 from perfgate.util.paths import CEILINGS_FILE, component, contained
 from perfgate.util.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, format_seconds

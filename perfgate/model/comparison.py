@@ -9,10 +9,21 @@ nothing: the verdicts are made above the model.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Annotated, Any
 
 from perfgate.model.results import RunResult
-from perfgate.util.validation import Document, Index, Measured, Name, Text, check, one_of
+from perfgate.util.validation import (
+    Document,
+    Index,
+    Measured,
+    Name,
+    Stored,
+    Text,
+    check,
+    document,
+    from_document,
+    one_of,
+)
 from perfgate.util.vocabulary import STATUS_OK, STATUS_SKIPPED
 
 # The verdict kinds of a comparison, per case and metric. "acknowledged": a regression that an entry of
@@ -68,41 +79,6 @@ class VerdictDocument(Document):
     rule: Text = ""
     advice: Text | None = None
     facts: TimeFactsDocument | None = None  # step time only; absent in older files
-
-
-class AckMatchDocument(Document):
-    """A regression an acknowledgement matched, and what it did with it."""
-
-    case_key: Name
-    metric: Name
-    outcome: one_of(ACK_OUTCOMES)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
-    ratio: Measured | None = None
-
-
-class AcknowledgementDocument(Document):
-    """One [[tool.perfgate.acknowledge]] entry as a comparison applied it (perfgate.model.acknowledge)."""
-
-    entry: Name  # where it stands in the configuration: "acknowledge[0]"
-    case: Name
-    metric: Name
-    reason: Text
-    expires: Text | None = None  # ISO date, the last day it is in force
-    bound: Text | None = None  # "ratio <= 1.12"
-    state: one_of(ACK_STATES)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
-    matches: list[AckMatchDocument] = []
-
-
-class ComparisonDocument(Document):
-    """comparison.json: every verdict of one comparison, a run against a stored baseline or a base ref."""
-
-    mode: one_of(("baseline", "against")) = "baseline"  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
-    baseline_source: Text | None = None
-    environment_diff: dict[str, list[Any]] = {}
-    warnings: list[Text] = []
-    gate_failed: bool | None = None  # written for readers; recomputed from the verdicts
-    verdicts: list[VerdictDocument]
-    acknowledgements: list[AcknowledgementDocument] = []
-    acknowledged_on: Text | None = None  # the date the acknowledgements' expiry was judged on (ISO)
 
 
 def _pair(values: Any, default: tuple[int, int]) -> tuple[int, int]:
@@ -175,12 +151,15 @@ class Verdict:
 
 @dataclass(frozen=True)
 class AckMatch:
-    """A regression an acknowledgement matched: ``outcome`` is one of ACK_OUTCOMES."""
+    """A regression an acknowledgement matched, and what it did with it (``outcome``: one of ACK_OUTCOMES)."""
 
-    case_key: str
-    metric: str
-    outcome: str
-    ratio: float | None = None
+    case_key: Name
+    metric: Name
+    outcome: Annotated[str, Stored(one_of(ACK_OUTCOMES))]
+    ratio: Measured | None = None
+
+
+AckMatchDocument = document(AckMatch, "AckMatchDocument")
 
 
 @dataclass(frozen=True)
@@ -188,14 +167,14 @@ class Acknowledgement:
     """One [[tool.perfgate.acknowledge]] entry as a comparison applied it: the entry's terms, its ``state``
     (ACK_STATES) and the regressions it matched. perfgate.model.acknowledge makes these."""
 
-    entry: str  # "acknowledge[0]": its place in the configuration, as error lines name it
-    case: str
-    metric: str
-    reason: str
-    state: str
-    expires: str | None = None
-    bound: str | None = None
-    matches: tuple[AckMatch, ...] = ()
+    entry: Name  # "acknowledge[0]": its place in the configuration, as error lines name it
+    case: Name
+    metric: Name
+    reason: Text
+    state: Annotated[str, Stored(one_of(ACK_STATES))]
+    expires: Text | None = None  # ISO date, the last day it is in force
+    bound: Text | None = None  # "ratio <= 1.12"
+    matches: Annotated[tuple[AckMatch, ...], Stored(list[AckMatchDocument], default=[], read=tuple)] = ()
 
     @property
     def terms(self) -> str:
@@ -211,10 +190,23 @@ class Acknowledgement:
 
     @classmethod
     def from_json(cls, data: Any, source: str = "comparison", where: str = "acknowledgements") -> Acknowledgement:
-        doc = check(AcknowledgementDocument, data, source, where)
-        return cls(entry=doc.entry, case=doc.case, metric=doc.metric, reason=doc.reason, state=doc.state,
-                   expires=doc.expires, bound=doc.bound,
-                   matches=tuple(AckMatch(m.case_key, m.metric, m.outcome, m.ratio) for m in doc.matches))
+        return from_document(cls, check(AcknowledgementDocument, data, source, where))
+
+
+AcknowledgementDocument = document(Acknowledgement, "AcknowledgementDocument")
+
+
+class ComparisonDocument(Document):
+    """comparison.json: every verdict of one comparison, a run against a stored baseline or a base ref."""
+
+    mode: one_of(("baseline", "against")) = "baseline"  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
+    baseline_source: Text | None = None
+    environment_diff: dict[str, list[Any]] = {}
+    warnings: list[Text] = []
+    gate_failed: bool | None = None  # written for readers; recomputed from the verdicts
+    verdicts: list[VerdictDocument]
+    acknowledgements: list[AcknowledgementDocument] = []  # type: ignore[valid-type]  # generated from Acknowledgement
+    acknowledged_on: Text | None = None  # the date the acknowledgements' expiry was judged on (ISO)
 
 
 @dataclass

@@ -4,9 +4,10 @@ No torch here: results are read, compared and reported on machines without a GPU
 Derived statistics are computed from the raw samples when asked, so nothing stored can go stale.
 Nothing here judges: the outcomes of a run's expectation rules are evaluated by perfgate.judging.expect (``judge``,
 called by the writers of results.json and baselines) and carried here as plain data. The model imports
-only its vocabulary, the rule language, statistics and validation (tests/test_layering.py). results.json's
-declared shape, its schema versions and their upgrade are perfgate.model.results_file's; a comparison of
-runs is perfgate.model.comparison's.
+only its vocabulary, the rule language, statistics and validation (tests/test_layering.py). Each record is
+declared once, as a dataclass whose field types are what its file must hold; its document is generated from it
+(below each). The documents inside a record that it keeps as plain data, the schema versions and their upgrade
+are perfgate.model.results_file's; a comparison of runs is perfgate.model.comparison's.
 """
 
 from __future__ import annotations
@@ -15,14 +16,18 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
 
 from perfgate.model.results_file import (
     SCHEMA,
-    CaseDocument,
-    ProcessDocument,
-    ResultsDocument,
-    SpecDocument,
+    AccuracyDocument,
+    EnvironmentValue,
+    ExpectationsDocument,
+    GpuClocksDocument,
+    ProfileDocument,
+    SettingsDocument,
     readable,
 )
 from perfgate.model.rules import Rule
@@ -39,7 +44,21 @@ from perfgate.util.stats import (
     speedup_of,
     summarize,
 )
-from perfgate.util.validation import SchemaError, check
+from perfgate.util.validation import (
+    Count,
+    Document,
+    Index,
+    Measured,
+    Name,
+    NonNegative,
+    SchemaError,
+    Stored,
+    Text,
+    check,
+    document,
+    from_document,
+    one_of,
+)
 from perfgate.util.validation import read_json_file as read_json_file  # the one reader of JSON files
 
 # The vocabulary of results lives in perfgate.util.vocabulary (the expectation rules use it too); readers keep
@@ -57,21 +76,34 @@ from perfgate.util.vocabulary import STATUSES as STATUSES
 from perfgate.util.vocabulary import Metric as Metric
 from perfgate.util.vocabulary import higher_is_better as higher_is_better
 
+# Each record below is declared once, as a dataclass whose field types say what its file must hold
+# (validation's value types: Name, Count...), and ``Stored(...)`` where the file holds it in another shape;
+# its Document (SpecDocument, ProcessDocument, CaseDocument) is generated from it (validation.document) and a
+# validated document read back into it (validation.from_document). RunResult's file form, ResultsDocument, is
+# declared by hand: one object holds its expectations and their outcomes, and it names its schema version;
+# tests/test_model.py keeps the two to the same fields.
+
 
 def _freeze_params(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(params.items()))
+
+
+def _dumped(doc: BaseModel | None) -> dict[str, Any] | None:
+    """A free-form sub-document as the record holds it: the keys the file set, checked ones and the rest."""
+    return doc.model_dump(exclude_unset=True) if doc is not None else None
 
 
 @dataclass(frozen=True)
 class CaseSpec:
     """What is measured: one workload x size x toggle-set x device. Hashable; the baseline key."""
 
-    workload: str
-    size: str
-    toggles: tuple[str, ...]
-    device: str
-    params: tuple[tuple[str, Any], ...] = ()
-    dtype: str = "float32"
+    workload: Name
+    size: Name
+    toggles: Annotated[tuple[str, ...], Stored(list[Name], read=tuple)]
+    device: Name
+    # sorted (name, value) pairs, so that the spec hashes; an object in the file
+    params: Annotated[tuple[tuple[str, Any], ...], Stored(dict[str, Any], default={}, read=_freeze_params)] = ()
+    dtype: Name = "float32"
 
     @property
     def toggle_name(self) -> str:
@@ -98,12 +130,10 @@ class CaseSpec:
 
     @classmethod
     def from_json(cls, data: Any, source: str = "results", where: str = "spec") -> CaseSpec:
-        return cls.from_document(check(SpecDocument, data, source, where))
+        return from_document(cls, check(SpecDocument, data, source, where))
 
-    @classmethod
-    def from_document(cls, doc: SpecDocument) -> CaseSpec:
-        return cls(workload=doc.workload, size=doc.size, toggles=tuple(doc.toggles), device=doc.device,
-                   dtype=doc.dtype, params=_freeze_params(doc.params))
+
+SpecDocument = document(CaseSpec, "SpecDocument")
 
 
 @dataclass
@@ -113,31 +143,32 @@ class ProcessSamples:
     ``samples_ns`` are nanoseconds per sample; one sample is ``loops`` units of ``steps_per_unit`` steps.
     """
 
-    samples_ns: list[int]
-    loops: int = 1
-    steps_per_unit: int = 1
-    first_call_s: float | None = None
-    warmup_units: int = 0
-    timer: str = "perf_counter_ns"
-    process_index: int = 0
+    samples_ns: list[NonNegative]
+    loops: Count = 1
+    steps_per_unit: Count = 1
+    first_call_s: NonNegative | None = None
+    warmup_units: Index = 0
+    timer: Text = "perf_counter_ns"
+    process_index: Index = 0
     # bytes this process allocated before anything of the workload (its layout's heap_offset); None in
     # results written before heap offsets existed
-    heap_offset: int | None = None
+    heap_offset: Index | None = None
     # the memory layout this process drew (perfgate.protocol.layout: policy, seed, heap_offset, mmap_pages); None in
     # results written before layouts were drawn
     layout: dict[str, Any] | None = None
     # samples per memory layout when the process sampled several, one after the other (perfgate.protocol.layout), else None
-    layout_groups: list[int] | None = None
-    # samples per burst when sampled in lockstep with a paired process (``--against``), else None
-    bursts: list[int] | None = None
+    layout_groups: list[Count] | None = None
+    # samples per burst when sampled in lockstep with a paired process (``--against``), else None; compare.py
+    # checks their sum against the samples
+    bursts: list[Index] | None = None
     # the GPU's SM clock and clocks-event (throttle) reasons before and after the samples, read through
     # NVML (perfgate.worker.gpu_clocks); None on CPU, without nvidia-ml-py, and in results written before it
-    gpu_clocks: dict[str, Any] | None = None
+    gpu_clocks: Annotated[dict[str, Any] | None, Stored(GpuClocksDocument | None, read=_dumped)] = None
     # this process's peak memory after its timed samples (perfgate.worker.peak_memory.process_peaks): its peak
     # resident set, and on CUDA the allocator's peak over one unit; None in results written before them
-    peak_rss_bytes: float | None = None
-    peak_cuda_allocated_bytes: float | None = None
-    peak_cuda_reserved_bytes: float | None = None
+    peak_rss_bytes: NonNegative | None = None
+    peak_cuda_allocated_bytes: NonNegative | None = None
+    peak_cuda_reserved_bytes: NonNegative | None = None
 
     @property
     def step_times_s(self) -> list[float]:
@@ -153,32 +184,31 @@ class ProcessSamples:
 
     @classmethod
     def from_json(cls, data: Any, source: str = "results", where: str = "process") -> ProcessSamples:
-        return cls.from_document(check(ProcessDocument, data, source, where))
+        return from_document(cls, check(ProcessDocument, data, source, where))
 
-    @classmethod
-    def from_document(cls, doc: ProcessDocument) -> ProcessSamples:
-        fields = {name: getattr(doc, name) for name in ProcessDocument.model_fields}
-        if doc.gpu_clocks is not None:
-            fields["gpu_clocks"] = doc.gpu_clocks.model_dump(exclude_unset=True)
-        return cls(**fields)
+
+ProcessDocument = document(ProcessSamples, "ProcessDocument")
 
 
 @dataclass
 class CaseResult:
     """What came of one case: status, raw samples per process, and the metrics of the profile pass."""
 
-    spec: CaseSpec
-    status: str
-    processes: list[ProcessSamples] = field(default_factory=list)
-    failure_class: str | None = None
-    message: str | None = None
+    spec: Annotated[CaseSpec, Stored(SpecDocument)]
+    status: Annotated[str, Stored(one_of(STATUSES))]
+    processes: Annotated[list[ProcessSamples], Stored(list[ProcessDocument])] = field(default_factory=list)
+    failure_class: Name | None = None
+    message: Text | None = None
     # deterministic, memory and compile metrics by name (kernels_per_step, peak_cuda_bytes, graph_breaks...)
-    metrics: dict[str, float] = field(default_factory=dict)
-    # free-form profile detail: top ops/kernels, graph-break reasons, trace paths
-    profile: dict[str, Any] = field(default_factory=dict)
+    metrics: Annotated[dict[str, float], Stored(dict[str, Measured])] = field(default_factory=dict)
+    # free-form profile detail: top ops/kernels, graph-break reasons, trace paths; the fields the reports read
+    # are checked (ProfileDocument)
+    profile: Annotated[dict[str, Any], Stored(ProfileDocument, default=ProfileDocument(), read=_dumped)] = \
+        field(default_factory=dict)
     # numerical drift against the eager fp32 reference: max_abs, mean_abs, rel_l2, verdict ok|drift
-    accuracy: dict[str, Any] = field(default_factory=dict)
-    duration_s: float = 0.0
+    accuracy: Annotated[dict[str, Any], Stored(AccuracyDocument, default=AccuracyDocument(), read=_dumped)] = \
+        field(default_factory=dict)
+    duration_s: Annotated[float, Stored(NonNegative, read=float)] = 0.0
     # how the numbers were obtained: warm-up rule, sample budget, threads, seed
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -256,22 +286,11 @@ class CaseResult:
 
     @classmethod
     def from_json(cls, data: Any, source: str = "results", where: str = "case") -> CaseResult:
-        return cls.from_document(check(CaseDocument, data, source, where))
+        return from_document(cls, check(CaseDocument, data, source, where))
 
-    @classmethod
-    def from_document(cls, doc: CaseDocument) -> CaseResult:
-        return cls(
-            spec=CaseSpec.from_document(doc.spec),
-            status=doc.status,
-            processes=[ProcessSamples.from_document(p) for p in doc.processes],
-            failure_class=doc.failure_class,
-            message=doc.message,
-            metrics=dict(doc.metrics),
-            profile=doc.profile.model_dump(exclude_unset=True),
-            accuracy=doc.accuracy.model_dump(exclude_unset=True),
-            duration_s=float(doc.duration_s),
-            metadata=dict(doc.metadata),
-        )
+
+# what a file holds of a case besides: its spec's key, and statistics for readers (recomputed, never read back)
+CaseDocument = document(CaseResult, "CaseDocument", key=(Text | None, None), derived=(dict[str, Any], {}))
 
 
 @dataclass
@@ -445,7 +464,7 @@ class RunResult:
             run_id=doc.run_id,
             suite=doc.suite,
             environment=dict(doc.environment),
-            cases=[CaseResult.from_document(c) for c in doc.cases],
+            cases=[from_document(CaseResult, c) for c in doc.cases],
             started_at=doc.started_at,
             finished_at=doc.finished_at,
             settings=doc.settings.model_dump(exclude_unset=True),
@@ -454,6 +473,21 @@ class RunResult:
             ceilings=dict(doc.ceilings),
             schema=SCHEMA,
         )
+
+
+class ResultsDocument(Document):
+    """results.json: one run of perfgate, its environment fingerprint and every case with its raw samples."""
+
+    schema_version: Literal[SCHEMA] = Field(alias="schema")  # type: ignore[valid-type]  # older versions are upgraded before
+    run_id: Name
+    suite: Name | None = None
+    started_at: Text = ""
+    finished_at: Text | None = None
+    environment: dict[str, EnvironmentValue] = {}
+    settings: SettingsDocument = SettingsDocument()
+    cases: list[CaseDocument] = []  # type: ignore[valid-type]  # generated from CaseResult
+    ceilings: dict[str, Any] = {}
+    expectations: ExpectationsDocument
 
 
 def load_results(path: str | Path) -> RunResult:

@@ -1,11 +1,15 @@
-"""results.json as declared: each field's type and what an error line says would be valid
-(``ResultsDocument`` and the documents inside it), the schema versions this perfgate reads, and the upgrade
-of an older file (``readable``).
+"""results.json as declared, but for its records: the documents inside a case that the model holds as
+plain data (a process's GPU clocks, a case's profile and accuracy, a run's settings and expectations), each
+field's type and what an error line says would be valid; the schema versions this perfgate reads, and the
+upgrade of an older file (``readable``).
 
-Readers validate a decoded document against these (validation.check) and build perfgate.model.results'
-dataclasses from the result; perfgate.judging.baselines wraps a baseline around a results document; the JSON
-Schemas in docs/schemas/ are generated from them (python -m perfgate.commands.schemas). Keys a model does not
-name are ignored, so a file a newer perfgate wrote with more in it still reads.
+The records themselves (a case's spec, a process's samples, a case; perfgate.model.results) are declared once,
+as dataclasses, and their documents (SpecDocument, ProcessDocument, CaseDocument) generated from them;
+perfgate.model.results declares ResultsDocument, the whole file. Readers validate a decoded document against
+these (validation.check) and read the model's dataclasses back from the result; perfgate.judging.baselines wraps
+a baseline around a results document; the JSON Schemas in docs/schemas/ are generated from them (python -m
+perfgate.commands.schemas). Keys a model does not name are ignored, so a file a newer perfgate wrote with more
+in it still reads.
 
 Schema history (``perfgate.results/N``):
   1  first version: spec, status, per-process raw samples, metrics, profile, accuracy, environment.
@@ -16,9 +20,9 @@ Schema history (``perfgate.results/N``):
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict
 
 from perfgate.util.validation import (
     Count,
@@ -36,7 +40,6 @@ from perfgate.util.validation import (
     model_validator,
     one_of,
 )
-from perfgate.util.vocabulary import STATUSES
 
 SCHEMA = "perfgate.results/2"
 SCHEMA_HISTORY = {
@@ -48,17 +51,6 @@ MAX_SHARDS = 10_000
 _Scalar = str | int | float | bool | None
 EnvironmentValue = Annotated[_Scalar | list[_Scalar], expected("a string, number, true/false, null or a list of those")]
 Tolerance = Annotated[Measured | dict[str, Measured | None], expected("a number, or an object of numbers (or null)")]
-
-
-class SpecDocument(Document):
-    """What is measured: one workload x size x toggle-set x device."""
-
-    workload: Name
-    size: Name
-    toggles: list[Name]
-    device: Name
-    dtype: Name = "float32"
-    params: dict[str, Any] = {}
 
 
 class GpuClocksDocument(Document):
@@ -74,26 +66,6 @@ class GpuClocksDocument(Document):
     throttle_reasons_after: list[Name] | None = None
     nvml_device: Text | None = None
     error: Text | None = None
-
-
-class ProcessDocument(Document):
-    """The raw timing of one worker process: nanoseconds per sample of ``loops`` units of work."""
-
-    samples_ns: list[NonNegative]
-    loops: Count = 1
-    steps_per_unit: Count = 1
-    first_call_s: NonNegative | None = None
-    warmup_units: Index = 0
-    timer: Text = "perf_counter_ns"
-    process_index: Index = 0
-    heap_offset: Index | None = None
-    layout: dict[str, Any] | None = None  # the memory layout this process drew (perfgate.protocol.layout)
-    layout_groups: list[Count] | None = None  # samples per memory layout, when it sampled several
-    bursts: list[Index] | None = None  # compare.py checks their sum against the samples
-    gpu_clocks: GpuClocksDocument | None = None
-    peak_rss_bytes: NonNegative | None = None  # this process's peak memory (memory_vs_eager's samples)
-    peak_cuda_allocated_bytes: NonNegative | None = None
-    peak_cuda_reserved_bytes: NonNegative | None = None
 
 
 class AccuracyDocument(Document):
@@ -154,23 +126,6 @@ class ProfileDocument(Document):
     memory_snapshot: Text | None = None  # the CUDA allocator's snapshot, relative to the run folder
 
 
-class CaseDocument(Document):
-    """What came of one case: status, raw samples per process, the metrics of the profile pass."""
-
-    spec: SpecDocument
-    key: Text | None = None  # written for readers: the spec's key
-    status: one_of(STATUSES)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
-    failure_class: Name | None = None
-    message: Text | None = None
-    processes: list[ProcessDocument] = []
-    metrics: dict[str, Measured] = {}
-    profile: ProfileDocument = ProfileDocument()
-    accuracy: AccuracyDocument = AccuracyDocument()
-    duration_s: NonNegative = 0.0
-    metadata: dict[str, Any] = {}
-    derived: dict[str, Any] = {}  # statistics written for readers; recomputed, never read back
-
-
 class ShardDocument(Document):
     """settings.shard as `run --shard` and `merge` write it (perfgate.gating.merge reads every field)."""
 
@@ -204,21 +159,6 @@ class ExpectationsDocument(Document):
     rules: list[dict[str, Any]] = []
     outcomes: list[dict[str, Any]] = []
     unmatched: list[Any] = []
-
-
-class ResultsDocument(Document):
-    """results.json: one run of perfgate, its environment fingerprint and every case with its raw samples."""
-
-    schema_version: Literal[SCHEMA] = Field(alias="schema")  # type: ignore[valid-type]  # older versions are upgraded before
-    run_id: Name
-    suite: Name | None = None
-    started_at: Text = ""
-    finished_at: Text | None = None
-    environment: dict[str, EnvironmentValue] = {}
-    settings: SettingsDocument = SettingsDocument()
-    cases: list[CaseDocument] = []
-    ceilings: dict[str, Any] = {}
-    expectations: ExpectationsDocument
 
 
 def readable(data: Any, source: str, where: str = "") -> Any:

@@ -9,21 +9,25 @@ never a traceback deep in the comparison or an exporter.
 The fields are declared once, as pydantic models (``Document`` for files, ``Table`` for the
 ``[tool.perfgate]`` table) built from the value types below (``Name``, ``Count``, ``Number``...), each of
 which carries the words its error uses; ``check`` validates data against a model and turns the first
-problem into that one line. The same models give the JSON Schemas published under docs/schemas/
+problem into that one line. A record the model also holds as a dataclass (a case's spec, a process's
+samples...) is declared once, as the dataclass: its Document is generated from it (``document``) and read
+back into it (``from_document``). The same models give the JSON Schemas published under docs/schemas/
 (perfgate.commands.schemas).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import re
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, WithJsonSchema, WrapValidator
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, WithJsonSchema, WrapValidator, create_model
 from pydantic import model_validator as model_validator
 from pydantic_core import PydanticCustomError
 
@@ -391,6 +395,80 @@ class Table(BaseModel):
                 raise PydanticCustomError("unknown_keys", "unknown key(s) {unknown}; valid: {valid}",
                                           {"unknown": ", ".join(map(str, unknown)), "valid": ", ".join(cls.model_fields)})
         return data
+
+
+_THE_RECORDS = object()  # Stored.default: the file's default is the dataclass's
+
+
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """How a record's field is declared in its file where that differs from its type in the dataclass (in
+    ``Annotated[type, Stored(...)]``): ``kind``, the file's type; ``default``, the file's default where it
+    is not the dataclass's; ``read``, what makes the dataclass's value of the file's validated one."""
+
+    kind: Any
+    default: Any = _THE_RECORDS
+    read: Callable[[Any], Any] | None = None
+
+
+R = TypeVar("R")
+_RECORDS: dict[type[BaseModel], type] = {}  # each generated Document -> the dataclass it declares
+_STORED: dict[type, dict[str, Stored | None]] = {}
+
+
+def _stored(record: type) -> dict[str, Stored | None]:
+    """Each field of the dataclass ``record`` by name, with its Stored declaration (None: as typed)."""
+    if record not in _STORED:
+        hints = typing.get_type_hints(record, include_extras=True)
+        _STORED[record] = {f.name: next((m for m in getattr(hints[f.name], "__metadata__", ()) if isinstance(m, Stored)),
+                                        None) for f in dataclasses.fields(record)}
+    return _STORED[record]
+
+
+def document(record: type, name: str, **written: tuple[Any, Any]) -> type[Document]:
+    """The Document a file holds the dataclass ``record`` as, named ``name``: one field per dataclass field,
+    in its order, with its type (a value type above) or its ``Stored`` type, and its default; ``written``:
+    the fields the file holds for its readers and no reader reads back, as (type, default). Its JSON Schema
+    says what ``record``'s docstring says."""
+    hints = typing.get_type_hints(record, include_extras=True)
+    fields: dict[str, Any] = {}
+    for f, stored in zip(dataclasses.fields(record), _stored(record).values(), strict=True):
+        default: Any = ...  # required
+        if stored is not None and stored.default is not _THE_RECORDS:
+            default = stored.default
+        elif f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        fields[f.name] = (hints[f.name] if stored is None else stored.kind, default)
+    fields.update(written)
+    model = create_model(name, __base__=Document, __doc__=record.__doc__, __module__=record.__module__, **fields)
+    _RECORDS[model] = record
+    return model
+
+
+def _read(value: Any) -> Any:
+    """``value`` with every generated Document in it (in a list too) read back into its dataclass."""
+    if isinstance(value, BaseModel) and type(value) in _RECORDS:
+        return from_document(_RECORDS[type(value)], value)
+    if isinstance(value, list) and value and isinstance(value[0], BaseModel):
+        return [_read(v) for v in value]
+    return value
+
+
+def from_document(record: type[R], doc: BaseModel) -> R:
+    """The dataclass ``record`` of ``doc``, a Document ``document`` generated from it and validated: each
+    field's value as validated; a field with a ``Stored`` (a nested record's is its document) read back
+    into the record's shape: its records into theirs, then through ``Stored.read``."""
+    values = {}
+    for name, stored in _stored(record).items():
+        value = getattr(doc, name)
+        if stored is not None:
+            value = _read(value)
+            if stored.read is not None:
+                value = stored.read(value)
+        values[name] = value
+    return record(**values)
 
 
 def field_error(field: str, words: str) -> PydanticCustomError:
