@@ -257,7 +257,9 @@ def test_when_half_of_a_side_throttles_every_process_stays():
     base, head = case("eager", slowed(rnd, 4, 1e-3, 0.0)), _throttled(case("eager", slowed(rnd, 4, 1e-3, 0.0)), [0, 1], "sw_power_cap")
     change = case_time_change(base, head, GateSettings(bootstrap_resamples=500))
     assert change.n_head == 4
-    assert "2 of 4 head process(es) throttled (sw_power_cap), all kept" in change.test
+    assert change.throttled == "2 of 4 head process(es) throttled (sw_power_cap), all kept: half or more"
+    (v,) = [v for v in judge_case("k", base, head, GateSettings(bootstrap_resamples=500)) if v.metric == "step_time"]
+    assert v.facts.throttled == change.throttled and f"({change.throttled}), 4 vs 4 processes" in v.rule
 
 
 def test_a_minority_mode_is_never_kept_against_the_majority():

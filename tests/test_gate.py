@@ -273,7 +273,8 @@ def test_a_screen_lockstep_could_not_settle_is_measured_with_the_full_sampler(tm
     from perfgate.judging.baselines import Baseline
     from perfgate.judging.compare import compare_runs
     from perfgate.judging.gate_settings import gate_settings
-    from perfgate.model import config
+    from perfgate.model import config, rule_text
+    from perfgate.model.comparison import Verdict
     from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples, RunResult
     from perfgate.running import runner
 
@@ -314,6 +315,8 @@ def test_a_screen_lockstep_could_not_settle_is_measured_with_the_full_sampler(tm
     comparison = json.loads((tmp_path / "run" / "comparison.json").read_text())
     (v,) = [v for v in comparison["verdicts"] if v["metric"] == "step_time"]
     assert v["kind"] == "regression" and "the screen: inconclusive" in v["rule"], v
+    read = Verdict.from_json(v)  # what settled it is a fact, and the rule is said from the facts
+    assert read.facts.settled_by == "full-sampler" and rule_text.time_rule(read) == v["rule"]
     (case,) = json.loads((tmp_path / "run" / "results.json").read_text())["cases"]
     assert len(case["processes"]) == 8
 

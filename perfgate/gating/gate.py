@@ -16,6 +16,7 @@ from perfgate.judging import baselines, sequential
 from perfgate.judging.compare import STATUS, STEP_TIME, acknowledged, compare_runs, judge_case
 from perfgate.judging.gate_settings import GateSettings, gate_settings
 from perfgate.judging.settle import LOCKSTEP_SETTLES, confirm_regressions, settle_in_lockstep
+from perfgate.model import rule_text
 from perfgate.model.comparison import Comparison, Verdict, evidence
 from perfgate.model.config import ConfigError, Settings
 from perfgate.model.results import STATUS_FAILED, STATUS_OK, CaseResult, CaseSpec, RunResult
@@ -280,9 +281,8 @@ def measure_unscreened(comparison: Comparison, run: RunResult, run_dir: Path, se
         new = [n for n in judge_case(spec.key, base.run.case(spec.key), again, gs, calibration=base.calibration,
                                      look_confidence=look) if n.metric in (STEP_TIME, STATUS)]
         if new:
-            screen = f"{v.ratio:.3f}x" if v.ratio is not None else "no ratio"
-            verdicts[i] = new[0].settled("full-sampler", f"{new[0].rule}; measured with the full sampler, "
-                                                         f"lockstep could not settle it (the screen: {v.kind} at {screen})")
+            verdicts[i] = (rule_text.settled(new[0], "full-sampler", v) if new[0].facts is not None  # a status: in words
+                           else replace(new[0], rule=f"{new[0].rule}; {rule_text.screen_note(v.kind, v.ratio)}"))
     if measured:
         runner.write_results(run, run_dir / "results.json")
     return replace(comparison, verdicts=verdicts), run

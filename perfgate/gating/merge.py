@@ -18,8 +18,7 @@ from typing import Any
 
 from perfgate.judging.baselines import baseline_path, commit_of, with_commit
 from perfgate.model.config import ConfigError, Settings
-from perfgate.model.environment_keys import ENVIRONMENT_KEYS as COMPARED_ENVIRONMENT_KEYS
-from perfgate.model.environment_keys import TUNING_ENV, tuning_variables
+from perfgate.model.environment_keys import JOINED, MERGED, TUNING_ENV, keys_with, tuning_variables
 from perfgate.model.results import CaseResult, CaseSpec, RunResult, SchemaError, load_results
 from perfgate.reports import console
 from perfgate.reports.cost import read_cost
@@ -30,14 +29,11 @@ from perfgate.util.formatting import format_environment
 from perfgate.util.storage import check_writable_dir
 from perfgate.util.validation import read_json_file
 
-# Environment keys that make two shards one measurement. Host names, paths and PIDs may differ between
-# runners of one pool; the hardware and software that set the numbers may not.
-ENVIRONMENT_KEYS = (
-    "machine_key", "machine", "device_name", "compute_capability", "nvidia_driver", "torch", "torch_cuda",
-    "cudnn", "python", "python_implementation", "perfgate", "git_commit",
-)
+# Environment keys that make two shards one measurement (environment_keys.KEYS). Host names, paths and PIDs
+# may differ between runners of one pool; the hardware and software that set the numbers may not.
+ENVIRONMENT_KEYS = keys_with(MERGED)
 # Settings that change what a sample means; the rest (timeouts, config paths) may differ.
-SETTINGS_KEYS = ("threads", "processes", "seed", "timing")
+SETTINGS_KEYS = keys_with(MERGED, recorded_in="settings")
 # Files of a shard's run folder that belong to the shard alone; the merged run writes its own.
 SHARD_ONLY_FILES = ("results.json", "summary.md", "report.html", "junit.xml", "comparison.json", ".work",
                     "results-remeasure.json")
@@ -149,11 +145,10 @@ def _raw_schema(path: Path) -> Any:
     return data.get("schema") if isinstance(data, dict) else None
 
 
-def _first_difference(a: dict[str, Any], b: dict[str, Any], keys: Sequence[str]) -> str | None:
-    for k in keys:
-        if a.get(k) != b.get(k):
-            return f"{k} {b.get(k)!r} (expected {a.get(k)!r})"
-    return None
+def _differences(a: dict[str, Any], b: dict[str, Any], keys: Sequence[str]) -> str | None:
+    """Every key of ``keys`` whose value in ``b`` differs from ``a``'s, in their order, in one line; None if none."""
+    said = [f"{k} {b.get(k)!r} (expected {a.get(k)!r})" for k in keys if a.get(k) != b.get(k)]
+    return ", ".join(said) or None
 
 
 def shard_indices(shard: dict[str, Any] | None) -> list[int]:
@@ -179,11 +174,11 @@ def check_compatible(runs: Sequence[tuple[Path, RunResult, Any]]) -> None:
                               "rerun the shards with one perfgate version")
         if run.suite != first.suite:
             raise ConfigError(f"{where}: suite {run.suite!r} differs from {first_path}'s {first.suite!r}")
-        diff = _first_difference(first.environment, run.environment, ENVIRONMENT_KEYS)
+        diff = _differences(first.environment, run.environment, ENVIRONMENT_KEYS)
         if diff:
             raise ConfigError(f"{where}: environment differs from {first_path}: {diff}; "
                               "shards must run on identical machines and software")
-        diff = _first_difference(first.settings, run.settings, SETTINGS_KEYS)
+        diff = _differences(first.settings, run.settings, SETTINGS_KEYS)
         if diff:
             raise ConfigError(f"{where}: settings differ from {first_path}: {diff}")
         shard = run.settings.get("shard")
@@ -205,11 +200,12 @@ def merged_environment(runs: Sequence[RunResult]) -> dict[str, Any]:
     """The first shard's environment, with what the shards may differ in said for all of them: dirty
     (``git_dirty``) when any shard ran on a tree with uncommitted changes, so `baseline update` and the
     gate's lockstep see it; host names, and the keys a comparison reports (CPU model, address layout),
-    joined where they differ; the variables that tune the workers (``tuning_env``) per variable."""
+    joined where they differ (environment_keys.JOINED: those that are one measurement's, MERGED, never do);
+    the variables that tune the workers (``tuning_env``) per variable."""
     environment = dict(runs[0].environment)
     if any(r.environment.get("git_dirty") is True for r in runs):
         environment["git_dirty"] = True
-    for key in ("hostname", *COMPARED_ENVIRONMENT_KEYS):
+    for key in keys_with(JOINED):
         values = sorted({str(r.environment.get(key)) for r in runs})
         if len(values) > 1:
             environment[key] = ", ".join(values)

@@ -15,7 +15,7 @@ from typing import Any
 from perfgate.judging import decision
 from perfgate.judging.gate_settings import GateSettings
 from perfgate.judging.timechange import TimeChange, time_change
-from perfgate.model import acknowledge
+from perfgate.model import acknowledge, rule_text
 from perfgate.model.comparison import Comparison, TimeFacts, Verdict
 from perfgate.model.config import ConfigError, Settings
 from perfgate.model.environment_keys import environment_diff
@@ -117,7 +117,7 @@ def _case_time_change(base: CaseResult, head: CaseResult, gate: GateSettings, pa
                          by_modes=gate.compare_modes)
     if change is None or not notes:
         return change
-    return replace(change, test=f"{change.test} ({'; '.join(notes)})")
+    return replace(change, throttled="; ".join(notes))
 
 
 ADVICE_NOISY = ("the noise is too large to settle a change of this size: run more worker processes "
@@ -129,36 +129,45 @@ ADVICE_MODES = ("the worker processes run this code at distinct speeds (performa
                 "[tool.perfgate.gate] max_processes), or use `perfgate run --against REF`, whose pairs share a layout")
 
 
+ADVICE_BUSY = ("other processes took the host's CPUs or GPU while this case was timed: run it again on a quiet "
+               "host, or with `perfgate run --against` (lockstep pairs share the machine's moments)")
+
+
 def judge_time(change: TimeChange, threshold: float, threshold_source: str) -> tuple[str, str, str | None]:
-    """(kind, rule in words, advice) for a step-time change against ``threshold`` (relative)."""
-    kind, rule, advice = _judge_size(change, threshold, threshold_source)
-    if kind == "inconclusive" and max(change.modes) > 1:
-        # a multimodal side is kept whole and its spread widens the CI; say why it did not settle
-        rule = f"the processes fall into {max(change.modes)} performance modes: {rule}"
-        advice = ADVICE_MODES
-    if kind in ("regression", "win") and not change.process_level:
-        sides = [side for side, n in (("the baseline", change.n_base), ("this run", change.n_head)) if n < 2]
-        fix = ("run at least 2 worker processes per case (--processes 2 or more) so the gate can see how much "
-               "processes differ")
-        if "the baseline" in sides:  # more processes now cannot help: every later gate would stay inconclusive
-            fix = ("the baseline holds one worker process for this case, so no run can settle a change against "
-                   "it: update the baseline from a run with 2 or more processes per case"
-                   + ("; and " + fix if "this run" in sides else ""))
-        return ("inconclusive", f"{rule}; but one process in {' and '.join(sides)} hides the between-process "
-                                "noise", fix)
-    return kind, rule, advice
+    """(kind, rule in words, advice) for a step-time change against ``threshold`` (relative): the words are
+    perfgate.model.rule_text.measured_rule's, of the facts ``time_facts`` finds."""
+    kind, facts, advice = time_facts(change, threshold, threshold_source)
+    verdict = Verdict("", STEP_TIME, kind, ratio=change.ratio, ratio_low=change.low, ratio_high=change.high,
+                      threshold=threshold, facts=TimeFacts(**facts, confidence=math.nan, run_to_run=change.run_to_run))
+    return kind, rule_text.measured_rule(verdict), advice
 
 
-def _judge_size(change: TimeChange, threshold: float, threshold_source: str) -> tuple[str, str, str | None]:
-    """``judge_time``'s rule (perfgate.judging.decision: a minimum effect and an equivalence margin) with the
-    evidence it was applied to."""
-    pct = f"{threshold * 100:g}%"
-    mode = "paired base/head processes" if change.paired else "per-process step times"
-    basis = f"{change.test}, {change.n_base} vs {change.n_head} processes ({mode}); {threshold_source} {pct}"
+def time_facts(change: TimeChange, threshold: float, threshold_source: str) -> tuple[str, dict[str, Any], str | None]:
+    """(kind, facts, advice) for a step-time change against ``threshold`` (relative): the decision
+    (perfgate.judging.decision: a minimum effect and an equivalence margin) and the evidence it was applied
+    to, as TimeFacts fields. Performance modes that left it inconclusive change the advice; a regression or
+    a win with one process on a side is inconclusive (``one_process``): the between-process noise is unseen."""
     decided = decision.decide(change.ratio, change.low, change.high, change.significant, threshold,
                               decision.min_effect_share_for(change.paired))
-    return (decided.kind, f"{decided.why}; {basis}",
-            ADVICE_NOISY if decided.kind == "inconclusive" else None)
+    kind, advice = decided.kind, ADVICE_NOISY if decided.kind == "inconclusive" else None
+    if kind == "inconclusive" and max(change.modes) > 1:
+        # a multimodal side is kept whole and its spread widens the CI; the rule says why it did not settle
+        advice = ADVICE_MODES
+    one_process = kind in ("regression", "win") and not change.process_level
+    if one_process:
+        sides = [side for side, n in (("the baseline", change.n_base), ("this run", change.n_head)) if n < 2]
+        advice = ("run at least 2 worker processes per case (--processes 2 or more) so the gate can see how much "
+                  "processes differ")
+        if "the baseline" in sides:  # more processes now cannot help: every later gate would stay inconclusive
+            advice = ("the baseline holds one worker process for this case, so no run can settle a change against "
+                      "it: update the baseline from a run with 2 or more processes per case"
+                      + ("; and " + advice if "this run" in sides else ""))
+        kind = "inconclusive"
+    facts = dict(paired=change.paired, processes=(change.n_base, change.n_head), set_aside=change.set_aside,
+                 modes=change.modes, decided=decided.decided, significant=change.significant,
+                 min_effect=decided.min_effect, margin=decided.margin, test=change.test, throttled=change.throttled,
+                 threshold_source=threshold_source, one_process=one_process)
+    return kind, facts, advice
 
 
 def budget_advice(change: TimeChange, threshold: float, sampling: dict[str, Any], gate: GateSettings,
@@ -411,28 +420,22 @@ def judge_case(key: str, base: CaseResult | None, cur: CaseResult | None, gate: 
     elif change is None:
         out.append(Verdict(key, STEP_TIME, "missing", rule="no step-time samples on one side"))
     else:
-        kind, rule, advice = judge_time(change, threshold, source)
-        rule += f"; run-to-run {run_to_run * 100:g}% ({run_to_run_source})"
-        if confidence != gate.confidence:
-            rule += (f"; judged at {confidence * 100:.2f}% confidence (the sequential look at "
-                     f"{plural(len(cur.processes), 'process', 'processes')})")
+        kind, facts, advice = time_facts(change, threshold, source)
         sampling = cur.metadata.get("sampling")
         if kind == "inconclusive" and isinstance(sampling, dict):
             advice = budget_advice(change, threshold, sampling, gate, confidence) or advice
         busy = None if paired else host_busy(kind, base, cur, gate)
         if busy:
-            kind, rule, advice = "inconclusive", f"host busy: {busy}; measured alone, a {kind} ({rule})", \
-                "other processes took the host's CPUs or GPU while this case was timed: run it again on a quiet " \
-                "host, or with `perfgate run --against` (lockstep pairs share the machine's moments)"
-        facts = TimeFacts(paired=change.paired, processes=(change.n_base, change.n_head), confidence=confidence,
-                          run_to_run=run_to_run, run_to_run_source=run_to_run_source, set_aside=change.set_aside,
-                          modes=change.modes, host_busy=busy)
-        out.append(Verdict(
+            kind, advice = "inconclusive", ADVICE_BUSY
+        look = len(cur.processes) if confidence != gate.confidence else None
+        out.append(rule_text.worded(Verdict(
             case_key=key, metric=STEP_TIME, kind=kind,
             baseline=change.base_s, current=change.head_s,
             ratio=change.ratio, ratio_low=change.low, ratio_high=change.high, p_value=change.p_value,
-            threshold=threshold, rule=rule, advice=advice, facts=facts,
-        ))
+            threshold=threshold, advice=advice,
+            facts=TimeFacts(**facts, confidence=confidence, run_to_run=run_to_run, run_to_run_source=run_to_run_source,
+                            host_busy=busy, look=look),
+        )))
     errors = cur.profile.get("errors") if isinstance(cur.profile, dict) else None
     errors = errors if isinstance(errors, list) else []
     acc = judge_accuracy(key, base.accuracy, cur.accuracy, errors)
@@ -468,14 +471,16 @@ def _other_parameters(v: Verdict, differs: str) -> Verdict:
     """A verdict of a case the baseline measured with other parameters (``spec_difference``): a win is no
     evidence that the code got faster (the problem may have shrunk), so it is ``inconclusive``; a regression
     stays one (it fails loudly; the baseline needs updating); every verdict's rule says what differs."""
-    note = f"the baseline measured this case with other parameters ({differs})"
+    if v.kind not in ("regression", "win", "unchanged", "inconclusive"):
+        return v
+    kind, advice = v.kind, v.advice
     if v.kind == "win":
-        return replace(v, kind="inconclusive", rule=f"{v.rule}; but {note}: a win cannot be told from a smaller problem",
-                       advice="the case's size parameters or dtype changed: `perfgate baseline update` once the "
-                              "change is merged, or compare with `perfgate run --against REF`")
-    if v.kind in ("regression", "unchanged", "inconclusive"):
-        return replace(v, rule=f"{v.rule}; {note}")
-    return v
+        kind, advice = "inconclusive", ("the case's size parameters or dtype changed: `perfgate baseline update` "
+                                        "once the change is merged, or compare with `perfgate run --against REF`")
+    if v.facts is not None:
+        return replace(rule_text.with_facts(v, kind, other_parameters=differs), advice=advice)
+    return replace(v, kind=kind, rule=f"{v.rule}; {rule_text.other_parameters_note(differs, v.kind == 'win')}",
+                   advice=advice)
 
 
 def compare_runs(current: RunResult, baseline: RunResult, gate: GateSettings | None = None, *,

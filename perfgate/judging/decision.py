@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from perfgate.model import rule_text
+
 # the minimum effect of a paired comparison, as a share of the threshold: a change below half the threshold
 # never fails the gate; a change of the threshold's size has its estimate past this line nearly always, so
 # it is caught as soon as it is significant. Pairs cancel the drift between runs, so this is safe there.
@@ -53,9 +55,13 @@ def min_effect_share_for(paired: bool) -> float:
 
 @dataclass(frozen=True)
 class Decision:
-    """A step-time verdict and, in words, which part of the rule decided it."""
+    """A step-time verdict, which part of the rule decided it (``decided``, comparison.DECISIONS) and the
+    minimum effect and equivalence margin it drew (relative); ``why`` says it in words."""
 
     kind: str  # regression | win | unchanged | inconclusive
+    decided: str
+    min_effect: float
+    margin: float
     why: str
 
 
@@ -65,26 +71,16 @@ def decide(ratio: float, low: float, high: float, significant: bool, threshold: 
     (ratios), ``significant`` as the statistic found it, against ``threshold`` (relative); the minimum
     effect is ``min_effect_share`` of it (``MIN_EFFECT_SHARE`` paired, ``UNPAIRED_MIN_EFFECT_SHARE``
     unpaired: ``min_effect_share_for``)."""
-    effect = min_effect_share * threshold
+    effect, margin = min_effect_share * threshold, MARGIN_SHARE * threshold
     up, down = 1.0 + effect, 1.0 / (1.0 + effect)
-    margin_up, margin_down = 1.0 + MARGIN_SHARE * threshold, 1.0 / (1.0 + MARGIN_SHARE * threshold)
-    ci = f"CI [{low:.3f}, {high:.3f}]"
-    min_pct, margin_pct = f"{effect * 100:g}%", f"{MARGIN_SHARE * threshold * 100:g}%"
+    margin_up, margin_down = 1.0 + margin, 1.0 / (1.0 + margin)
     if not all(math.isfinite(x) for x in (ratio, low, high)):
-        return Decision("inconclusive", f"no finite estimate ({ratio:g}, {ci})")
-    if ratio >= up or ratio <= down:
-        slower = ratio >= up
-        direction = "slower" if slower else "faster"
-        if significant:
-            return Decision("regression" if slower else "win",
-                            f"significantly {direction} ({ci} excludes 1), estimate past the minimum effect "
-                            f"{min_pct}")
-        return Decision("inconclusive", f"{direction} by its estimate (past the minimum effect {min_pct}), but "
-                                        f"not significant ({ci})")
-    if margin_down < low and high < margin_up:
-        small = "a real but small change" if significant else "no significant change"
-        return Decision("unchanged", f"{small}: estimate within the minimum effect {min_pct} and the {ci} within "
-                                     f"the equivalence margin +/-{margin_pct}")
-    return Decision("inconclusive", f"estimate within the minimum effect {min_pct}, but the {ci} reaches past the "
-                                    f"equivalence margin +/-{margin_pct}")
-
+        decided = "no-estimate"
+    elif ratio >= up or ratio <= down:
+        decided = "past-min-effect" if significant else "not-significant"
+    elif margin_down < low and high < margin_up:
+        decided = "within-margin"
+    else:
+        decided = "past-margin"
+    return Decision(rule_text.decided_kind(decided, ratio), decided, effect, margin,
+                    rule_text.decision_why(decided, ratio, low, high, significant, effect, margin))

@@ -9,6 +9,7 @@ from typing import Any
 
 from perfgate.judging.compare import STATUS, STEP_TIME, LookConfidence, judge_case
 from perfgate.judging.gate_settings import GateSettings
+from perfgate.model import rule_text
 from perfgate.model.comparison import Comparison, Verdict
 from perfgate.model.results import STATUS_FAILED, CaseResult, RunResult
 
@@ -31,14 +32,6 @@ def base_failed(base: CaseResult | None) -> bool:
     too) says nothing about the head's time: a base worker that timed out or crashed on a loaded runner
     must never clear a regression."""
     return base is not None and base.status == STATUS_FAILED
-
-
-def _ratio_text(v: Verdict) -> str:
-    """A step-time verdict's ratio and CI as rule texts quote it: '1.106x [1.079, 1.131]'."""
-    if v.ratio is None:
-        return "no ratio"
-    ci = f" [{v.ratio_low:.3f}, {v.ratio_high:.3f}]" if v.ratio_low is not None and v.ratio_high is not None else ""
-    return f"{v.ratio:.3f}x{ci}"
 
 
 def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSettings, remeasure: Remeasure,
@@ -69,33 +62,27 @@ def confirm_regressions(comparison: Comparison, current: RunResult, gate: GateSe
         if not new:
             continue
         n = new[0]
-        first = f"first measurement {_ratio_text(v)}"
-        was = "regressed" if v.kind == "regression" else "was faster"
         # skipped, no samples, 0 ns, or a base side that failed (`fixed`, or failing on both sides): the head's
         # time was never judged against a base, so nothing confirms or contradicts the first measurement
         if gives_no_time(n) or base_failed(base):
-            if v.kind == "regression":  # fail safe: the regression stands
-                verdicts[i] = replace(v, rule=f"{v.rule}; the re-measure gave no step time to confirm it "
-                                              f"({n.kind}: {n.rule}), so the {first} stands")
-            else:  # a win stays a win only if it repeats
-                verdicts[i] = replace(v, kind="inconclusive",
-                                      rule=f"the {first} was faster; the re-measure gave no step time to confirm "
-                                           f"it ({n.kind}: {n.rule})")
+            # fail safe: a regression stands; a win stays a win only if it repeats
+            verdicts[i] = rule_text.with_facts(v, v.kind if v.kind == "regression" else "inconclusive",
+                                               remeasure="no-time", remeasure_gave=f"{n.kind}: {n.rule}")
             continue
         if n.kind == "newly-failing":  # the re-measure failed, or could not run the case at all
-            verdicts[i] = n.settled("remeasure", f"{n.rule} (in the re-measure; the {first} {was})")
+            first = f"first measurement {rule_text.ratio_text(v.ratio, v.ratio_low, v.ratio_high)}"
+            was = "regressed" if v.kind == "regression" else "was faster"
+            verdicts[i] = replace(n, rule=f"{n.rule} (in the re-measure; the {first} {was})")
         elif n.kind == v.kind:
-            verdicts[i] = n.settled("remeasure", f"{n.rule}; confirmed by a re-measure ({first})")
+            verdicts[i] = rule_text.settled(n, "remeasure", v, remeasure="confirmed")
         elif n.kind in ("regression", "win"):  # two measurements that contradict each other decide nothing
-            verdicts[i] = replace(n.settled("remeasure", f"the {first} {was}, the re-measure "
-                                                         f"{'was faster' if n.kind == 'win' else 'regressed'} ({n.rule})"),
-                                  kind="inconclusive",
+            verdicts[i] = replace(rule_text.settled(n, "remeasure", v, "inconclusive", remeasure="contradicted"),
                                   advice="the two measurements disagree: the machine's speed changed while the "
                                          "case ran; `perfgate run --against` measures base and head in lockstep")
         else:
             one_off = ("a one-off slowdown: the machine was busy" if v.kind == "regression"
                        else "a one-off speed-up: the machine ran this case faster for a while")
-            verdicts[i] = replace(n.settled("remeasure", f"{n.rule}; the {first} {was}, the re-measure did not"),
+            verdicts[i] = replace(rule_text.settled(n, "remeasure", v, remeasure="not-repeated"),
                                   advice=n.advice or f"{one_off}, or the change is near the threshold; "
                                                      "`perfgate calibrate` measures the noise")
     return replace(comparison, verdicts=verdicts), remeasured
@@ -125,9 +112,7 @@ def settle_in_lockstep(comparison: Comparison, measure: Remeasure, gate: GateSet
         new = [n for n in judge_case(v.case_key, base, head, gate, paired=True, calibration=calibration,
                                      look_confidence=look_confidence) if n.metric == STEP_TIME]
         if new and not gives_no_time(new[0]):  # else a side failed, skipped, had no samples or 0 ns: the stored verdict stands
-            n = new[0]
-            verdicts[i] = n.settled("lockstep", f"{n.rule}; settled in lockstep against the baseline's commit "
-                                                f"{commit[:12]} (the stored comparison: {v.kind} at {_ratio_text(v)})")
+            verdicts[i] = rule_text.settled(new[0], "lockstep", v, commit=commit[:12])
             settled.add(v.case_key)
     return replace(comparison, verdicts=verdicts), pairs, settled
 

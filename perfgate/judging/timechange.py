@@ -58,6 +58,7 @@ class TimeChange:
     run_to_run: float = 0.0  # the run-to-run spread added to the CI (relative sd)
     base_s: float | None = None  # each side's step time as judged: median of its (kept) per-process times
     head_s: float | None = None
+    throttled: str = ""  # processes (pairs) set aside as throttled by their GPU (perfgate.judging.compare), in words
 
 
 # A process is "slowed by the machine" when its step time lies this far above the typical time of its

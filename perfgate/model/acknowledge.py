@@ -29,6 +29,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
+from perfgate.model import rule_text
 from perfgate.model.comparison import AckMatch, Acknowledgement, Comparison, Verdict
 from perfgate.model.results import METRIC_KINDS, higher_is_better
 from perfgate.util.validation import Table, expected, field_error, model_validator, one_of, satisfying
@@ -241,12 +242,12 @@ def apply(comparison: Comparison, acknowledged: Sequence[Entry], today: dt.date)
             e, why = covering
             matches[e.name].append(AckMatch(v.case_key, v.metric, "acknowledged", v.ratio))
             note = _ci_note(v, e.bound) if e.bound is not None and v.ratio is not None else ""
-            verdicts.append(replace(v, kind="acknowledged", rule=f"{v.rule}; acknowledged by {e.name} ({e.terms})",
+            verdicts.append(replace(rule_text.noted(v, f"acknowledged by {e.name} ({e.terms})"), kind="acknowledged",
                                     advice=f"acknowledged: {why}{note}"))
             continue
         for e, outcome, _ in judged:
             matches[e.name].append(AckMatch(v.case_key, v.metric, outcome, v.ratio))
-        verdicts.append(replace(v, rule=v.rule + "".join(f"; {why}" for _, _, why in judged)))
+        verdicts.append(rule_text.noted(v, *(why for _, _, why in judged)))
     records = []
     for e in acknowledged:
         state = "expired" if e.expired(today) else ("in-force" if matches[e.name] else "unmatched")

@@ -8,11 +8,14 @@ nothing: the verdicts are made above the model.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any
+
+from pydantic import BeforeValidator
 
 from perfgate.model.results import RunResult
 from perfgate.util.validation import (
+    Count,
     Document,
     Index,
     Measured,
@@ -21,6 +24,7 @@ from perfgate.util.validation import (
     Text,
     check,
     document,
+    expected,
     from_document,
     one_of,
 )
@@ -45,93 +49,84 @@ ACK_STATES = ("in-force", "expired", "unmatched")
 # baseline's commit, or the stored comparison's full sampler after lockstep could not run
 SETTLED_BY = ("measurement", "remeasure", "lockstep", "full-sampler")
 
-# comparison.json as declared: each field's type and what an error line says would be valid (see
-# perfgate.model.results_file, which declares results.json the same way).
+# What decided a step-time verdict (TimeFacts.decided): perfgate.judging.decision's rule, by the part of it that
+# spoke. No finite estimate; significant and past the minimum effect (a regression or a win); past the minimum
+# effect but not significant; within the minimum effect with the interval inside the equivalence margin
+# (unchanged); within the minimum effect with the interval reaching past the margin.
+DECISIONS = ("no-estimate", "past-min-effect", "not-significant", "within-margin", "past-margin")
+# What the re-measure of a step-time regression or win did (TimeFacts.remeasure): repeated it, contradicted it
+# (the other way), did not repeat it, or gave no step time (the first measurement's verdict then stands, a
+# win only as inconclusive)
+REMEASURES = ("confirmed", "contradicted", "not-repeated", "no-time")
 
 
-class TimeFactsDocument(Document):
-    """What decided a step-time verdict, as data: the rule text says the same in words."""
-
-    paired: bool
-    processes: list[Index]  # [base, head]: the processes (pairs) the comparison kept, a side
-    set_aside: list[Index] = [0, 0]
-    modes: list[Index] = [1, 1]
-    confidence: Measured
-    run_to_run: Measured
-    run_to_run_source: Text = ""
-    host_busy: Text | None = None
-    settled_by: one_of(SETTLED_BY) = "measurement"  # type: ignore[valid-type]  # pydantic's Annotated type
+def _as_tuple(value: Any) -> Any:
+    """A JSON array as the tuple a record holds (strict validation takes no list for a tuple)."""
+    return tuple(value) if isinstance(value, list) else value
 
 
-class VerdictDocument(Document):
-    """One case x metric judged against a baseline, with the numbers that made the decision."""
-
-    case_key: Name
-    metric: Name
-    kind: one_of(VERDICT_KINDS)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
-    baseline: Measured | None = None
-    current: Measured | None = None
-    ratio: Measured | None = None
-    ratio_low: Measured | None = None
-    ratio_high: Measured | None = None
-    p_value: Measured | None = None
-    threshold: Measured | None = None
-    rule: Text = ""
-    advice: Text | None = None
-    facts: TimeFactsDocument | None = None  # step time only; absent in older files
-
-
-def _pair(values: Any, default: tuple[int, int]) -> tuple[int, int]:
-    return (int(values[0]), int(values[1])) if len(values) == 2 else default
+# (base, head): a count on each side of a comparison
+Sides = Annotated[tuple[Index, Index], BeforeValidator(_as_tuple), expected("a [base, head] pair of integers >= 0")]
+Notes = Annotated[tuple[Text, ...], BeforeValidator(_as_tuple), expected("an array of strings")]
 
 
 @dataclass(frozen=True)
 class TimeFacts:
-    """What decided a step-time verdict, as data (its rule says the same in words): paired or not, the
-    processes each side kept and set aside, the performance modes they fell into, the confidence it was
-    judged at, the run-to-run term added and where it came from, a busy host that made it inconclusive,
-    and what settled it (SETTLED_BY)."""
+    """What decided a step-time verdict, as data. perfgate.model.rule_text says it in words from these and the
+    verdict's numbers (the verdict's ``rule``): the decision and the statistics it was applied to, the
+    processes each side kept, set aside and the modes they fell into, the threshold's and the run-to-run
+    term's sources, the confidence, what made a change inconclusive (one process a side, a busy host, other
+    parameters in the baseline), and what settled it (SETTLED_BY, REMEASURES)."""
 
-    paired: bool
-    processes: tuple[int, int]  # (base, head)
-    confidence: float
-    run_to_run: float
-    run_to_run_source: str = ""
-    set_aside: tuple[int, int] = (0, 0)
-    modes: tuple[int, int] = (1, 1)
-    host_busy: str | None = None
-    settled_by: str = "measurement"
-
-    @classmethod
-    def from_document(cls, doc: TimeFactsDocument) -> TimeFacts:
-        return cls(paired=doc.paired, processes=_pair(doc.processes, (0, 0)), confidence=float(doc.confidence),
-                   run_to_run=float(doc.run_to_run), run_to_run_source=doc.run_to_run_source,
-                   set_aside=_pair(doc.set_aside, (0, 0)), modes=_pair(doc.modes, (1, 1)),
-                   host_busy=doc.host_busy, settled_by=doc.settled_by)
+    paired: bool  # base and head processes compared pair by pair (lockstep), else side against side
+    processes: Sides  # the processes (pairs) the comparison kept, a side
+    confidence: Measured  # the level the interval was judged at
+    run_to_run: Measured  # the run-to-run term added to the interval (relative sd)
+    run_to_run_source: Text = ""
+    set_aside: Sides = (0, 0)  # processes set aside as slowed by the machine
+    modes: Sides = (1, 1)  # performance modes the kept processes fall into
+    host_busy: Text | None = None  # why the host was not quiet: a change measured alone on it cannot stand
+    settled_by: one_of(SETTLED_BY) = "measurement"  # type: ignore[valid-type]  # pydantic's Annotated type
+    # Below: absent from an older perfgate's comparison.json, whose stored rule says them in words
+    decided: one_of(DECISIONS) | None = None  # type: ignore[valid-type]  # the part of the rule that decided
+    significant: bool = False  # the interval excludes 1 (and the rank test agrees where it can)
+    min_effect: Measured = 0.0  # the change a regression or a win must reach by its estimate (relative)
+    margin: Measured = 0.0  # the equivalence margin an unchanged interval lies within (relative)
+    test: Text = ""  # the statistics: test, interval and how the processes were read
+    throttled: Text = ""  # processes (pairs) set aside as throttled by their GPU, or kept although they were
+    threshold_source: Text = ""  # where the threshold came from (config, calibration, the noise floor)
+    one_process: bool = False  # a regression or win left inconclusive: one process on a side hides their noise
+    look: Count | None = None  # judged at the confidence of the sequential look at this many processes
+    other_parameters: Text = ""  # what of the case's spec the baseline measured otherwise
+    remeasure: one_of(REMEASURES) | None = None  # type: ignore[valid-type]  # what the re-measure did
+    remeasure_gave: Text = ""  # the re-measure's verdict that gave no step time, and its rule
+    before_kind: one_of(VERDICT_KINDS) | None = None  # type: ignore[valid-type]  # the verdict settled, with its
+    before_ratio: Measured | None = None  # ratio and interval (settled_by other than "measurement")
+    before_ratio_low: Measured | None = None
+    before_ratio_high: Measured | None = None
+    commit: Text = ""  # the baseline's commit lockstep pairs ran against (12 characters)
+    notes: Notes = ()  # said last: what the acknowledgements made of it
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """One case x metric judged against a baseline, with the numbers that made the decision."""
+    """One case x metric judged against a baseline, with the numbers that made the decision. A step-time
+    verdict's ``rule`` is said from its numbers and ``facts`` (perfgate.model.rule_text.time_rule)."""
 
-    case_key: str
-    metric: str  # "step_time", "accuracy", "status", or a METRIC_KINDS name
-    kind: str  # one of VERDICT_KINDS
-    baseline: float | None = None
-    current: float | None = None
-    ratio: float | None = None  # current / baseline
-    ratio_low: float | None = None
-    ratio_high: float | None = None
-    p_value: float | None = None
-    threshold: float | None = None  # the relative change that counts as large, or the tolerance used
-    rule: str = ""  # the rule applied, in words
-    advice: str | None = None
-    facts: TimeFacts | None = None  # a step-time verdict's evidence as data
-
-    def settled(self, by: str, rule: str) -> Verdict:
-        """This verdict as what ``by`` (SETTLED_BY) settled, with ``rule``."""
-        facts = replace(self.facts, settled_by=by) if self.facts is not None else None
-        return replace(self, rule=rule, facts=facts)
+    case_key: Name
+    metric: Name  # "step_time", "accuracy", "status", or a METRIC_KINDS name
+    kind: one_of(VERDICT_KINDS)  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
+    baseline: Measured | None = None
+    current: Measured | None = None
+    ratio: Measured | None = None  # current / baseline
+    ratio_low: Measured | None = None
+    ratio_high: Measured | None = None
+    p_value: Measured | None = None
+    threshold: Measured | None = None  # the relative change that counts as large, or the tolerance used
+    rule: Text = ""  # the rule applied, in words
+    advice: Text | None = None
+    # a step-time verdict's evidence as data; absent in older files
+    facts: Annotated[TimeFacts | None, Stored(TimeFactsDocument | None)] = None
 
     @property
     def fails_gate(self) -> bool:
@@ -142,11 +137,16 @@ class Verdict:
 
     @classmethod
     def from_json(cls, data: Any, source: str = "comparison", where: str = "verdict") -> Verdict:
-        """A Verdict read back from a comparison.json; SchemaError naming the field when malformed."""
-        doc = check(VerdictDocument, data, source, where)
-        fields = {name: getattr(doc, name) for name in VerdictDocument.model_fields if name != "facts"}
-        return cls(**fields, facts=TimeFacts.from_document(doc.facts) if doc.facts is not None else None)
+        """A Verdict read back from a comparison.json, its rule as stored; SchemaError naming the field when
+        malformed."""
+        return from_document(cls, check(VerdictDocument, data, source, where))
 
+
+# comparison.json as declared: each field's type and what an error line says would be valid (see
+# perfgate.model.results, which declares results.json the same way); the documents of the records here are
+# generated from them (validation.document).
+TimeFactsDocument = document(TimeFacts, "TimeFactsDocument")
+VerdictDocument = document(Verdict, "VerdictDocument")
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,7 @@ class ComparisonDocument(Document):
     environment_diff: dict[str, list[Any]] = {}
     warnings: list[Text] = []
     gate_failed: bool | None = None  # written for readers; recomputed from the verdicts
-    verdicts: list[VerdictDocument]
+    verdicts: list[VerdictDocument]  # type: ignore[valid-type]  # generated from Verdict
     acknowledgements: list[AcknowledgementDocument] = []  # type: ignore[valid-type]  # generated from Acknowledgement
     acknowledged_on: Text | None = None  # the date the acknowledgements' expiry was judged on (ISO)
 

@@ -1,22 +1,80 @@
-"""Which keys of a run's environment set its numbers, and how two environments differ in them. One list, read
-by the gate (a stored baseline measured in another environment), `baseline update --case` (cases of two
-environments in one baseline) and `merge` (the keys a merged run reports per shard), so that a key recorded
-for one of them cannot be missing from another. No torch, and no other perfgate module.
+"""Which keys of a run's record set its numbers, what each is for, and how two environments differ in them.
+One table (``KEYS``), each key once with its roles, read by the gate (a stored baseline measured in another
+environment), `baseline update --case` and pooled runs (cases of two environments in one baseline), and
+`merge` (shards that are one measurement, and what a merged run lists per shard); every list below is
+derived from it, so a key recorded for one of them cannot be missing from another. No torch, and no other
+perfgate module.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+# The roles of a key (``EnvironmentKey.roles``)
+COMPARED = "compared"  # the gate: a stored baseline measured with another value is a doubtful reference
+SHARED = "shared"  # `baseline update --case`, pooled runs: one baseline never mixes cases of two values
+MERGED = "merged"  # `perfgate merge`: shards that differ in it are not parts of one measurement
+JOINED = "joined"  # `perfgate merge`: shards may differ in it; the merged run lists every shard's value
+TUNING = "tuning"  # the variables that tune the workers (["NAME=value", ...]), compared variable by variable
+ROLES = (COMPARED, SHARED, MERGED, JOINED, TUNING)
+
+
+@dataclass(frozen=True)
+class EnvironmentKey:
+    """A key of a run's record, the roles it plays (ROLES), where it is recorded (the run's ``environment``
+    or its ``settings``) and what its absence means where results written before it existed measured one way."""
+
+    name: str
+    roles: tuple[str, ...]
+    recorded_in: str = "environment"
+    absent: str | None = None
+
+
+_GATED = (COMPARED, SHARED)
+# The table, in the order a difference is reported (comparison.json's environment_diff, a merge's refusal)
+KEYS = (
+    EnvironmentKey("hostname", (JOINED,)),
+    EnvironmentKey("torch", (*_GATED, MERGED)),
+    EnvironmentKey("torch_cuda", (*_GATED, MERGED)),
+    EnvironmentKey("cudnn", (*_GATED, MERGED)),
+    EnvironmentKey("nvidia_driver", (*_GATED, MERGED)),
+    EnvironmentKey("python", (*_GATED, MERGED)),
+    EnvironmentKey("device_name", (*_GATED, MERGED)),
+    EnvironmentKey("cpu_model", (*_GATED, JOINED)),
+    EnvironmentKey("threads", (*_GATED, JOINED)),
+    EnvironmentKey("machine_key", (*_GATED, MERGED)),
+    EnvironmentKey("address_layout", (*_GATED, JOINED)),
+    # workers used the C allocator's default thresholds until `malloc` was recorded (docs/gate.md)
+    EnvironmentKey("malloc", (*_GATED, JOINED), absent="system"),
+    EnvironmentKey("machine", (MERGED,)),
+    EnvironmentKey("compute_capability", (MERGED,)),
+    EnvironmentKey("python_implementation", (MERGED,)),
+    EnvironmentKey("perfgate", (MERGED,)),
+    EnvironmentKey("git_commit", (MERGED,)),
+    EnvironmentKey("tuning_env", (*_GATED, TUNING)),  # what tunes the workers (inherit.tuning_environment)
+    # the settings that change what a sample means; the rest (timeouts, config paths) may differ
+    EnvironmentKey("threads", (MERGED,), recorded_in="settings"),
+    EnvironmentKey("processes", (MERGED,), recorded_in="settings"),
+    EnvironmentKey("seed", (MERGED,), recorded_in="settings"),
+    EnvironmentKey("timing", (MERGED,), recorded_in="settings"),
+)
+
+
+def keys_with(role: str, recorded_in: str = "environment") -> tuple[str, ...]:
+    """The names of the keys recorded in ``recorded_in`` that play ``role``, in the table's order; the
+    tuning variables' key only for TUNING (every other role compares it variable by variable)."""
+    return tuple(k.name for k in KEYS if role in k.roles and k.recorded_in == recorded_in
+                 and (role == TUNING or TUNING not in k.roles))
+
 
 # Environment keys whose difference makes a stored baseline a doubtful reference, and one baseline holding
 # cases measured under both a mixture.
-ENVIRONMENT_KEYS = ("torch", "torch_cuda", "cudnn", "nvidia_driver", "python", "device_name", "cpu_model",
-                    "threads", "machine_key", "address_layout", "malloc")
-# what a key's absence means, where results written before it existed measured one way: workers used the C
-# allocator's default thresholds until `malloc` was recorded (docs/gate.md)
-ENVIRONMENT_BEFORE = {"malloc": "system"}
+ENVIRONMENT_KEYS = keys_with(COMPARED)
+# what a key's absence means, where results written before it existed measured one way
+ENVIRONMENT_BEFORE = {k.name: k.absent for k in KEYS if k.absent is not None}
 
-TUNING_ENV = "tuning_env"  # environment: ["NAME=value", ...], what tunes the workers (inherit.tuning_environment)
+(TUNING_ENV,) = keys_with(TUNING)  # environment: ["NAME=value", ...], what tunes the workers
 TUNING_DIFF_MAX = 20  # variables named in a difference at most (a baseline file is untrusted)
 
 
@@ -38,7 +96,7 @@ def environment_diff(base_env: dict[str, Any], cur_env: dict[str, Any], *,
     be the other's (``ENVIRONMENT_BEFORE`` still says what an absence means)."""
     sides = [{**{k: v for k, v in ENVIRONMENT_BEFORE.items() if one_sided or k in other}, **env}
              for env, other in ((base_env, cur_env), (cur_env, base_env))]
-    out = {k: [sides[0].get(k), sides[1].get(k)] for k in ENVIRONMENT_KEYS
+    out = {k: [sides[0].get(k), sides[1].get(k)] for k in (keys_with(SHARED) if one_sided else ENVIRONMENT_KEYS)
            if (one_sided or (k in sides[0] and k in sides[1])) and sides[0].get(k) != sides[1].get(k)}
     b, c = tuning_variables(base_env.get(TUNING_ENV)), tuning_variables(cur_env.get(TUNING_ENV))
     if b is not None and c is not None:
