@@ -337,3 +337,37 @@ def test_a_run_to_become_a_baseline_measures_to_half_a_plain_runs_precision_from
     for given in ({"gate": True}, {"against_ref": "main"}):
         with pytest.raises(ConfigError, match="--baseline-precision records a run to become a baseline"):
             RunOptions(baseline_precision=True, **given)
+
+
+def test_a_case_prints_its_calibrated_run_to_run_term_and_every_report_reads_the_same(tmp_path):
+    """A case calibrated on this machine (`perfgate calibrate --write`, in the baseline) prints the interval
+    its calibration gives for another run, in its settle line and in every report (RunResult.run_to_run
+    reads the term its sampling recorded); a case without one prints the device's default. A results file
+    is untrusted: a recorded term that is not a number in [0, RUN_TO_RUN_MAX] gives the run's setting."""
+    from dataclasses import replace
+
+    from perfgate.gating.gate import sampler_factory
+    from perfgate.judging.baselines import Baseline
+    from perfgate.model import config
+    from perfgate.model.results import RunResult
+
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\n")
+    settings = config.load(cwd=tmp_path)
+    rnd = random.Random(5)
+    procs = [process(rnd, 1e-3 * math.exp(rnd.gauss(0, 0.01)), index=i) for i in range(3)]
+    empty = RunResult(run_id="b", suite="smoke", environment={}, cases=[])
+    calibrated = Baseline(empty, "m", "smoke", {SPEC.key: {"run_to_run": 0.011, "run_spread": {"dof": 9}}})
+    for baseline, term, source in ((None, GATE.run_to_run, "run_to_run default, not calibrated"),
+                                   (calibrated, 0.011, "measured by calibrate (95% upper bound, 9 dof)")):
+        sampler = sampler_factory(settings, "stored" if baseline else "plain", baseline)(SPEC)
+        sampler.next_target(3, 3.0, case(procs))
+        record = sampler.record(3, 3.0)
+        assert (record["run_to_run"], record["run_to_run_source"]) == (pytest.approx(term), source)
+        assert f"for another run (+{term * 100:g}% run-to-run)" in sampler.looks[-1]["result"]
+        measured = replace(case(procs), metadata={"sampling": record})
+        run = RunResult(run_id="r", suite="smoke", environment={}, cases=[measured], settings={"gate": {"run_to_run": 0.07}})
+        assert run.run_to_run(measured) == pytest.approx(term)
+        assert run.step_time(measured).run_to_run == pytest.approx(term)
+    for bad in (-0.1, 0.9, True, "0.01", None, float("nan")):
+        forged = replace(measured, metadata={"sampling": {**record, "run_to_run": bad}})
+        assert run.run_to_run(forged) == 0.07

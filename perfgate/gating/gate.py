@@ -186,22 +186,25 @@ def sampler_factory(settings: Settings, mode: str, baseline: baselines.Baseline 
 
     def make(spec: CaseSpec) -> sequential.Sampler:
         base_case = baseline.run.case(spec.key) if baseline else None
+        case = CaseResult(spec=spec, status=STATUS_OK)
+        # the term the case's printed interval adds for another run: its calibration here, else the default
+        printed = gs.run_to_run_term(case, spec.key, calibration)
         rule: sequential.Rule
         if mode == "baseline":
             rule = sequential.PrecisionRule(gs.plain_precision() * baselines.BASELINE_PRECISION_SHARE,
-                                            gs.process_quantile, gs.confidence, gs.run_to_run_for(False, spec.device),
+                                            gs.process_quantile, gs.confidence, printed[0],
                                             min_processes=gs.unpaired_min_processes)
         elif mode == "plain" or (mode == "stored" and (base_case is None or base_case.status != STATUS_OK)):
-            rule = sequential.PrecisionRule(gs.plain_precision(), gs.process_quantile, gs.confidence,
-                                            gs.run_to_run_for(False, spec.device))
+            rule = sequential.PrecisionRule(gs.plain_precision(), gs.process_quantile, gs.confidence, printed[0])
         else:
-            case = CaseResult(spec=spec, status=STATUS_OK)
             threshold, source = gs.threshold_for(case, spec.key, calibration)
             run_to_run, _ = gs.run_to_run_term(case, spec.key, calibration, paired=(mode == "against"), base=base_case)
             rule = sequential.ComparisonRule(gs, threshold, source, paired=(mode == "against"), base=base_case,
                                              run_to_run=run_to_run)
-            return sequential.make_sampler(gs, settings.processes, rule, screen=screen and mode == "stored")
-        return sequential.make_sampler(gs, settings.processes, rule)
+        sampler = sequential.make_sampler(gs, settings.processes, rule,
+                                          screen=screen and mode == "stored" and isinstance(rule, sequential.ComparisonRule))
+        sampler.run_to_run = printed
+        return sampler
 
     return make
 

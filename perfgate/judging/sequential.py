@@ -214,6 +214,9 @@ class Sampler:
     looks: list[dict[str, Any]] = field(default_factory=list)
     stopped: str = ""
     confidence: float | None = None  # the confidence of the look that settled (or ended) the case
+    # the run-to-run term the case's printed interval adds for another run, and where it came from (a
+    # calibration of the case on this machine, or the device's default): recorded for every report
+    run_to_run: tuple[float, str] | None = None
     _spent: float = 0.0
     _increments: list[float] = field(default_factory=list)  # the error rate given to each look so far
     _counts: list[int] = field(default_factory=list)  # processes (per side) at each look so far
@@ -276,6 +279,8 @@ class Sampler:
         if isinstance(self.rule, ComparisonRule) and self.confidence is not None:
             # the step-time verdict of this case is judged at this confidence, never the nominal one
             out["confidence"] = self.confidence
+        if self.run_to_run is not None:
+            out["run_to_run"], out["run_to_run_source"] = self.run_to_run
         return out
 
 

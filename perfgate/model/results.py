@@ -381,9 +381,15 @@ class RunResult:
         return self.gate_setting("confidence", 0.95, 0.5, 0.999)
 
     def run_to_run(self, case: CaseResult) -> float:
-        """The run-to-run term (relative sd) of ``case``'s device as the run recorded ``[tool.perfgate.gate]``
-        (``run_to_run``, or ``run_to_run_cuda`` on a GPU; their defaults where none was set): what a figure
-        meant to hold another run's, or compared with a case measured at another time, adds."""
+        """The run-to-run term (relative sd) of ``case``: what a figure meant to hold another run's, or compared
+        with a case measured at another time, adds. The term its sampling recorded (``sampling.run_to_run``:
+        the case's calibration on this machine, else the device's default, as its settle line said); in a
+        run without one, the device's as the run recorded ``[tool.perfgate.gate]`` (``run_to_run``, or
+        ``run_to_run_cuda`` on a GPU; their defaults where none was set)."""
+        sampling = case.metadata.get("sampling")
+        recorded = sampling.get("run_to_run") if isinstance(sampling, dict) else None
+        if not isinstance(recorded, bool) and isinstance(recorded, (int, float)) and 0 <= recorded <= RUN_TO_RUN_MAX:
+            return float(recorded)
         if case.spec.device.startswith("cuda"):
             return self.gate_setting("run_to_run_cuda", RUN_TO_RUN_CUDA, 0.0, RUN_TO_RUN_MAX)
         return self.gate_setting("run_to_run", RUN_TO_RUN_CPU, 0.0, RUN_TO_RUN_MAX)
