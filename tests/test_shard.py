@@ -97,6 +97,8 @@ def test_costs_from_results_and_baseline_shapes():
     assert costs_from_results(results) == {cases[0].key: 3.5}
     keyed = {"cases": {cases[1].key: {"duration_s": 2.0}}}
     assert costs_from_results(keyed) == {cases[1].key: 2.0}
+    for untrusted in (None, 3, "cases", True):  # a file's "cases" that holds none: no costs, no traceback
+        assert costs_from_results({"cases": untrusted}) == {}
 
 
 @pytest.mark.parametrize("text", ["1/4", " 4/4", "1/1"])

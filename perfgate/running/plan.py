@@ -258,7 +258,7 @@ def costs_from_results(data: dict[str, Any]) -> dict[str, float]:
     cases = data.get("cases", []) if isinstance(data, dict) else []
     if isinstance(cases, dict):  # a baseline keyed by case
         cases = [{"key": k, **v} for k, v in cases.items() if isinstance(v, dict)]
-    for case in cases:
+    for case in cases if isinstance(cases, list) else []:  # untrusted: null or a number holds no cases
         if not isinstance(case, dict):
             continue
         key = case.get("key")
