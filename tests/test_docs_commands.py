@@ -31,7 +31,7 @@ import sysconfig
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -336,14 +336,15 @@ class Project:
 
     # ------------------------------------------------------------ running
     def doc(self, args: tuple[str, ...]) -> Outcome:
-        """`perfgate ARGS` (as the docs write it) run in the project once: its outcome. A command not run in
-        the background waits for every background command but the ones that nothing reads (calibrate)."""
+        """`perfgate ARGS` (as the docs write it) run in the project once: its outcome. A command waits for the
+        background commands of the stages before its own, except calibrate, which nothing reads (bisect, which
+        measures, waits for every one)."""
         if args in self.background:
             return self.background[args].result()
         if args not in self.done:
             path = parse(args)
             for other, future in list(self.background.items()):
-                if parse(other) != ("calibrate",) or path == ("bisect",):  # bisect measures: alone
+                if (stage(other) < stage(args) and parse(other) != ("calibrate",)) or path == ("bisect",):
                     future.result()
             if path in LATEST_OF and "--results" not in args and self.latest() != self.folder(LATEST_OF[path]):
                 self.done.pop(LATEST_OF[path])  # made before another run: made again, to be the latest
@@ -364,17 +365,26 @@ class Project:
         made = Path(named.group(1)) if path == ("run",) and named else None
         return Outcome(argv[3:], code, out, made if made and (made / "results.json").is_file() else None)
 
-    def in_background(self, commands: list[tuple[str, ...]]) -> None:
+    def in_background(self, commands: list[tuple[str, ...]], then: tuple[str, ...] | None = None) -> None:
         """Start ``commands`` two at a time (the two cores a CI runner has), in this order: each is a command of
-        its own process, and none reads what another writes (a run's folder is its own)."""
+        its own process, and none reads what another writes (a run's folder is its own). ``then``, a run, starts
+        once the runs among them have ended: it is then the latest run."""
         pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="docs-command")
         self.pools.append(pool)
         for args in commands:
             if args not in self.done and args not in self.background:
                 self.background[args] = pool.submit(self.finish, args)
         pool.shutdown(wait=False)
+        if then is not None:
+            runs = [f for a, f in self.background.items() if parse(a) == ("run",)]
+            after = ThreadPoolExecutor(max_workers=1, thread_name_prefix="docs-command-then")
+            self.pools.append(after)
+            self.background[then] = after.submit(self.finish, then, runs)
+            after.shutdown(wait=False)
 
-    def finish(self, args: tuple[str, ...]) -> Outcome:
+    def finish(self, args: tuple[str, ...], after: Sequence[Future[Outcome]] = ()) -> Outcome:
+        for future in after:
+            future.result()
         self.done[args] = self.execute(args, parse(args))
         return self.done[args]
 
@@ -452,18 +462,19 @@ def documented_runs() -> dict[tuple[str, ...], list[str]]:
     return found
 
 
-def order(args: tuple[str, ...]) -> int:
-    path = parse(args)
+def stage(args: tuple[str, ...]) -> int:
+    """Where ``args`` runs in ORDER (the compiled run: with trace, which reads it)."""
+    path = ("trace",) if args == COMPILED else parse(args)
     return next(i for i, first in enumerate(ORDER) if path[:len(first)] == first)
 
 
 RUNS = documented_runs()
-TO_RUN = sorted(RUNS, key=lambda a: (order(a), list(RUNS).index(a)))  # in ORDER, else as the docs show them
+TO_RUN = sorted(RUNS, key=lambda a: (stage(a), list(RUNS).index(a)))  # in ORDER, else as the docs show them
 
 
 # Run in the background, two at a time, as soon as the project is set up: the runs (which only the commands
-# after them read), calibrate (which nothing reads), longest first; the compiled run last, so that it starts
-# last and is the latest run when trace reads the latest.
+# after them read), calibrate (which nothing reads), longest first; then the compiled run, alone, so that it is
+# the latest run when trace reads the latest.
 BACKGROUND_PATHS = (("run",), ("calibrate",))
 LONGEST_FIRST = (("calibrate",), ("run", "--against"), ("run", "--base-python"), ("run", "--base-env"),
                  ("run", "--workloads-dir", "workloads"))
@@ -471,8 +482,8 @@ LONGEST_FIRST = (("calibrate",), ("run", "--against"), ("run", "--base-python"),
 
 def background(selected: set[tuple[str, ...]]) -> list[tuple[str, ...]]:
     chosen = [a for a in TO_RUN if a in selected and parse(a) in BACKGROUND_PATHS]
-    chosen.sort(key=lambda a: next((i for i, p in enumerate(LONGEST_FIRST) if a[:len(p)] == p), len(LONGEST_FIRST)))
-    return chosen + ([COMPILED] if any(parse(a) == ("trace",) for a in selected) else [])
+    return sorted(chosen, key=lambda a: next((i for i, p in enumerate(LONGEST_FIRST) if a[:len(p)] == p),
+                                             len(LONGEST_FIRST)))
 
 
 @pytest.fixture(scope="module")
@@ -483,7 +494,8 @@ def project(tmp_path_factory, request) -> Iterator[Project]:
         scratch.set_up()
         selected = {item.callspec.params["args"] for item in request.session.items
                     if getattr(item, "originalname", "") == "test_each_documented_command_runs"}
-        scratch.in_background(background(selected))
+        scratch.in_background(background(selected),
+                              then=COMPILED if any(parse(a) == ("trace",) for a in selected) else None)
         yield scratch
     finally:
         scratch.close()
