@@ -6,14 +6,16 @@ takes it, and runs the cheap read-only ones (doctor, list, baseline show) in thi
 baselines, gates, compare, reports, repro, traces, TensorBoard, history, bisect, calibrate, init) run here,
 taken from the docs by the same parser, never copied, in a project set up as the README sets up a repository:
 `git init`, `perfgate init`, the example replaced by a tiny workload of its own, a few commits (the tag v1.2,
-then a commit that makes the step three times longer: what `perfgate bisect v1.2 main` finds, then one more,
+then a commit that makes the step five times longer: what `perfgate bisect v1.2 main` finds, then one more,
 so that `--against HEAD~1` and `--against main` compare the same code). The project's [tool.perfgate] keeps
-every run to seconds: one tiny case per suite, 3 worker processes, 5 samples, no adaptive sampling. The runs
-and calibrate, which only later commands read, start as soon as the project is set up, two at a time.
+every run to seconds: one tiny case per suite, 3 worker processes (bisect's pairs: two leave its interval too
+wide to find a step), 5 samples, no adaptive sampling, a threshold no A/A noise crosses. The runs and
+calibrate, which only later commands read, start as soon as the project is set up, two at a time.
 
 Placeholders are filled from runs made earlier (RUN, RESULTS, CURRENT, BASE_RUN, LATEST_RUN, RUN-ID: run
 folders; PATH, BASELINE, MACHINE: the stored baseline; CASE: a case of the run the command reads), and a
-documented run's folder is what later commands read, so one run feeds many commands. Each command asserts
+documented run's folder is what later commands read, so one run feeds many commands. A line with optional
+parts runs once, with all of them (`calibrate [--suite S] [--write]`). Each command asserts
 its exit code and something it shows. A block whose commands cannot run on CPU in a test carries a needs
 marker (`<!-- needs: gpu -->`, `github`) and is only parsed there.
 """
@@ -242,8 +244,8 @@ class Project:
         git(self.root, "add", "-A")
         git(self.root, "commit", "-qm", "perfgate: workloads")
         git(self.root, "tag", "v1.2")
-        (workloads / "operator_rollout.py").write_text(SCRATCH_WORKLOAD.format(depth=12))
-        git(self.root, "commit", "-qam", "a slower step: three times the layers")
+        (workloads / "operator_rollout.py").write_text(SCRATCH_WORKLOAD.format(depth=20))
+        git(self.root, "commit", "-qam", "a slower step: five times the layers")
         (self.root / "NOTES.md").write_text("notes\n")
         git(self.root, "add", "NOTES.md")
         git(self.root, "commit", "-qm", "notes")
@@ -517,6 +519,14 @@ def test_a_line_runs_once_with_every_optional_part():
     assert full_forms("perfgate report reports/<run-id> [--out DIR] [--baseline F | --against-results R]") == [
         "perfgate report reports/RUN-ID --out DIR --baseline F", "perfgate report reports/RUN-ID --out DIR --against-results R"]
     assert full_forms("perfgate run --gate") == ["perfgate run --gate"]
+
+
+def test_a_placeholder_without_a_value_fails_naming_it(tmp_path):
+    scratch = Project(tmp_path / "your-repo", tmp_path / "home")
+    with pytest.raises(AssertionError, match=r"no value for \['NEW_THING'\]"):
+        scratch.fill(("report", "NEW_THING"), ("report",))
+    assert scratch.fill(("run", "--changed-since", "HEAD", "-w", "x"), ("run",)) == ["run", "--changed-since", "HEAD",
+                                                                                      "-w", "x"]
 
 
 @pytest.mark.slow  # every command starts perfgate, most of them worker processes
