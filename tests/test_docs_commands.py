@@ -10,7 +10,7 @@ then a commit that makes the step five times longer: what `perfgate bisect v1.2 
 so that `--against HEAD~1` and `--against main` compare the same code). The project's [tool.perfgate] keeps
 every run to seconds: one tiny case per suite, 3 worker processes (bisect's pairs: two leave its interval too
 wide to find a step), 5 samples, no adaptive sampling, a threshold no A/A noise crosses. The runs and
-calibrate, which only later commands read, start as soon as the project is set up, two at a time.
+calibrate, which only later commands read, start as soon as the project is set up, three at a time.
 
 Placeholders are filled from runs made earlier (RUN, RESULTS, CURRENT, BASE_RUN, LATEST_RUN, RUN-ID: run
 folders; PATH, BASELINE, MACHINE: the stored baseline; CASE: a case of the run the command reads), and a
@@ -368,10 +368,10 @@ class Project:
         return Outcome(argv[3:], code, out, made if made and (made / "results.json").is_file() else None)
 
     def in_background(self, commands: list[tuple[str, ...]], then: tuple[str, ...] | None = None) -> None:
-        """Start ``commands`` two at a time (the two cores a CI runner has), in this order: each is a command of
-        its own process, and none reads what another writes (a run's folder is its own). ``then``, a run, starts
-        once the runs among them have ended: it is then the latest run."""
-        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="docs-command")
+        """Start ``commands`` WIDTH at a time, in this order: each is a command of its own process, and none reads
+        what another writes (a run's folder is its own). ``then``, a run, starts once the runs among them have
+        ended: it is then the latest run."""
+        pool = ThreadPoolExecutor(max_workers=WIDTH, thread_name_prefix="docs-command")
         self.pools.append(pool)
         for args in commands:
             if args not in self.done and args not in self.background:
@@ -474,10 +474,11 @@ RUNS = documented_runs()
 TO_RUN = sorted(RUNS, key=lambda a: (stage(a), list(RUNS).index(a)))  # in ORDER, else as the docs show them
 
 
-# Run in the background, two at a time, as soon as the project is set up: the runs (which only the commands
+# Run in the background, WIDTH at a time, as soon as the project is set up: the runs (which only the commands
 # after them read), calibrate (which nothing reads), longest first; then the compiled run, alone, so that it is
 # the latest run when trace reads the latest.
 BACKGROUND_PATHS = (("run",), ("calibrate",))
+WIDTH = 3  # commands at a time: a run leaves a core idle part of the time (lockstep pairs, process start-up)
 LONGEST_FIRST = (("calibrate",), ("run", "--against"), ("run", "--base-python"), ("run", "--base-env"),
                  ("run", "--workloads-dir", "workloads"))
 
