@@ -4,7 +4,8 @@ every `perfgate` command line in README.md and docs/**/*.md is one the real comm
 A shell block (```bash, ```sh, ```shell, ```console) line that calls perfgate is parsed by perfgate's
 click commands without running it: an unknown command or option, a missing argument or value, or a
 value outside a fixed choice fails here. The cheap read-only ones (`--help`, `--version`, `doctor`,
-`list`, `baseline show`) are also run. A block whose commands need a GPU or GitHub carries a marker on
+`list`, `baseline show`) are also run; tests/test_docs_commands.py runs every other one in a scratch
+project. A block whose commands need a GPU or GitHub carries a marker on
 the line before its fence, `<!-- needs: gpu -->` or `<!-- needs: github -->`: its commands are parsed,
 never run. Placeholders the docs write are understood: `<run-id>`, `[--out DIR]` (an optional part, each
 alternative of `[A | B]` checked), a standalone `...`.
