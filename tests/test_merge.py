@@ -383,6 +383,30 @@ def test_rejudge_passes_an_unchanged_run(tmp_path):
     assert not load_comparison_file(tmp_path / "m").gate_failed
 
 
+def test_rejudge_names_the_environment_difference_of_shards_run_with_base_python(tmp_path):
+    """`run --base-python` shards merged with --rejudge: the comparison names what differs between the two
+    sides' environments (the change under test), as each shard's own run did; plain --against shards none."""
+    from perfgate.gating.merged_gate import judge_against
+    from perfgate.model.environment_keys import change_under_test
+
+    paths = _against_shards(tmp_path, 1.0)
+    run, _ = merge_runs(paths, tmp_path / "plain")
+    assert judge_against(tmp_path / "plain", run, settings_for(tmp_path)).environment_diff == {}
+    for p in paths:
+        head = load_results(p)
+        head.settings["base_python"] = "/venvs/old/bin/python"
+        head.environment["packages"] = ["numpy==2.1.0", "torch==2.13.0"]
+        write_results(head, p)
+        base = load_results(p.parent / "base" / "results.json")
+        base.environment["packages"] = ["numpy==1.26.4", "torch==2.13.0"]
+        write_results(base, p.parent / "base" / "results.json")
+    run, _ = merge_runs(paths, tmp_path / "m")
+    comparison = judge_against(tmp_path / "m", run, settings_for(tmp_path))
+    assert comparison.environment_diff == {"package numpy": ["1.26.4", "2.1.0"]}
+    assert change_under_test(comparison.mode, comparison.environment_diff) == \
+        "the environment: package numpy 1.26.4 -> 2.1.0"
+
+
 def test_rejudge_confirms_a_regression_only_with_both_sides_re_measured(tmp_path):
     from perfgate.gating.merged_gate import judge_against
     from perfgate.judging.gate_settings import GateSettings

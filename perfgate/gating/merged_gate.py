@@ -62,6 +62,7 @@ def judge_against(out_dir: str | Path, run: RunResult, settings: Settings) -> Co
     from perfgate.judging.gate_settings import gate_settings
     from perfgate.judging.sequential import look_confidence
     from perfgate.judging.settle import confirm_regressions
+    from perfgate.model.environment_keys import side_by_side_diff
 
     out = Path(out_dir)
     base_file = out / "base" / "results.json"
@@ -79,6 +80,10 @@ def judge_against(out_dir: str | Path, run: RunResult, settings: Settings) -> Co
     # every judging parameter from this side: the looks' levels too, replayed from our settings
     look = look_confidence(gs, settings.processes)
     comparison = compare_runs(run, base_run, gs, mode="against", baseline_source=source, look_confidence=look)
+    if run.settings.get("base_python") or run.settings.get("base_env"):
+        # the shards ran their two sides in two environments (`run --base-python`, `--base-env`): what differs
+        # between them is the change under test, named as the shards' own run named it
+        comparison = replace(comparison, environment_diff=side_by_side_diff(base_run.environment, run.environment))
     if gs.remeasures("against") and any(v.metric == STEP_TIME and v.kind == "regression" for v in comparison.verdicts):
         head_again = _cases_by_key(out / REMEASURE_FILE)
         base_again = _cases_by_key(out / "base" / REMEASURE_FILE)
