@@ -534,24 +534,33 @@ def test_an_a_a_pair_in_folders_of_other_lengths_is_neither_a_regression_nor_a_w
     --out), compared unpaired, was called a 25% win. Every worker now draws its own layout, and a side
     whose processes fall into modes is kept whole, so neither run can sit on one layout family. The
     threshold is 15% (the failures were 8-26%): two runs of this rollout on this 2-core machine differ as
-    wholes by up to about 10% (a `win` at a 10% threshold once in CI), more than the 2% run-to-run default
-    covers; calibrate measures that term per case, while this test judges the layouts' effect."""
+    wholes by up to about 10%, and a shared CI machine once moved one run by more than 15% (an A/A
+    `regression` with the 6% run-to-run default, 2026-11-29). A folder length's effect is systematic and a
+    busy neighbour's is not, so an alarm is measured once more with the runs in the other order (fresh
+    folders of the same two lengths): a layout bias alarms again, a noisy minute does not."""
     (tmp_path / "workloads").mkdir()
     (tmp_path / "workloads" / "user_conv.py").write_text(CONV_ROLLOUT)
     (tmp_path / "pyproject.toml").write_text(
         '[tool.perfgate]\nworkloads_dirs = ["workloads"]\n[tool.perfgate.gate]\nthreshold = 0.15\n'
         "max_processes = 8\nmax_case_s = 25\n")
-    runs = [tmp_path / "r", tmp_path / ("run-folder-of-another-length-" + "x" * 120)]
-    for out in runs:
-        proc = run_cli("run", "-w", "user_conv", "-t", "eager", "--out", str(out), cwd=tmp_path)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    envs = [json.loads((out / "results.json").read_text())["environment"] for out in runs]
-    assert envs[0]["layout_policy"] == "drawn" and envs[0]["layout_seed"] != envs[1]["layout_seed"]
-    cmp = run_cli("compare", str(runs[1]), str(runs[0]), "--gate", cwd=tmp_path)
-    data = json.loads((runs[1] / "comparison.json").read_text())
-    (v,) = [v for v in data["verdicts"] if v["metric"] == "step_time"]
-    assert v["kind"] in ("unchanged", "inconclusive"), v
-    assert cmp.returncode == 0, cmp.stdout + cmp.stderr
+
+    def trial(n: int, order: tuple[int, int]) -> dict:
+        runs = [tmp_path / f"r{n}", tmp_path / (f"run-folder-of-another-length-{n}-" + "x" * 120)]
+        for i in order:
+            proc = run_cli("run", "-w", "user_conv", "-t", "eager", "--out", str(runs[i]), cwd=tmp_path)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        envs = [json.loads((out / "results.json").read_text())["environment"] for out in runs]
+        assert envs[0]["layout_policy"] == "drawn" and envs[0]["layout_seed"] != envs[1]["layout_seed"]
+        cmp = run_cli("compare", str(runs[1]), str(runs[0]), "--gate", cwd=tmp_path)
+        data = json.loads((runs[1] / "comparison.json").read_text())
+        (v,) = [v for v in data["verdicts"] if v["metric"] == "step_time"]
+        assert cmp.returncode == (1 if v["kind"] == "regression" else 0), cmp.stdout + cmp.stderr
+        return v
+
+    first = trial(0, (0, 1))
+    if first["kind"] not in ("unchanged", "inconclusive"):
+        again = trial(1, (1, 0))
+        assert again["kind"] in ("unchanged", "inconclusive"), (first, again)
 
 
 def test_compare_with_another_runs_results_that_share_no_case_is_refused(tmp_path):
