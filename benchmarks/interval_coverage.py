@@ -16,6 +16,7 @@ with one process has no interval: it is counted apart, never as held. Prints the
     python benchmarks/interval_coverage.py --runs 8 --out coverage.json              # the smoke suite
     python benchmarks/interval_coverage.py --runs 8 -w wave_field -t eager -t amp-bf16 --size smoke
     python benchmarks/interval_coverage.py --analyze RUN_DIR... --out coverage.json  # runs made already
+    python benchmarks/interval_coverage.py --analyze RUN_DIR... --run-to-run 0.08    # and as another term prints
 
 The analysis (``figures``, ``coverage``, ``report_text``) imports no torch: tests/test_interval_coverage.py
 drives it with synthetic results files.
@@ -24,6 +25,7 @@ drives it with synthetic results files.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -38,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfgate.model.results import STATUS_OK, RunResult, load_results  # noqa: E402
 from perfgate.reports.base import ReportInput  # noqa: E402
+from perfgate.util.stats import RUN_TO_RUN_MAX  # noqa: E402
 
 CASE_TARGET = 0.80
 SPEEDUP_TARGET = 0.85
@@ -60,6 +63,15 @@ def figures(run: RunResult) -> dict[str, dict[str, Any]]:
             "advice": row.recommendation.action,
         }
     return out
+
+
+def with_run_to_run(run: RunResult, term: float) -> RunResult:
+    """A copy of ``run`` whose every case records ``term`` as its run-to-run term (``sampling.run_to_run``,
+    what RunResult.run_to_run reads): its intervals as they would print with that term."""
+    cases = [dataclasses.replace(c, metadata={**c.metadata, "sampling": {
+        **(c.metadata.get("sampling") if isinstance(c.metadata.get("sampling"), dict) else {}), "run_to_run": term}})
+        for c in run.cases]
+    return dataclasses.replace(run, cases=cases)
 
 
 def _share(held: int, pairs: int) -> float | None:
@@ -190,8 +202,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="an option passed on to every `perfgate run` (repeatable): --run-arg=--device=cuda")
     ap.add_argument("--analyze", nargs="+", default=None, metavar="RUN_DIR",
                     help="analyse these run folders (or results.json files) instead of running")
+    ap.add_argument("--run-to-run", type=float, action="append", default=[], metavar="TERM",
+                    help="score the intervals again with this run-to-run term in place of the one each case recorded "
+                         "(a relative sd: 0.08); repeatable, each term scored on its own")
     ap.add_argument("--out", default="interval_coverage.json", help="the JSON written")
     args = ap.parse_args(argv)
+    if any(not 0 <= t <= RUN_TO_RUN_MAX for t in args.run_to_run):
+        ap.error(f"--run-to-run must be in [0, {RUN_TO_RUN_MAX:g}] (a relative sd), got {args.run_to_run}")
     if args.analyze is None and args.runs < 2:
         ap.error(f"--runs must be at least 2 (a pair of runs), got {args.runs}")
     if args.analyze is not None and len(args.analyze) < 2:
@@ -210,9 +227,17 @@ def main(argv: list[str] | None = None) -> int:
         root.mkdir(parents=True, exist_ok=True)
         print(f"interval_coverage: {args.runs} runs of `perfgate run {' '.join(selection)}` into {root}", flush=True)
         paths = [run_once(root / f"run-{i:02d}", selection, args.timeout) for i in range(args.runs)]
-    runs = [figures(load_results(p)) for p in paths]
+    loaded = [load_results(p) for p in paths]
+    runs = [figures(r) for r in loaded]
     summary = {**coverage(runs), "selection": selection, "results": [str(p) for p in paths], "machine": machine()}
     print(report_text(summary))
+    if args.run_to_run:
+        summary["rescored"] = {}
+        for term in args.run_to_run:
+            again = coverage([figures(with_run_to_run(r, term)) for r in loaded])
+            summary["rescored"][f"{term:g}"] = again
+            print(f"\nre-scored with a run-to-run term of {term * 100:g}% in every case:")
+            print(report_text(again))
     tmp = Path(args.out).with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
     tmp.replace(args.out)  # atomic: a reader sees the old file or the whole new one

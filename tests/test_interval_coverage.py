@@ -79,3 +79,15 @@ def test_fewer_than_two_runs_is_bad_input_exit_2():
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "interval_coverage.py"), "--runs", "1"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--runs must be at least 2" in proc.stderr
+
+
+def test_rescoring_with_another_term_widens_every_interval_and_leaves_the_run_alone():
+    run = synthetic_run(["rollout"], toggles=("eager", "compile"))
+    key = "rollout/smoke/compile/cpu"
+    narrow = interval_coverage.figures(interval_coverage.with_run_to_run(run, 0.0))[key]
+    wide = interval_coverage.figures(interval_coverage.with_run_to_run(run, 0.2))[key]
+    assert wide["ci_low_s"] < narrow["ci_low_s"] < narrow["ci_high_s"] < wide["ci_high_s"]
+    assert wide["median_s"] == narrow["median_s"]
+    assert run.run_to_run(run.case(key)) == 0.02  # the synthetic project's term, untouched
+    again = interval_coverage.with_run_to_run(run, 0.2)
+    assert again.run_to_run(again.case(key)) == 0.2
