@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import statistics
 from dataclasses import replace
 from datetime import date
@@ -39,6 +40,7 @@ from perfgate.model.acknowledge import Entry
 from perfgate.model.comparison import VERDICT_KINDS
 from perfgate.model.config import ConfigError
 from perfgate.model.results import METRICS, CaseResult, CaseSpec, ProcessSamples, RunResult
+from perfgate.util.validation import SchemaError
 
 
 def spec(toggle: str = "eager", workload: str = "w") -> CaseSpec:
@@ -731,6 +733,32 @@ def test_a_step_time_verdict_carries_its_evidence_as_fields_that_survive_compari
     assert back.verdicts == cmp.verdicts
     old = {k: val for k, val in v.to_json().items() if k != "facts"}
     assert Verdict.from_json(old).facts is None
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("environment_diff", {"torch": ["2.12.0"]}, "environment_diff.torch must be a [baseline, this run] pair, got ['2.12.0']"),
+    ("environment_diff", {"x": "a -> b"}, "environment_diff.x must be a [baseline, this run] pair, got 'a -> b'"),
+    ("environment_diff", [], "environment_diff must be an object, got []"),
+    ("mode", "both", "mode must be one of baseline, against, got 'both'"),
+    ("warnings", ["ok", 3], "warnings[1] must be a string, got 3"),
+    ("verdicts", None, "verdicts must be an array, got None"),
+    ("acknowledgements", [{"entry": "acknowledge[0]"}], "acknowledgements[0].case is missing"),
+])
+def test_comparison_json_is_read_as_comparison_declares_it(field, value, said):
+    """comparison.json is validated against the document generated from Comparison: the run it was compared
+    with is not in it, gate_failed is recomputed, and a bad field is one line naming it."""
+    from perfgate.gating.comparison_file import comparison_from_json
+    from perfgate.model.comparison import Acknowledgement, Comparison, Verdict
+
+    cmp = Comparison([Verdict("w/s/eager/cpu", "step_time", "regression", ratio=1.3)], mode="against",
+                     baseline_source="git:HEAD~1", baseline=run(), environment_diff={"torch": ["2.12.0", "2.13.0"]},
+                     warnings=["torch differs"], acknowledged_on="2026-11-29",
+                     acknowledgements=[Acknowledgement("acknowledge[0]", "w/*", "step_time", "known", "unmatched")])
+    data = json.loads(json.dumps(cmp.to_json()))
+    back = comparison_from_json({**data, "gate_failed": False}, "comparison.json")
+    assert back.baseline is None and back.gate_failed and back.to_json() == cmp.to_json()
+    with pytest.raises(SchemaError, match=re.escape(f"comparison.json: {said}")):
+        comparison_from_json({**data, field: value}, "comparison.json")
 
 
 def test_many_raw_samples_do_not_overflow_the_rank_test_check():

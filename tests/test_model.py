@@ -209,8 +209,9 @@ def _names(model) -> set[str]:
 
 def test_each_records_file_form_holds_the_fields_its_dataclass_does():
     """A record is declared once, as its dataclass: its document is generated from it, and what it writes is
-    what the document reads. A field added to the dataclass alone, to a writer alone, or to a document declared
-    by hand (a run's, a baseline's, a comparison's) alone fails here."""
+    what the document reads. A field added to the dataclass alone, or to a writer alone, fails here; so does
+    one the file holds in another shape than the dataclass says (another key, inside another field, not at
+    all) unless the dataclass says so."""
     import dataclasses
 
     from perfgate.judging.baselines import Baseline, BaselineDocument
@@ -219,23 +220,27 @@ def test_each_records_file_form_holds_the_fields_its_dataclass_does():
     ack = comparison.Acknowledgement(entry="acknowledge[0]", case="w/*", metric="step_time", reason="known",
                                      state="in-force", matches=(comparison.AckMatch("w/s/eager/cpu", "step_time",
                                                                                     "acknowledged", 1.1),))
-    case = ok_case()
-    generated = [(results.CaseSpec, results.SpecDocument, case.spec.to_json(), set()),
-                 (results.ProcessSamples, results.ProcessDocument, case.processes[0].to_json(), set()),
-                 (results.CaseResult, results.CaseDocument, case.to_json(), {"key", "derived"}),
-                 (comparison.AckMatch, comparison.AckMatchDocument, dataclasses.asdict(ack.matches[0]), set()),
-                 (comparison.Acknowledgement, comparison.AcknowledgementDocument, ack.to_json(), set())]
-    for record, document, written, for_readers in generated:
-        fields = {f.name for f in dataclasses.fields(record)}
-        assert _names(document) == fields | for_readers == set(written), record
-    # declared by hand, where the file's shape is not the dataclass's: the same fields on both sides
-    r = run()
-    assert {f.name for f in dataclasses.fields(RunResult)} - {"expectation_outcomes"} == _names(
-        results.ResultsDocument) == set(r.to_json())  # the outcomes are written inside "expectations"
-    assert set(Baseline(r, "m", "smoke").to_json()) == _names(BaselineDocument)
+    case, r = ok_case(), run()
     compared = comparison.Comparison(verdicts=[], acknowledgements=[ack])
-    assert {f.name for f in dataclasses.fields(comparison.Comparison)} - {"baseline"} | {"gate_failed"} == _names(
-        comparison.ComparisonDocument) == set(compared.to_json())
+    # (record, its document, what its writer writes, the file's keys for readers only or named otherwise,
+    # the record's fields the file holds under another key, inside another field or not at all)
+    generated = [(results.CaseSpec, results.SpecDocument, case.spec.to_json(), set(), set()),
+                 (results.ProcessSamples, results.ProcessDocument, case.processes[0].to_json(), set(), set()),
+                 (results.CaseResult, results.CaseDocument, case.to_json(), {"key", "derived"}, set()),
+                 (comparison.AckMatch, comparison.AckMatchDocument, dataclasses.asdict(ack.matches[0]), set(), set()),
+                 (comparison.Acknowledgement, comparison.AcknowledgementDocument, ack.to_json(), set(), set()),
+                 # the outcomes are written inside "expectations"; "schema" names the file's version
+                 (RunResult, results.ResultsDocument, r.to_json(), set(), {"expectation_outcomes"}),
+                 # the run is the file's "results", with a copy of its environment; where it was read from is not
+                 (Baseline, BaselineDocument, Baseline(r, "m", "smoke").to_json(), {"schema", "results", "environment"},
+                  {"run", "path", "file_schema"}),
+                 # the run compared with is not in the file; whether the gate failed is, for its readers
+                 (comparison.Comparison, comparison.ComparisonDocument, compared.to_json(), {"gate_failed"},
+                  {"baseline"})]
+    for record, document, written, for_readers, elsewhere in generated:
+        fields = {f.name for f in dataclasses.fields(record)}
+        assert elsewhere <= fields, record
+        assert _names(document) == (fields - elsewhere) | for_readers == set(written), record
 
 
 def test_a_record_reads_back_from_its_generated_document_as_it_was_written(tmp_path):

@@ -22,6 +22,8 @@ from perfgate.reports import registry
 from perfgate.reports.base import ReportInput
 from perfgate.running.plan import parse_probe_answer
 from perfgate.util.validation import (
+    NOT_STORED,
+    VERSION,
     Count,
     Name,
     NonNegative,
@@ -196,6 +198,46 @@ def test_a_records_document_is_generated_from_its_dataclass_and_read_back_into_i
         check(_WholeDocument, {**data, "parts": [{"name": "a"}, {"name": "b", "count": 0}]}, "f.json")
     with pytest.raises(SchemaError, match=re.escape("f.json: weight must be a finite number >= 0, got True")):
         check(_WholeDocument, {**data, "weight": True}, "f.json")
+
+
+def _tags(held: dict) -> list[str]:
+    return list(held["tags"])
+
+
+def _tag_count(held: dict) -> int:
+    return held["count"]
+
+
+@dataclasses.dataclass
+class _Shelf:
+    """A shelf, as a file holds it in another shape."""
+
+    parts: Annotated[list[_Part], Stored(list[_PartDocument], key="items")]  # the file's "items"
+    tags: Annotated[list[str], Stored(dict[str, list[Name] | Count], default=..., key="held", read=_tags)]
+    tag_count: Annotated[int, Stored(key="held", read=_tag_count)] = 0  # inside the file's "held" too
+    where: Annotated[str | None, NOT_STORED] = None  # where it was read from: not in the file
+    schema: Annotated[str, Stored(key=VERSION)] = "shelf/1"
+
+
+_ShelfDocument = document(_Shelf, "_ShelfDocument", version="shelf/1", doc="shelf.json: a shelf.")
+
+
+def test_a_records_document_says_where_the_file_holds_each_field():
+    """Stored's key: the file's key for a field; a field without a kind is read from another field's value
+    (two of the record's from one of the file's), or (NOT_STORED) not held; ``version`` declares the file's
+    "schema" first, required and of that version only."""
+    assert list(_ShelfDocument.model_fields) == [VERSION, "items", "held"]
+    assert _ShelfDocument.model_json_schema(by_alias=True)["required"] == ["schema", "items", "held"]
+    assert _ShelfDocument.__doc__ == "shelf.json: a shelf."
+    data = {"schema": "shelf/1", "items": [{"name": "a"}], "held": {"tags": ["x", "y"], "count": 2}}
+    shelf = from_document(_Shelf, check(_ShelfDocument, data, "s.json"))
+    assert shelf == _Shelf([_Part("a")], ["x", "y"], 2) and shelf.where is None and shelf.schema == "shelf/1"
+    with pytest.raises(SchemaError, match=re.escape("s.json: items[0].count must be an integer >= 1, got 0")):
+        check(_ShelfDocument, {**data, "items": [{"name": "a", "count": 0}]}, "s.json")
+    with pytest.raises(SchemaError, match=re.escape("s.json: held is missing")):
+        check(_ShelfDocument, {"schema": "shelf/1", "items": []}, "s.json")
+    with pytest.raises(SchemaError, match=re.escape("s.json: schema must be one of shelf/1, got 'shelf/2'")):
+        check(_ShelfDocument, {**data, "schema": "shelf/2"}, "s.json")
 
 
 @pytest.mark.parametrize("answer, needle", [

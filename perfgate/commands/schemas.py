@@ -3,8 +3,8 @@
 results.json (perfgate.model.results.ResultsDocument), a stored baseline (perfgate.judging.baselines.BaselineDocument),
 comparison.json (perfgate.model.comparison.ComparisonDocument) and a machine's ceilings.json
 (perfgate.judging.roofline.CeilingsDocument) are declared once, as the pydantic models their
-readers validate against; these schemas are what those models say, for other tools and for readers of
-the files. They are published in docs/schemas/: ``python -m perfgate.commands.schemas`` rewrites them there,
+readers validate against (the first three generated from the records they hold: validation.document);
+these schemas are what those models say, for other tools and for readers of the files. They are published in docs/schemas/: ``python -m perfgate.commands.schemas`` rewrites them there,
 ``python -m perfgate.commands.schemas --check`` exits 1 when they are stale (tests/test_schemas.py runs it).
 """
 

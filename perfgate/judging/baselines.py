@@ -19,11 +19,11 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict
 
 from perfgate.judging import expect, runspread
 from perfgate.model.config import ConfigError
@@ -35,6 +35,7 @@ from perfgate.model.results import (
     ResultsDocument,
     RunResult,
     SchemaError,
+    checked,
     read_json_file,
 )
 from perfgate.model.results_file import readable
@@ -42,7 +43,19 @@ from perfgate.util.formatting import format_environment, format_value, plural
 from perfgate.util.paths import CEILINGS_FILE, component, contained
 from perfgate.util.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, format_seconds
 from perfgate.util.storage import atomic_write_text, unwritable
-from perfgate.util.validation import Document, Measured, Name, Text, check, expected, satisfying
+from perfgate.util.validation import (
+    NOT_STORED,
+    Document,
+    Measured,
+    Name,
+    Stored,
+    Text,
+    check,
+    document,
+    expected,
+    from_document,
+    satisfying,
+)
 from perfgate.util.vocabulary import METRIC_KINDS
 
 SCHEMA = "perfgate.baseline/2"
@@ -76,32 +89,31 @@ class CalibrationDocument(Document):
     __pydantic_extra__: dict[str, CalibrationValue]
 
 
-class BaselineDocument(Document):
-    """baselines/<machine-key>/<suite>.json: a results document and what the gate needs besides."""
-
-    schema_version: Literal[SCHEMA] = Field(alias="schema")  # type: ignore[valid-type]  # older versions are upgraded before
-    suite: Name | None = None
-    machine_key: Name | None = None
-    updated_at: Text = ""
-    source: Text | None = None  # the run it was made from
-    environment: dict[str, Any] = {}  # a copy of the results' environment, for readers of the file
-    calibration: dict[str, CalibrationDocument] | None = None
-    results: ResultsDocument
+def _calibration(entries: dict[str, Any] | None) -> dict[str, Any]:
+    """The calibration of the file as a baseline holds it: each case's entry as the file set it."""
+    return {key: entry.model_dump(exclude_unset=True) for key, entry in (entries or {}).items()}
 
 
+@dataclass(eq=False)
 class Baseline:
     """A stored baseline: the run it holds, its environment, and per-case calibration."""
 
-    def __init__(self, run: RunResult, machine_key: str, suite: str | None, calibration: dict[str, Any] | None = None,
-                 updated_at: str = "", source: str | None = None, path: Path | None = None) -> None:
-        self.run = run
-        self.machine_key = machine_key
-        self.suite = suite
-        self.calibration = dict(calibration or {})
-        self.updated_at = updated_at
-        self.source = source
-        self.path = path
-        self.file_schema: str | None = SCHEMA  # the version the file was written in (older ones are upgraded on read)
+    # the results document of the run (the file's "results"), written as results.json is
+    run: Annotated[RunResult, Stored(ResultsDocument, key="results")]
+    # the file may leave the machine and suite out: they are then the run's (parse_baseline)
+    machine_key: Annotated[str, Stored(Name | None, default=None)]
+    suite: Annotated[str | None, Stored(Name | None, default=None)]
+    # {case key: noise figures} as `perfgate calibrate --write` stores them
+    calibration: Annotated[dict[str, Any], Stored(dict[str, CalibrationDocument] | None, default=None,
+                                                  read=_calibration)] = field(default_factory=dict)
+    updated_at: Text = ""
+    source: Text | None = None  # the run it was made from
+    path: Annotated[Path | None, NOT_STORED] = None  # where it was read from or written to
+    # the version the file was written in (older ones are upgraded on read)
+    file_schema: Annotated[str | None, NOT_STORED] = field(default=SCHEMA, init=False)
+
+    def __post_init__(self) -> None:
+        self.calibration = dict(self.calibration or {})  # its own: a baseline made from another keeps its entries
 
     @property
     def environment(self) -> dict[str, Any]:
@@ -121,6 +133,13 @@ class Baseline:
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, default=str) + "\n"
+
+
+# baselines/<machine-key>/<suite>.json as Baseline declares it, named by its schema version, with a copy of
+# the results' environment for readers of the file (the run's is the one read back)
+BaselineDocument = document(
+    Baseline, "BaselineDocument", version=SCHEMA, environment=(dict[str, Any], {}),
+    doc="baselines/<machine-key>/<suite>.json: a results document and what the gate needs besides.")
 
 
 def baseline_path(baselines_dir: Path, machine_key: str, suite: str) -> Path:
@@ -162,11 +181,11 @@ def parse_baseline(data: Any, source: str) -> Baseline:
     if not isinstance(results, dict) or not isinstance(results.get("cases"), list) or not results["cases"]:
         raise SchemaError(f"{source}: baseline holds no cases; recreate it with `perfgate baseline update`")
     doc = check(BaselineDocument, {**data, "results": readable(results, source, "results")}, source)
-    run = RunResult.from_document(doc.results, source)
-    calibration = {key: entry.model_dump(exclude_unset=True) for key, entry in (doc.calibration or {}).items()}
-    return Baseline(run=run, machine_key=doc.machine_key or run.environment.get("machine_key", ""),
-                    suite=doc.suite if doc.suite is not None else run.suite, calibration=calibration,
-                    updated_at=doc.updated_at, source=doc.source, path=None)
+    baseline = from_document(Baseline, doc)
+    checked(baseline.run, source)
+    baseline.machine_key = baseline.machine_key or baseline.run.environment.get("machine_key", "")
+    baseline.suite = baseline.suite if baseline.suite is not None else baseline.run.suite
+    return baseline
 
 
 def load_baseline(path: str | Path) -> Baseline:

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, WithJsonSchema
 
 from perfgate.model.results import RunResult
 from perfgate.util.validation import (
+    NOT_STORED,
     Count,
-    Document,
     Index,
     Measured,
     Name,
@@ -27,6 +27,7 @@ from perfgate.util.validation import (
     expected,
     from_document,
     one_of,
+    satisfying,
 )
 from perfgate.util.vocabulary import STATUS_OK, STATUS_SKIPPED
 
@@ -196,17 +197,10 @@ class Acknowledgement:
 AcknowledgementDocument = document(Acknowledgement, "AcknowledgementDocument")
 
 
-class ComparisonDocument(Document):
-    """comparison.json: every verdict of one comparison, a run against a stored baseline or a base ref."""
-
-    mode: one_of(("baseline", "against")) = "baseline"  # type: ignore[valid-type]  # pydantic's Annotated type, built at import
-    baseline_source: Text | None = None
-    environment_diff: dict[str, list[Any]] = {}
-    warnings: list[Text] = []
-    gate_failed: bool | None = None  # written for readers; recomputed from the verdicts
-    verdicts: list[VerdictDocument]  # type: ignore[valid-type]  # generated from Verdict
-    acknowledgements: list[AcknowledgementDocument] = []  # type: ignore[valid-type]  # generated from Acknowledgement
-    acknowledged_on: Text | None = None  # the date the acknowledgements' expiry was judged on (ISO)
+# [baseline value, this run's value]: report.html's environment table shows both (a shorter list crashed it)
+EnvironmentPair = Annotated[list[Any], satisfying(lambda v: len(v) == 2),
+                            WithJsonSchema({"type": "array", "items": {}, "minItems": 2, "maxItems": 2}),
+                            expected("a [baseline, this run] pair")]
 
 
 @dataclass
@@ -216,17 +210,19 @@ class Comparison:
     Produced by perfgate.judging.compare; consumed by the console, the exporters and the gate's exit code.
     """
 
-    verdicts: list[Verdict]
-    mode: str = "baseline"  # "baseline" (a stored file) or "against" (base and head in the same job)
-    baseline_source: str | None = None  # the baseline file's path, or "git:REF"
-    baseline: RunResult | None = None
+    verdicts: Annotated[list[Verdict], Stored(list[VerdictDocument])]
+    # "baseline" (a stored file) or "against" (base and head in the same job)
+    mode: one_of(("baseline", "against")) = "baseline"  # type: ignore[valid-type]  # pydantic's Annotated type
+    baseline_source: Text | None = None  # the baseline file's path, or "git:REF"
+    baseline: Annotated[RunResult | None, NOT_STORED] = None  # the run compared with, where it was at hand
     # environment keys that differ: {key: [baseline value, current value]}
-    environment_diff: dict[str, list[Any]] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    environment_diff: dict[str, EnvironmentPair] = field(default_factory=dict)
+    warnings: list[Text] = field(default_factory=list)
     # every [[tool.perfgate.acknowledge]] entry as applied (perfgate.model.acknowledge.apply), and the date its
     # expiry was judged on (ISO); empty and None when none was applied
-    acknowledgements: list[Acknowledgement] = field(default_factory=list)
-    acknowledged_on: str | None = None
+    acknowledgements: Annotated[list[Acknowledgement], Stored(list[AcknowledgementDocument])] = \
+        field(default_factory=list)
+    acknowledged_on: Text | None = None
 
     @property
     def gate_failed(self) -> bool:
@@ -252,6 +248,19 @@ class Comparison:
             "acknowledgements": [a.to_json() for a in self.acknowledgements],
             "acknowledged_on": self.acknowledged_on,
         }
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "comparison") -> Comparison:
+        """A Comparison read back from a comparison.json (its baseline run is not in it); SchemaError naming
+        ``source`` and the field when malformed."""
+        return from_document(cls, check(ComparisonDocument, data, source))
+
+
+# comparison.json: what a Comparison holds but the run it was compared with, and whether it fails the gate,
+# written for readers (recomputed from the verdicts, never read back)
+ComparisonDocument = document(
+    Comparison, "ComparisonDocument", gate_failed=(bool | None, None),
+    doc="comparison.json: every verdict of one comparison, a run against a stored baseline or a base ref.")
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from perfgate.model.results_file import (
     SCHEMA,
@@ -45,8 +45,8 @@ from perfgate.util.stats import (
     summarize,
 )
 from perfgate.util.validation import (
+    VERSION,
     Count,
-    Document,
     Index,
     Measured,
     Name,
@@ -77,11 +77,11 @@ from perfgate.util.vocabulary import Metric as Metric
 from perfgate.util.vocabulary import higher_is_better as higher_is_better
 
 # Each record below is declared once, as a dataclass whose field types say what its file must hold
-# (validation's value types: Name, Count...), and ``Stored(...)`` where the file holds it in another shape;
-# its Document (SpecDocument, ProcessDocument, CaseDocument) is generated from it (validation.document) and a
-# validated document read back into it (validation.from_document). RunResult's file form, ResultsDocument, is
-# declared by hand: one object holds its expectations and their outcomes, and it names its schema version;
-# tests/test_model.py keeps the two to the same fields.
+# (validation's value types: Name, Count...), and ``Stored(...)`` where the file holds it in another shape
+# (another type, key or default, or inside another field: a run's expectations and their outcomes share one
+# object); its Document (SpecDocument, ProcessDocument, CaseDocument, ResultsDocument) is generated from it
+# (validation.document) and a validated document read back into it (validation.from_document).
+# tests/test_model.py holds each writer to the fields its document reads.
 
 
 def _freeze_params(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -293,26 +293,42 @@ class CaseResult:
 CaseDocument = document(CaseResult, "CaseDocument", key=(Text | None, None), derived=(dict[str, Any], {}))
 
 
+def _rules(expectations: ExpectationsDocument) -> list[dict[str, Any]]:
+    """A run's expectation rules of the file's "expectations" (they are checked as rules after reading)."""
+    return [dict(r) for r in expectations.rules]
+
+
+def _outcomes(expectations: ExpectationsDocument) -> dict[str, Any]:
+    """What came of a run's expectation rules: the file's "expectations" but for the rules, as it holds them."""
+    return {k: v for k, v in expectations.model_dump(exclude_unset=True).items() if k != "rules"}
+
+
 @dataclass
 class RunResult:
     """One run of perfgate: its environment fingerprint and one CaseResult per case."""
 
-    run_id: str
-    suite: str | None
-    environment: dict[str, Any]
-    cases: list[CaseResult] = field(default_factory=list)
-    started_at: str = ""
-    finished_at: str | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
-    # the expectation rules this run is checked against (perfgate.model.rules.Rule.to_json)
-    expectations: list[dict[str, Any]] = field(default_factory=list)
+    run_id: Name
+    suite: Annotated[str | None, Stored(Name | None, default=None)]
+    environment: Annotated[dict[str, Any], Stored(dict[str, EnvironmentValue], default={})]
+    cases: Annotated[list[CaseResult], Stored(list[CaseDocument])] = field(default_factory=list)
+    started_at: Text = ""
+    finished_at: Text | None = None
+    # how the run was made (threads, processes, timing budget, its shard...)
+    settings: Annotated[dict[str, Any], Stored(SettingsDocument, default=SettingsDocument(), read=_dumped)] = \
+        field(default_factory=dict)
+    # the expectation rules this run is checked against (perfgate.model.rules.Rule.to_json); the file holds them
+    # in "expectations", beside their outcomes
+    expectations: Annotated[list[dict[str, Any]], Stored(ExpectationsDocument, default=..., read=_rules)] = \
+        field(default_factory=list)
     # what came of those rules on this run's cases, as perfgate.judging.expect.judge stored it (outcomes, unmatched,
     # counts, gate_failed), or as the file read held it; plain data, written as it is. A copy with other
     # cases keeps it as it was: the writers of results.json and baselines judge the run again
-    expectation_outcomes: dict[str, Any] = field(default_factory=dict)
+    expectation_outcomes: Annotated[dict[str, Any], Stored(key="expectations", read=_outcomes)] = \
+        field(default_factory=dict)
     # this machine's ceilings (perfgate.judging.roofline): {"measured": {...}, "spec": {...}}, empty when unknown
     ceilings: dict[str, Any] = field(default_factory=dict)
-    schema: str = SCHEMA
+    # the file's schema version: an older one reads as this one (results_file.upgrade)
+    schema: Annotated[str, Stored(key=VERSION)] = SCHEMA
 
     @property
     def what_ran(self) -> str:
@@ -455,45 +471,25 @@ class RunResult:
     def from_json(cls, data: Any, source: str = "results", where: str = "") -> RunResult:
         """A RunResult from a decoded results document of any readable version; SchemaError naming
         ``source`` and the field for anything wrong."""
-        return cls.from_document(check(ResultsDocument, readable(data, source, where), source, where), source)
-
-    @classmethod
-    def from_document(cls, doc: ResultsDocument, source: str = "results") -> RunResult:
-        rules = doc.expectations.rules
-        try:
-            for r in rules:  # a malformed rule is a malformed file, said at load
-                Rule.from_json(r)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SchemaError(f"{source}: malformed results ({type(exc).__name__}: {exc})") from exc
-        outcomes = {k: v for k, v in doc.expectations.model_dump(exclude_unset=True).items() if k != "rules"}
-        return cls(
-            run_id=doc.run_id,
-            suite=doc.suite,
-            environment=dict(doc.environment),
-            cases=[from_document(CaseResult, c) for c in doc.cases],
-            started_at=doc.started_at,
-            finished_at=doc.finished_at,
-            settings=doc.settings.model_dump(exclude_unset=True),
-            expectations=[dict(r) for r in rules],
-            expectation_outcomes=outcomes,
-            ceilings=dict(doc.ceilings),
-            schema=SCHEMA,
-        )
+        return checked(from_document(cls, check(ResultsDocument, readable(data, source, where), source, where)), source)
 
 
-class ResultsDocument(Document):
-    """results.json: one run of perfgate, its environment fingerprint and every case with its raw samples."""
+# results.json: a run as RunResult declares it, named by its schema version, and each case's statistics for
+# readers (CaseDocument's "derived")
+ResultsDocument = document(
+    RunResult, "ResultsDocument", version=SCHEMA,
+    doc="results.json: one run of perfgate, its environment fingerprint and every case with its raw samples.")
 
-    schema_version: Literal[SCHEMA] = Field(alias="schema")  # type: ignore[valid-type]  # older versions are upgraded before
-    run_id: Name
-    suite: Name | None = None
-    started_at: Text = ""
-    finished_at: Text | None = None
-    environment: dict[str, EnvironmentValue] = {}
-    settings: SettingsDocument = SettingsDocument()
-    cases: list[CaseDocument] = []  # type: ignore[valid-type]  # generated from CaseResult
-    ceilings: dict[str, Any] = {}
-    expectations: ExpectationsDocument
+
+def checked(run: RunResult, source: str = "results") -> RunResult:
+    """``run`` as read from ``source``, once its expectation rules are known to be rules: a malformed rule is
+    a malformed file, said at load (SchemaError)."""
+    try:
+        for r in run.expectations:
+            Rule.from_json(r)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SchemaError(f"{source}: malformed results ({type(exc).__name__}: {exc})") from exc
+    return run
 
 
 def load_results(path: str | Path) -> RunResult:

@@ -3,9 +3,9 @@ plain data (a process's GPU clocks, a case's profile and accuracy, a run's setti
 field's type and what an error line says would be valid; the schema versions this perfgate reads, and the
 upgrade of an older file (``readable``).
 
-The records themselves (a case's spec, a process's samples, a case; perfgate.model.results) are declared once,
-as dataclasses, and their documents (SpecDocument, ProcessDocument, CaseDocument) generated from them;
-perfgate.model.results declares ResultsDocument, the whole file. Readers validate a decoded document against
+The records themselves (a case's spec, a process's samples, a case, a run; perfgate.model.results) are
+declared once, as dataclasses, and their documents (SpecDocument, ProcessDocument, CaseDocument and
+ResultsDocument, the whole file) generated from them. Readers validate a decoded document against
 these (validation.check) and read the model's dataclasses back from the result; perfgate.judging.baselines wraps
 a baseline around a results document; the JSON Schemas in docs/schemas/ are generated from them (python -m
 perfgate.commands.schemas). Keys a model does not name are ignored, so a file a newer perfgate wrote with more

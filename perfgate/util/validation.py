@@ -10,8 +10,9 @@ The fields are declared once, as pydantic models (``Document`` for files, ``Tabl
 ``[tool.perfgate]`` table) built from the value types below (``Name``, ``Count``, ``Number``...), each of
 which carries the words its error uses; ``check`` validates data against a model and turns the first
 problem into that one line. A record the model also holds as a dataclass (a case's spec, a process's
-samples...) is declared once, as the dataclass: its Document is generated from it (``document``) and read
-back into it (``from_document``). The same models give the JSON Schemas published under docs/schemas/
+samples, a whole run, a baseline, a comparison...) is declared once, as the dataclass: its Document is
+generated from it (``document``; ``Stored`` where the file holds a field otherwise) and read back into it
+(``from_document``). The same models give the JSON Schemas published under docs/schemas/
 (perfgate.commands.schemas).
 """
 
@@ -27,7 +28,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, WithJsonSchema, WrapValidator, create_model
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    WrapValidator,
+    create_model,
+)
 from pydantic import model_validator as model_validator
 from pydantic_core import PydanticCustomError
 
@@ -398,18 +408,32 @@ class Table(BaseModel):
 
 
 _THE_RECORDS = object()  # Stored.default: the file's default is the dataclass's
+VERSION = "schema_version"  # the field of a document ``document(..., version=...)`` declares, under the key "schema"
 
 
 @dataclasses.dataclass(frozen=True)
 class Stored:
-    """How a record's field is declared in its file where that differs from its type in the dataclass (in
+    """How a record's field is held in its file where that differs from its type in the dataclass (in
     ``Annotated[type, Stored(...)]``): ``kind``, the file's type; ``default``, the file's default where it
-    is not the dataclass's; ``read``, what makes the dataclass's value of the file's validated one."""
+    is not the dataclass's (``...``: required); ``key``, the file's key where it is not the field's name;
+    ``read``, what makes the dataclass's value of the file's validated one.
 
-    kind: Any
+    Without a ``kind`` the file holds no field of its own for it: it is read (through ``read``) from the
+    file's field ``key``, which another field declares (or the schema version, VERSION); or, with no ``key``
+    either (NOT_STORED), it is not in the file at all and reads back as the dataclass's default."""
+
+    kind: Any = None
     default: Any = _THE_RECORDS
     read: Callable[[Any], Any] | None = None
+    key: str | None = None
 
+    @property
+    def declared(self) -> bool:
+        """Whether the file holds a field of its own for it."""
+        return self.kind is not None
+
+
+NOT_STORED = Stored()  # a record's field its file does not hold (where it was read from, a run kept beside it)
 
 R = TypeVar("R")
 _RECORDS: dict[type[BaseModel], type] = {}  # each generated Document -> the dataclass it declares
@@ -425,14 +449,21 @@ def _stored(record: type) -> dict[str, Stored | None]:
     return _STORED[record]
 
 
-def document(record: type, name: str, **written: tuple[Any, Any]) -> type[Document]:
-    """The Document a file holds the dataclass ``record`` as, named ``name``: one field per dataclass field,
-    in its order, with its type (a value type above) or its ``Stored`` type, and its default; ``written``:
-    the fields the file holds for its readers and no reader reads back, as (type, default). Its JSON Schema
-    says what ``record``'s docstring says."""
+def document(record: type, name: str, *, version: str | None = None, doc: str | None = None,
+             **written: tuple[Any, Any]) -> type[Document]:
+    """The Document a file holds the dataclass ``record`` as, named ``name``: first, where the file names
+    its schema ``version``, that field (VERSION, under the key "schema": an older version is upgraded
+    before); then one field per dataclass field the file holds, in its order, with its type (a value type
+    above) or its ``Stored`` type and key, and its default; ``written``: the fields the file holds for its
+    readers and no reader reads back, as (type, default). Its JSON Schema says ``doc``, else what
+    ``record``'s docstring says."""
     hints = typing.get_type_hints(record, include_extras=True)
     fields: dict[str, Any] = {}
+    if version is not None:
+        fields[VERSION] = (Literal[version], Field(alias="schema"))
     for f, stored in zip(dataclasses.fields(record), _stored(record).values(), strict=True):
+        if stored is not None and not stored.declared:
+            continue
         default: Any = ...  # required
         if stored is not None and stored.default is not _THE_RECORDS:
             default = stored.default
@@ -440,9 +471,11 @@ def document(record: type, name: str, **written: tuple[Any, Any]) -> type[Docume
             default = f.default
         elif f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
-        fields[f.name] = (hints[f.name] if stored is None else stored.kind, default)
+        key = stored.key if stored is not None and stored.key else f.name
+        fields[key] = (hints[f.name] if stored is None else stored.kind, default)
     fields.update(written)
-    model = create_model(name, __base__=Document, __doc__=record.__doc__, __module__=record.__module__, **fields)
+    model = create_model(name, __base__=Document, __doc__=doc or record.__doc__, __module__=record.__module__,
+                         **fields)
     _RECORDS[model] = record
     return model
 
@@ -459,15 +492,17 @@ def _read(value: Any) -> Any:
 def from_document(record: type[R], doc: BaseModel) -> R:
     """The dataclass ``record`` of ``doc``, a Document ``document`` generated from it and validated: each
     field's value as validated; a field with a ``Stored`` (a nested record's is its document) read back
-    into the record's shape: its records into theirs, then through ``Stored.read``."""
+    into the record's shape: its records into theirs, then through ``Stored.read``; a field the file does
+    not hold (NOT_STORED) left to its default."""
     values = {}
     for name, stored in _stored(record).items():
-        value = getattr(doc, name)
-        if stored is not None:
-            value = _read(value)
-            if stored.read is not None:
-                value = stored.read(value)
-        values[name] = value
+        if stored is None:
+            values[name] = getattr(doc, name)
+            continue
+        if not stored.declared and stored.key is None:
+            continue
+        value = _read(getattr(doc, stored.key or name))
+        values[name] = stored.read(value) if stored.read is not None else value
     return record(**values)
 
 
