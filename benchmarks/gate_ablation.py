@@ -1,12 +1,12 @@
-"""What each of the gate's mechanisms against per-process performance states buys: each switched off on
-its own, then all together, against the defaults; A/A, +5% and +10%, stored baseline and ``--against``.
+"""What each of the gate's mechanisms against per-process performance states buys: each switched (on or off)
+on its own, then all off together, against the defaults; A/A, +5% and +10%, stored baseline and ``--against``.
 
 The mechanisms and their switches:
 
-| mechanism | off with |
+| mechanism | switched with |
 |---|---|
-| set-aside of slowed processes (``timechange.set_aside_slowed``) | ``[tool.perfgate.gate] set_aside_slowed = false`` |
-| mode-by-mode comparison (``timechange.performance_modes`` / ``mode_matches``) | ``[tool.perfgate.gate] compare_modes = false`` |
+| set-aside of slowed processes (``timechange.set_aside_slowed``; off by default) | ``[tool.perfgate.gate] set_aside_slowed = true`` |
+| mode-by-mode comparison (``timechange.performance_modes`` / ``mode_matches``; off by default) | ``[tool.perfgate.gate] compare_modes = true`` |
 | the unpaired floor (``unpaired_min_processes``) | ``[tool.perfgate.gate] unpaired_min_processes = 1`` |
 | layout groups within a process | ``[tool.perfgate.timing] layouts = 1`` |
 | drawn layouts (heap offsets, reserved pages; groups too) | ``PERFGATE_LAYOUT=none`` |
@@ -45,15 +45,15 @@ from perfgate.judging.gatesim import Scenario, rates  # noqa: E402
 # name -> ([tool.perfgate.gate] lines, [tool.perfgate.timing] lines, environment)
 CONFIGS: dict[str, tuple[dict[str, str], dict[str, str], dict[str, str]]] = {
     "defaults": ({}, {}, {}),
-    "no set-aside": ({"set_aside_slowed": "false"}, {}, {}),
-    "no modes": ({"compare_modes": "false"}, {}, {}),
+    "set-aside on": ({"set_aside_slowed": "true"}, {}, {}),
+    "modes on": ({"compare_modes": "true"}, {}, {}),
     "no unpaired floor": ({"unpaired_min_processes": "1"}, {}, {}),
     "no layout groups": ({}, {"layouts": "1"}, {}),
     "no drawn layouts": ({}, {}, {"PERFGATE_LAYOUT": "none"}),
     "all off": ({"set_aside_slowed": "false", "compare_modes": "false", "unpaired_min_processes": "1"},
                 {"layouts": "1"}, {"PERFGATE_LAYOUT": "none"}),
 }
-SIMULATED = ("defaults", "no set-aside", "no modes", "no unpaired floor", "all off")
+SIMULATED = ("defaults", "set-aside on", "modes on", "no unpaired floor", "all off")
 
 # the simulated scenarios: (name, Scenario keywords); the modes are the conv rollout's under glibc's
 # default allocator (docs/gate.md, "Performance modes"), the partial regression a cost only some layouts pay

@@ -240,8 +240,8 @@ MEANINGS: dict[str, dict[str, str]] = {
                               "case that is not `unchanged` at its first look in lockstep pairs against that commit.",
         "adaptive": "Add worker processes look by look until a case is settled; `false` measures exactly "
                     "`processes` per case.",
-        "set_aside_slowed": "Unpaired comparisons set aside each side's slowest minority of processes.",
-        "compare_modes": "Unpaired comparisons compare sides in performance modes mode by mode.",
+        "set_aside_slowed": "True: unpaired comparisons set aside each side's slowest minority of processes (off by default: measured to cost more than it buys).",
+        "compare_modes": "True: unpaired comparisons compare sides in performance modes mode by mode (off by default: measured to cost more than it buys).",
         "bootstrap_resamples": "Bootstrap resamples of each step-time interval.",
         "seed": "Seed of the bootstrap: the same data always gets the same verdict.",
         "max_processes": "Adaptive sampling's budget: worker processes per case and side at most "

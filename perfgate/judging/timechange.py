@@ -325,7 +325,7 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
                 run_to_run: float = 0.0, quantile: float = 0.5,
                 base_layouts: Sequence[Sequence[int] | None] | None = None,
                 head_layouts: Sequence[Sequence[int] | None] | None = None,
-                drop_slowed: bool = True, by_modes: bool = True) -> TimeChange | None:
+                drop_slowed: bool = False, by_modes: bool = False) -> TimeChange | None:
     """Compare step-time samples grouped by worker process (seconds per step) of base and head.
 
     ``paired``: group i of base ran with group i of head (``--against``); ``base_bursts`` /
