@@ -8,8 +8,11 @@ can be judged again with each switched off (``[tool.perfgate.gate]``):
 | set-aside of each side's slowed minority of processes (``timechange.set_aside_slowed``) | ``set_aside_slowed = false`` |
 | mode-by-mode comparison of sides that fall into performance modes (``timechange.mode_matches``) | ``compare_modes = false`` |
 
-The measurement-side ones (drawn layouts, layout groups) and the unpaired floor (a rule about *when* to stop
-sampling) need new runs: benchmarks/gate_ablation.py.
+The unpaired floor (``unpaired_min_processes``: a comparison settles only from that many processes) is a rule
+about *when* sampling stops: ``--floors 8,1`` replays each comparison's looks on the head's first processes
+(the sampler's own schedule and levels, ``sequential.make_sampler``; heads of 16 processes only, no time
+budget) once per floor, and scores the look it stopped at and the processes it took. The measurement-side
+mechanisms (drawn layouts, layout groups) need new runs: benchmarks/gate_ablation.py.
 
 Two sources of runs, both real worker processes:
 
@@ -46,7 +49,7 @@ from rejudge_pooled import trials  # noqa: E402
 from perfgate.judging import baselines, sequential  # noqa: E402
 from perfgate.judging.compare import compare_runs  # noqa: E402
 from perfgate.judging.gate_settings import GateSettings  # noqa: E402
-from perfgate.model.results import RunResult, load_results  # noqa: E402
+from perfgate.model.results import CaseResult, RunResult, load_results  # noqa: E402
 
 # name -> the [tool.perfgate.gate] switches
 CONFIGS: dict[str, dict[str, bool]] = {
@@ -86,6 +89,40 @@ def judge_repeats(runs: list[RunResult], gates: dict[str, GateSettings]) -> list
     return rows
 
 
+def replayed(head: CaseResult, base: CaseResult, gate: GateSettings) -> tuple[str, int]:
+    """(the step-time verdict the unpaired looks stop at, the processes taken) when ``head``'s processes
+    arrive one look at a time (its first 3, then the schedule's counts) against the whole ``base``."""
+    rule = sequential.ComparisonRule(gate, gate.threshold, "threshold", paired=False, base=base,
+                                     run_to_run=gate.run_to_run)
+    sampler = sequential.make_sampler(gate, 3, rule)
+    done = sampler.first
+    while True:
+        nxt = sampler.next_target(done, 0.0, dataclasses.replace(head, processes=head.processes[:done]))
+        if nxt is None:
+            return sampler.looks[-1]["result"].split(" ")[0], done
+        done = nxt
+
+
+def judge_floors(runs: list[RunResult], floors: list[int], resamples: int) -> list[dict[str, Any]]:
+    """One row per ordered pair of runs, case of 16 processes in both, and change: each floor's stop."""
+    rows = []
+    for i, j in permutations(range(len(runs)), 2):
+        for change in CHANGES:
+            head_run = scaled(runs[i], 1 + change)
+            for head in head_run.cases:
+                base = runs[j].case(head.key)
+                if base is None or len(head.processes) < 16 or len(base.processes) < 2:
+                    continue
+                row: dict[str, Any] = {"source": "floors", "family": head.key.split("/")[0], "case": head.key,
+                                       "pair": [i, j], "change": change}
+                for floor in floors:
+                    gate = GateSettings(unpaired_min_processes=floor, bootstrap_resamples=resamples)
+                    kind, taken = replayed(head, base, gate)
+                    row[f"floor {floor}"] = [kind, None, taken]
+                rows.append(row)
+    return rows
+
+
 def judge_trials(root: Path, gates: dict[str, GateSettings]) -> list[dict[str, Any]]:
     """One row per gated run of gate_accuracy.py's kept trials: every config's verdict against the pooled base."""
     rows = []
@@ -113,14 +150,14 @@ def score(rows: list[dict[str, Any]], config: str) -> dict[str, Any]:
     return out
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: list[dict[str, Any]], configs: list[str] | None = None) -> str:
     """The ablation as a markdown table: one line per source, family and config."""
     lines = ["| source | family | config | A/A alarms | A/A unchanged | +5% caught | +10% caught | wrong direction |",
              "|---|---|---|---|---|---|---|---|"]
     groups = sorted({(r["source"], r["family"]) for r in rows})
     for source, family in [*groups, *sorted({(r["source"], "all") for r in rows})]:
         sel = [r for r in rows if r["source"] == source and family in (r["family"], "all")]
-        for config in CONFIGS:
+        for config in configs or list(CONFIGS):
             s = score(sel, config)
             aa, p5, p10 = s["a_a"], s["+5%"], s["+10%"]
             lines.append(f"| {source} | {family} | {config} | {aa['alarms']}/{aa['n']} | {aa['unchanged']}/{aa['n']} "
@@ -135,10 +172,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=Path, action="append", default=[],
                     help="a gate_accuracy.py --keep-runs folder; repeatable")
     ap.add_argument("--run-to-run", type=float, default=None, help="the unpaired term (default: the gate's)")
+    ap.add_argument("--floors", default=None, help="with --repeats: replay the looks once per unpaired floor (8,1)")
+    ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples of each replayed look")
     ap.add_argument("--out", type=Path, default=None, help="the rows as JSON")
     args = ap.parse_args(argv)
     if not args.repeats and not args.trials:
         ap.error("give --repeats and/or --trials")
+    if args.floors is not None:
+        floors = [int(x) for x in args.floors.split(",")]
+        rows = [r for folder in args.repeats
+                for r in judge_floors([load_results(p) for p in sorted(folder.glob("*/results.json"))], floors,
+                                      args.resamples)]
+        names = [f"floor {f}" for f in floors]
+        print(f"replayed looks, {len(rows)} comparisons; processes taken (mean): " + ", ".join(
+            f"{n} {sum(r[n][2] for r in rows) / max(len(rows), 1):.1f}" for n in names))
+        print(table(rows, names))
+        if args.out:
+            args.out.write_text(json.dumps(rows, indent=1))
+        return 0
     base_gate = GateSettings() if args.run_to_run is None else GateSettings(run_to_run=args.run_to_run)
     gates = {name: dataclasses.replace(base_gate, **switches) for name, switches in CONFIGS.items()}
     rows: list[dict[str, Any]] = []

@@ -43,3 +43,24 @@ def test_score_and_table_count_alarms_catches_and_wrong_directions():
     text = rm.table(rows)
     assert "| repeats | all | defaults | 1/3 | 1/3 | 1/2 | 2/2 | 1 |" in text
     assert "| repeats | b | neither | 0/0 | 0/0 | 0/0 | 1/1 | 0 |" in text
+
+
+def test_a_replayed_floor_stops_no_earlier_than_its_processes():
+    """A head 30% slower against a base of 16 processes: with no floor the looks stop at the first (3
+    processes) as a regression; with the default floor of 8 they go on to at least 8, and say the same."""
+    import random
+
+    from perfgate.model.results import CaseResult, CaseSpec, ProcessSamples
+
+    rnd = random.Random(5)
+
+    def side(step_s: float) -> CaseResult:
+        procs = [ProcessSamples([int(step_s * (1 + rnd.gauss(0, 0.01)) * 1e9) for _ in range(10)], process_index=p)
+                 for p in range(16)]
+        return CaseResult(CaseSpec("w", "smoke", ("eager",), "cpu"), "ok", procs)
+
+    base, head = side(1e-3), side(1.3e-3)
+    gate = rm.GateSettings(bootstrap_resamples=200)
+    assert rm.replayed(head, base, rm.dataclasses.replace(gate, unpaired_min_processes=1)) == ("regression", 3)
+    kind, taken = rm.replayed(head, base, gate)
+    assert kind == "regression" and 8 <= taken <= 16

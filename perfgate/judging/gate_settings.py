@@ -60,8 +60,8 @@ class GateSettings:
     adaptive: bool = True
     max_processes: int = 16  # per side, per case
     # an unpaired comparison (a stored baseline, not lockstep pairs) settles only from this many processes of
-    # the run: with fewer, performance modes cannot be seen (perfgate.judging.timechange.performance_modes needs 4), and
-    # two runs whose few processes landed in different modes looked settled (docs/gate.md)
+    # the run: a few processes that happen to agree look settled. Its looks replayed on real runs
+    # (benchmarks/rejudge_mechanisms.py --floors): 42 A/A alarms of 602 with it, 52 without (docs/lab-record.md)
     unpaired_min_processes: int = 8
     # an unpaired comparison can set aside each side's slowest minority of processes (``set_aside_slowed``) and
     # compare sides that fall into performance modes mode by mode (``compare_modes``). Both off by default:
