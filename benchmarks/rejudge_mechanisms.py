@@ -1,12 +1,13 @@
 """What the gate's judging-side mechanisms buy on real workers' runs: each judged again offline, on and off.
 
 Two of the mechanisms issue 40 asks about live in the comparison, not the measurement, so runs already made
-can be judged again with each switched off (``[tool.perfgate.gate]``):
+can be judged again with each switched on and off (``[tool.perfgate.gate]``; both off by default since this
+script measured them, docs/lab-record.md):
 
-| mechanism | off with |
+| mechanism | on with |
 |---|---|
-| set-aside of each side's slowed minority of processes (``timechange.set_aside_slowed``) | ``set_aside_slowed = false`` |
-| mode-by-mode comparison of sides that fall into performance modes (``timechange.mode_matches``) | ``compare_modes = false`` |
+| set-aside of each side's slowed minority of processes (``timechange.set_aside_slowed``) | ``set_aside_slowed = true`` |
+| mode-by-mode comparison of sides that fall into performance modes (``timechange.mode_matches``) | ``compare_modes = true`` |
 
 The unpaired floor (``unpaired_min_processes``: a comparison settles only from that many processes) is a rule
 about *when* sampling stops: ``--floors 8,1`` replays each comparison's looks on the head's first processes
@@ -53,10 +54,10 @@ from perfgate.model.results import CaseResult, RunResult, load_results  # noqa: 
 
 # name -> the [tool.perfgate.gate] switches
 CONFIGS: dict[str, dict[str, bool]] = {
-    "defaults": {},
-    "no set-aside": {"set_aside_slowed": False},
-    "no modes": {"compare_modes": False},
-    "neither": {"set_aside_slowed": False, "compare_modes": False},
+    "defaults": {},  # both off since 2026-11-29
+    "set-aside on": {"set_aside_slowed": True},
+    "modes on": {"compare_modes": True},
+    "both on": {"set_aside_slowed": True, "compare_modes": True},
 }
 CHANGES = (0.0, 0.05, 0.10)
 

@@ -42,7 +42,7 @@ def test_score_and_table_count_alarms_catches_and_wrong_directions():
     assert s["+5%"] == {"n": 2, "caught": 1, "wrong": 1} and s["+10%"] == {"n": 2, "caught": 2, "wrong": 0}
     text = rm.table(rows)
     assert "| repeats | all | defaults | 1/3 | 1/3 | 1/2 | 2/2 | 1 |" in text
-    assert "| repeats | b | neither | 0/0 | 0/0 | 0/0 | 1/1 | 0 |" in text
+    assert "| repeats | b | both on | 0/0 | 0/0 | 0/0 | 1/1 | 0 |" in text
 
 
 def test_a_replayed_floor_stops_no_earlier_than_its_processes():
