@@ -104,7 +104,7 @@ def replayed(head: CaseResult, base: CaseResult, gate: GateSettings) -> tuple[st
         done = nxt
 
 
-def judge_floors(runs: list[RunResult], floors: list[int], resamples: int) -> list[dict[str, Any]]:
+def judge_floors(runs: list[RunResult], floors: list[int], gate: GateSettings) -> list[dict[str, Any]]:
     """One row per ordered pair of runs, case of 16 processes in both, and change: each floor's stop."""
     rows = []
     for i, j in permutations(range(len(runs)), 2):
@@ -117,8 +117,7 @@ def judge_floors(runs: list[RunResult], floors: list[int], resamples: int) -> li
                 row: dict[str, Any] = {"source": "floors", "family": head.key.split("/")[0], "case": head.key,
                                        "pair": [i, j], "change": change}
                 for floor in floors:
-                    gate = GateSettings(unpaired_min_processes=floor, bootstrap_resamples=resamples)
-                    kind, taken = replayed(head, base, gate)
+                    kind, taken = replayed(head, base, dataclasses.replace(gate, unpaired_min_processes=floor))
                     row[f"floor {floor}"] = [kind, None, taken]
                 rows.append(row)
     return rows
@@ -179,11 +178,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.repeats and not args.trials:
         ap.error("give --repeats and/or --trials")
+    base_gate = GateSettings() if args.run_to_run is None else GateSettings(run_to_run=args.run_to_run)
+    repeats = []
+    for folder in args.repeats:
+        runs = [load_results(p) for p in sorted(folder.glob("*/results.json"))]
+        if len(runs) < 2:
+            ap.error(f"--repeats {folder}: needs at least 2 runs (folders with a results.json), found {len(runs)}")
+        repeats.append(runs)
     if args.floors is not None:
         floors = [int(x) for x in args.floors.split(",")]
-        rows = [r for folder in args.repeats
-                for r in judge_floors([load_results(p) for p in sorted(folder.glob("*/results.json"))], floors,
-                                      args.resamples)]
+        replay_gate = dataclasses.replace(base_gate, bootstrap_resamples=args.resamples)
+        rows = [r for runs in repeats for r in judge_floors(runs, floors, replay_gate)]
         names = [f"floor {f}" for f in floors]
         print(f"replayed looks, {len(rows)} comparisons; processes taken (mean): " + ", ".join(
             f"{n} {sum(r[n][2] for r in rows) / max(len(rows), 1):.1f}" for n in names))
@@ -191,14 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             args.out.write_text(json.dumps(rows, indent=1))
         return 0
-    base_gate = GateSettings() if args.run_to_run is None else GateSettings(run_to_run=args.run_to_run)
     gates = {name: dataclasses.replace(base_gate, **switches) for name, switches in CONFIGS.items()}
-    rows: list[dict[str, Any]] = []
-    for folder in args.repeats:
-        runs = [load_results(p) for p in sorted(folder.glob("*/results.json"))]
-        if len(runs) < 2:
-            ap.error(f"--repeats {folder}: needs at least 2 runs (folders with a results.json), found {len(runs)}")
-        rows += judge_repeats(runs, gates)
+    rows: list[dict[str, Any]] = [r for runs in repeats for r in judge_repeats(runs, gates)]
     for folder in args.trials:
         rows += judge_trials(folder, gates)
     print(f"run-to-run term {base_gate.run_to_run:g}; {len(rows)} judged comparisons")
