@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import pytest
 from fixtures.against import against_repo
+from fixtures.xdist_lock import pytest_runtest_protocol, pytest_unconfigure  # noqa: F401 - hooks: a timing test runs alone
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_WORKLOADS = REPO / "tests" / "workloads"
@@ -172,3 +173,4 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         report.longrepr = f"{item.nodeid} starts {started!r} but is not marked slow: add @pytest.mark.slow"
     return report
+

@@ -3,6 +3,8 @@ local hooks and the ruff rules (CONTRIBUTING.md)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import subprocess
 import sys
@@ -115,3 +117,41 @@ def test_the_modules_last_quick_test_is_not_failed_by_a_fixtures_teardown(ends_w
     """The guard watches setup and the test itself, not teardown: ending a module's server after a quick
     last test failed that test (test_history_store.py's last test, in CI on 2026-11-28). Keep this test last."""
     assert ends_with_a_heavy_process is None
+
+
+PARALLEL_TESTS = '''
+import json, os, time
+import pytest
+
+def _record(name):
+    start = time.monotonic()
+    time.sleep(0.5)
+    with open(os.path.join(os.environ["SPANS"], name), "w") as f:
+        json.dump([start, time.monotonic()], f)
+'''
+
+
+def test_a_timing_test_runs_alone_while_the_others_run_in_parallel(tmp_path):
+    """tests/fixtures/xdist_lock.py under a real `pytest -n 2`: the two files' plain tests overlap, and no test
+    runs while a `timing` one does."""
+    (tmp_path / "test_one.py").write_text(PARALLEL_TESTS + "".join(
+        f"\ndef test_plain_{i}():\n    _record('one-{i}')\n" for i in range(3)))
+    (tmp_path / "test_two.py").write_text(PARALLEL_TESTS + "\ndef test_plain():\n    _record('two-0')\n"
+                                          "\n@pytest.mark.timing\ndef test_alone():\n    _record('two-timing')\n"
+                                          "\ndef test_plain_after():\n    _record('two-2')\n")
+    spans = tmp_path / "spans"
+    spans.mkdir()
+    env = {**conftest.cli_env(), "SPANS": str(spans),
+           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)])}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "fixtures.xdist_lock",
+                           "-n", "2", "--dist", "loadfile", "-W", "ignore::pytest.PytestUnknownMarkWarning", "."],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = {p.name: json.loads(p.read_text()) for p in spans.iterdir()}
+    assert len(got) == 6, got
+
+    def overlap(a: str, b: str) -> bool:
+        return got[a][0] < got[b][1] and got[b][0] < got[a][1]
+
+    assert not any(overlap("two-timing", other) for other in got if other != "two-timing"), got
+    assert any(overlap(f"one-{i}", plain) for i in range(3) for plain in ("two-0", "two-2")), got

@@ -37,6 +37,7 @@ def project(tmp_path_factory):
     return root, baseline
 
 
+@pytest.mark.timing
 def test_baseline_show_prints_the_case(project):
     root, baseline = project
     proc = run_cli("baseline", "show", cwd=root)
@@ -51,6 +52,7 @@ def test_baseline_show_prints_the_case(project):
     assert all(p["samples_ns"] for p in case["processes"])
 
 
+@pytest.mark.timing
 def test_a_slower_rerun_fails_the_gate_naming_the_case(project):
     root, _ = project
     proc = run_cli("run", "--gate", "--out", str(root / "slow"), cwd=root,
@@ -75,6 +77,7 @@ def test_a_slower_rerun_fails_the_gate_naming_the_case(project):
     assert CASE in again.stdout
 
 
+@pytest.mark.timing
 def test_an_unchanged_rerun_passes(project):
     root, _ = project
     proc = run_cli("run", "--gate", "--out", str(root / "same"), cwd=root)
@@ -82,6 +85,7 @@ def test_an_unchanged_rerun_passes(project):
     assert "Gate passed" in proc.stdout
 
 
+@pytest.mark.timing
 def test_compare_with_a_corrupt_baseline_is_one_line_exit_2(project, tmp_path):
     root, _ = project
     bad = tmp_path / "smoke.json"
@@ -93,6 +97,7 @@ def test_compare_with_a_corrupt_baseline_is_one_line_exit_2(project, tmp_path):
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.timing
 def test_calibrate_writes_noise_figures_the_gate_uses(project, monkeypatch):
     """--write stores the case's noise floor and the upper bound of its run-to-run term (its A/A rounds here
     synthetic: 10 real rounds take minutes), and the real `perfgate compare` judges with both."""
@@ -161,6 +166,7 @@ def test_against_an_unknown_ref_is_a_usage_error(tmp_path):
     assert proc.returncode == 2 and "no-such-ref" in proc.stderr, proc.stdout + proc.stderr
 
 
+@pytest.mark.timing
 def test_against_keeps_both_sides_of_a_remeasure_and_merge_rejudge_agrees(tmp_path):
     """A confirmed regression leaves both sides' re-measure behind (base/results-remeasure.json too), so
     `perfgate merge --rejudge` (the base commit's perfgate, in CI) reaches the verdict again from the raw
@@ -214,6 +220,7 @@ def _stored_repo(tmp_path: Path) -> tuple[Path, str]:
     return repo, first
 
 
+@pytest.mark.timing
 def test_a_stored_regression_is_settled_in_lockstep_against_the_baselines_commit(tmp_path):
     """The baseline was recorded from a clean commit this repository has: the stored comparison screens
     (one look), and its `regression` is settled by lockstep pairs against that commit, not re-measured;
@@ -259,6 +266,7 @@ def test_a_stored_regression_is_settled_in_lockstep_against_the_baselines_commit
     assert "re-measuring" in off.stdout and "settling" not in off.stdout, (v, off.stdout)
 
 
+@pytest.mark.timing
 def test_a_screen_lockstep_could_not_settle_is_measured_with_the_full_sampler(tmp_path, monkeypatch):
     """Settling in lockstep screens each case with one look; when the baseline commit's checkout then fails
     (here: the project is in no git repository), the screen's `inconclusive` stood and the gate passed on
@@ -321,6 +329,7 @@ def test_a_screen_lockstep_could_not_settle_is_measured_with_the_full_sampler(tm
     assert len(case["processes"]) == 8
 
 
+@pytest.mark.timing
 def test_a_case_kept_by_baseline_update_case_is_settled_against_its_own_commit(tmp_path):
     """Commit Y makes two cases 30x slower; `baseline update --case` accepts one of them. The other's stored
     numbers still come from commit X, so its regression is settled in lockstep against X, never against Y
@@ -529,6 +538,7 @@ class UserConv(Workload):
 """
 
 
+@pytest.mark.timing
 def test_an_a_a_pair_in_folders_of_other_lengths_is_neither_a_regression_nor_a_win(tmp_path):
     """The layout issue's failure: the same code run into a short and a long output folder (a user's
     --out), compared unpaired, was called a 25% win. Every worker now draws its own layout, and a side

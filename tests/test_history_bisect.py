@@ -16,7 +16,7 @@ import pytest
 
 from tests.fixtures.gitrepo import git, make_repo
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 STEP_AT = 11
 
 

@@ -117,6 +117,7 @@ def test_a_worker_side_reading_names_the_other_processes_a_fake_nvml_reports(tmp
     assert "2 other process(es) on the GPU at the start of 1 of 1" in host_quiet.busy_reason([reading], 99.0)
 
 
+@pytest.mark.timing
 @pytest.mark.slow  # a real run beside spinning processes
 def test_a_real_run_on_a_host_kept_busy_records_it_and_its_regression_is_inconclusive(tmp_path):
     """The worker reads the host as it starts timing (two processes spinning on this machine's cores), the

@@ -407,6 +407,7 @@ def test_init_never_writes_a_gitignore_through_a_link(tmp_path):
 # ---------------------------------------------------------------- the first hour, as a new user would
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_first_hour_init_run_baseline_slow_commit_is_caught_and_revert_passes(tmp_path):
     """init, edit nothing, run, baseline update, commit; a commit that adds a fifth layer to the example's

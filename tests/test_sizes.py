@@ -230,6 +230,7 @@ def _project(tmp_path, extra: str = "") -> None:
                                              + extra)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_a_size_in_another_regime_is_named_and_the_size_that_keeps_it_recorded_and_run(tmp_path):
     _project(tmp_path)

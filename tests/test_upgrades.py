@@ -123,6 +123,7 @@ def _verdicts(run_dir: Path) -> tuple[dict[str, str], dict]:
     return {v["metric"]: v["kind"] for v in comparison["verdicts"]}, comparison
 
 
+@pytest.mark.timing
 @pytest.mark.slow  # worker processes under two interpreters
 def test_an_upgraded_dependency_that_does_more_work_fails_the_gate_naming_the_package(envs, tmp_path):
     run_dir = tmp_path / "upgrade"
@@ -158,6 +159,7 @@ def test_an_upgraded_dependency_that_does_more_work_fails_the_gate_naming_the_pa
     assert kinds["aten_ops_per_step"] == "regression" and kinds["flops_per_step"] == "regression", kinds
 
 
+@pytest.mark.timing
 @pytest.mark.slow  # worker processes under two interpreters
 def test_an_a_a_pair_of_environments_is_unchanged_and_names_no_difference(envs, tmp_path):
     run_dir = tmp_path / "aa"
@@ -170,6 +172,7 @@ def test_an_a_a_pair_of_environments_is_unchanged_and_names_no_difference(envs, 
     assert "Change under test" not in (run_dir / "summary.md").read_text()
 
 
+@pytest.mark.timing
 @pytest.mark.slow  # worker processes under two interpreters
 def test_a_knob_set_for_the_base_side_reaches_its_workers(envs, tmp_path):
     """--base-env reaches the base side's workers before they import the workload: the dependency reads
