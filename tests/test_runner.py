@@ -849,6 +849,13 @@ def test_the_probe_and_the_runs_workers_share_one_fork_server(tmp_path, monkeypa
     try:
         probe = workers.run_probe([TEST_WORKLOADS], 1, work)
         assert probe["environment"]["probe_start"] == "fork" and "tiny" in probe["workloads"]
+        # a run's probe does not ask whether each toggle runs here (that imports dynamo); list and doctor do
+        assert not any("unmet_here" in t for t in probe["toggles"])
+        asked = workers.run_probe([TEST_WORKLOADS], 1, work, toggles_here=True)
+        assert asked["environment"]["pid"] != probe["environment"]["pid"]  # a child of the same fork server
+        assert all("unmet_here" in t for t in asked["toggles"]), asked["toggles"]
+        here = {t["name"]: t["unmet_here"] for t in asked["toggles"]}
+        assert here["eager"] is None and (here["cuda-graphs"] is None) == asked["environment"]["cuda_available"]
         server = workers._zygotes.get((1, None, None, str(work), inherit.THIS_INTERPRETER.key()))
         assert server is not None and server.alive()
         cache_env = {"TORCHINDUCTOR_CACHE_DIR": str(work / "compile-cache" / "x" / "inductor")}  # a case's
@@ -874,7 +881,7 @@ def test_a_probe_an_older_fork_server_does_not_answer_is_spawned(tmp_path, monke
             return 0
 
     class OlderZygote:
-        def spawn(self, case, out, log, env, cwd, fds=(), probe=None):
+        def spawn(self, case, out, log, env, cwd, fds=(), probe=None, toggles_here=False):
             assert case == "" and probe == [str(TEST_WORKLOADS)]
             return Exited()
 

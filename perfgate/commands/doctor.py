@@ -296,7 +296,7 @@ def report(settings: Any) -> bool:
     from perfgate.running.workers import InfrastructureError, run_probe
 
     try:
-        probe, error = run_probe([], settings.threads), None
+        probe, error = run_probe([], settings.threads, toggles_here=True), None
     except InfrastructureError as exc:
         probe, error = None, str(exc)
     findings = [*diagnose(probe, error, settings.threads), *check_baselines(settings)]

@@ -15,7 +15,7 @@ def list_catalog(settings: Settings, workloads_dirs: Sequence[str]) -> None:
     """Print the catalog and the suites; ConfigError (exit 2), after the listing, when a workload file failed
     to load."""
     dirs = [*settings.workloads_dirs, *(Path(d) for d in workloads_dirs)]
-    probe = run_probe(dirs, settings.threads)
+    probe = run_probe(dirs, settings.threads, toggles_here=True)
     env = probe["environment"]
     echo(f"torch {env['torch']}  cuda available: {env['cuda_available']}"
                + (f"  device: {env['device_name']}" if env.get("device_name") else ""))

@@ -187,16 +187,18 @@ def _worker_module_for(env_extra: dict[str, str] | None) -> str:
     return (worker_module(first) if first else None) or WORKER_MODULE
 
 
-def probe_args(workloads_dirs: Sequence[Path | str]) -> list[str]:
-    """The worker's command line for a probe of ``workloads_dirs``."""
-    args = ["-m", WORKER_MODULE, "--probe"]
+def probe_args(workloads_dirs: Sequence[Path | str], toggles_here: bool = False) -> list[str]:
+    """The worker's command line for a probe of ``workloads_dirs`` (``toggles_here``: perfgate.worker.main.probe)."""
+    args = ["-m", WORKER_MODULE, "--probe", *(["--toggles-here"] if toggles_here else [])]
     for d in workloads_dirs:
         args += ["--workloads-dir", str(d)]
     return args
 
 
-def run_probe(workloads_dirs: Sequence[Path], threads: int = 1, work_dir: Path | None = None) -> dict[str, Any]:
-    """Ask a worker what it can see: workloads, toggles, torch and CUDA. Raises InfrastructureError.
+def run_probe(workloads_dirs: Sequence[Path], threads: int = 1, work_dir: Path | None = None,
+              toggles_here: bool = False) -> dict[str, Any]:
+    """Ask a worker what it can see: workloads, toggles, torch and CUDA (with ``toggles_here``, whether each
+    toggle can run on this machine: `perfgate list`, `doctor`). Raises InfrastructureError.
 
     With ``work_dir`` (the run's scratch folder, where its workers are forked): a child of the run's fork
     server answers, the same one its workers then come from (``_zygote_for``), so the run imports torch once,
@@ -210,11 +212,11 @@ def run_probe(workloads_dirs: Sequence[Path], threads: int = 1, work_dir: Path |
         z = None
     if z is not None:
         assert work_dir is not None
-        answer = _forked_probe(z, workloads_dirs, threads, work_dir)
+        answer = _forked_probe(z, workloads_dirs, threads, work_dir, toggles_here)
         if answer is not None:
             return answer
     try:
-        proc = run_worker_command(probe_args(workloads_dirs), threads, PROBE_TIMEOUT_S)
+        proc = run_worker_command(probe_args(workloads_dirs, toggles_here), threads, PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise InfrastructureError(f"the worker probe did not answer within {PROBE_TIMEOUT_S} s") from exc
     if proc.returncode != 0:
@@ -225,7 +227,8 @@ def run_probe(workloads_dirs: Sequence[Path], threads: int = 1, work_dir: Path |
         raise InfrastructureError(f"the worker probe printed no catalog: {_tail(proc.stdout + proc.stderr, 5)}") from exc
 
 
-def _forked_probe(z: Any, workloads_dirs: Sequence[Path], threads: int, work_dir: Path) -> dict[str, Any] | None:
+def _forked_probe(z: Any, workloads_dirs: Sequence[Path], threads: int, work_dir: Path,
+                  toggles_here: bool = False) -> dict[str, Any] | None:
     """The probe in a child of the fork server ``z``: isolated as a forked worker is (its own session,
     PR_SET_PDEATHSIG, a subreaper that ends what the workload files start, killed with all it started past
     the timeout), writing the catalog to a file. None: spawn it instead (the fork server could not fork, or
@@ -235,7 +238,8 @@ def _forked_probe(z: Any, workloads_dirs: Sequence[Path], threads: int, work_dir
     os.close(fd)
     out_path = log_path[:-4] + ".out.json"
     try:
-        proc = z.spawn("", out_path, log_path, worker_env(threads), None, probe=[str(d) for d in workloads_dirs])
+        proc = z.spawn("", out_path, log_path, worker_env(threads), None, probe=[str(d) for d in workloads_dirs],
+                       toggles_here=toggles_here)
     except zygote.ZygoteUnavailable as exc:
         print(f"perfgate: {exc}; spawning the probe instead", file=sys.stderr)
         os.unlink(log_path)

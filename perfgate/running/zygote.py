@@ -136,7 +136,7 @@ class Zygote:
             self._pids.clear()
 
     def spawn(self, case: str, out: str, log: str, env: dict[str, str], cwd: Path | None,
-              fds: tuple[int, ...] = (), probe: list[str] | None = None) -> ForkedProcess:
+              fds: tuple[int, ...] = (), probe: list[str] | None = None, toggles_here: bool = False) -> ForkedProcess:
         """Fork a worker on ``case``; with ``probe`` (workloads folders) and no case, a probe that writes the
         catalog to ``out`` (an older fork server takes it for the empty request: its child writes nothing)."""
         rid = self._next
@@ -147,6 +147,8 @@ class Zygote:
                                    "cwd": str(cwd) if cwd else None}
         if probe is not None:
             request["probe"] = probe
+            if toggles_here:
+                request["toggles_here"] = True
         data = layout.padded_json(request, end="\n").encode()
         if len(data) >= REQUEST_MAX:  # a zygote takes no more: spawn this one
             raise ZygoteUnavailable(f"the worker's request is over {REQUEST_MAX} bytes (its environment)")

@@ -88,7 +88,9 @@ def python_environment() -> dict[str, Any]:
             "packages": [f"{k}=={v}" for k, v in sorted(versions.items())][:PACKAGES_MAX]}
 
 
-def probe(workloads_dirs: list[str]) -> dict[str, Any]:
+def probe(workloads_dirs: list[str], toggles_here: bool = False) -> dict[str, Any]:
+    """The catalog; with ``toggles_here``, each toggle's ``unmet_here`` on this machine (`perfgate list` and
+    `doctor` print it; asking whether dynamo runs here imports it, about 2 s, which a run need not pay)."""
     # every module a case needs: an environment that lacks one of their packages fails here, with one line
     from perfgate.model import results as model  # noqa: F401
     from perfgate.worker import measure, toggles  # noqa: F401
@@ -109,8 +111,8 @@ def probe(workloads_dirs: list[str]) -> dict[str, Any]:
         info["file"] = str(path)
         workloads[name] = info
     toggle_list = toggles.catalog()
-    for t in toggle_list:
-        # availability on the default device of this machine, for `perfgate list`
+    for t in toggle_list if toggles_here else ():
+        # availability on the default device of this machine
         device = "cuda" if env["cuda_available"] else "cpu"
         t["unmet_here"] = toggles.unavailable_here(t["name"], device)
     return {
@@ -475,9 +477,9 @@ def _ending_what_it_starts(run: Callable[[], int]) -> int:
         reaper.kill_descendants(os.getpid(), reap=True)
 
 
-def _print_probe(workloads_dirs: list[str], out_file: str | None = None) -> int:
+def _print_probe(workloads_dirs: list[str], out_file: str | None = None, toggles_here: bool = False) -> int:
     """The catalog as one line of JSON on stdout, or into ``out_file`` (a probe forked by the fork server)."""
-    data = probe(workloads_dirs)
+    data = probe(workloads_dirs, toggles_here)
     data["environment"].update(python_environment())
     data["environment"]["python_executable"] = sys.executable
     data["environment"]["worker_platform"] = platform.platform()
@@ -520,15 +522,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perfgate.worker.main", description=__doc__)
     parser.add_argument("--probe", action="store_true")
     parser.add_argument("--workloads-dir", action="append", default=[])
+    parser.add_argument("--toggles-here", action="store_true", help="with --probe: whether each toggle runs here")
     parser.add_argument("--case")
     parser.add_argument("--out")
     parser.add_argument("--zygote", type=int, metavar="FD", help="serve as a fork server on this socket")
     parser.add_argument("--tag", help="ignored: names the run's folder on the fork server's command line")
     args = parser.parse_args(argv)
     if args.zygote is not None:  # each child it forks runs this function again, on its case
-        return zygote_server.serve(args.zygote, main)
+        code = zygote_server.serve(args.zygote, main)
+        # its descendants are ended and it holds nothing to save: skip the interpreter's teardown (torch's
+        # takes most of a second, which every run would wait for at its end)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     if args.probe:  # imports the workload files: their code runs here as a case's would
-        return _ending_what_it_starts(functools.partial(_print_probe, args.workloads_dir, args.out))
+        return _ending_what_it_starts(functools.partial(_print_probe, args.workloads_dir, args.out, args.toggles_here))
     if not (args.case and args.out):
         parser.error("either --probe or both --case and --out")
     return _ending_what_it_starts(functools.partial(_run_case_file, args.case, args.out))

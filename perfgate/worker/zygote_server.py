@@ -64,7 +64,8 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket, zygote_pid:
         if req.get("cwd"):
             os.chdir(req["cwd"])
         if probe is not None:  # the probe: the catalog of these workloads folders, written to "out"
-            code = run_worker(["--probe", *(a for d in probe for a in ("--workloads-dir", d)), "--out", req["out"]])
+            code = run_worker(["--probe", *(a for d in probe for a in ("--workloads-dir", d)), "--out", req["out"],
+                               *(["--toggles-here"] if req.get("toggles_here") else [])])
         else:
             code = run_worker(["--case", req["case"], "--out", req["out"]])
     except BaseException:  # noqa: BLE001 - a child must never return into the zygote's loop
