@@ -173,4 +173,3 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         report.longrepr = f"{item.nodeid} starts {started!r} but is not marked slow: add @pytest.mark.slow"
     return report
-
