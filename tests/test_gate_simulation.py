@@ -46,15 +46,16 @@ def test_ten_percent_faster_is_a_win_never_a_regression(paired):
 
 @pytest.mark.slow
 def test_the_uncalibrated_stored_default_does_not_alarm_where_whole_runs_move():
-    """Uncalibrated, a stored comparison carries the CPU default (6%): unchanged code stays quiet on a machine
-    whose whole runs move by 6% (the old 2% default alarmed there), and a large change is still caught on a
-    quiet one, never the wrong way."""
+    """Uncalibrated, a stored comparison carries the CPU default (8%): unchanged code stays quiet on a machine
+    whose whole runs move by 6% (the old 2% default alarmed there), and a large change (+25%) is still caught
+    on a quiet one, never the wrong way (+20% is caught about half the time at 8%: the term's cost,
+    docs/lab-record.md "The CPU run-to-run default")."""
     moving = _rates(0.0, False, run_to_run=MOVING, calibrated=False)
     assert moving.count("regression") + moving.count("win") <= 1, moving
     narrow = rates(Scenario(paired=False, run_to_run=MOVING), dataclasses.replace(GATE, run_to_run=0.02),
                    trials=TRIALS, seed=3)
     assert narrow.count("regression") + narrow.count("win") >= 2, narrow  # why the default is not 2%
-    large = _rates(0.20, False, run_to_run=QUIET, calibrated=False)
+    large = _rates(0.25, False, run_to_run=QUIET, calibrated=False)
     assert large.count("regression") >= 19 and large.count("win") == 0, large
 
 

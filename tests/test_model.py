@@ -76,13 +76,13 @@ def test_a_runs_step_time_carries_its_recorded_run_to_run_term_and_says_what_it_
 
     r = run()
     case = r.case("rollout/smoke/eager/cpu")
-    assert r.run_to_run(case) == 0.06
+    assert r.run_to_run(case) == 0.08
     assert replace(r, settings={"gate": {"run_to_run": 0.07}}).run_to_run(case) == 0.07
     gpu = replace(case, spec=replace(case.spec, device="cuda"))
     assert r.run_to_run(gpu) == 0.03
     assert replace(r, settings={"gate": {"run_to_run_cuda": "x"}}).run_to_run(gpu) == 0.03  # untrusted: default
     st = r.step_time(case)
-    assert st.run_to_run == 0.06 and st.process_half_width < st.ci_half_width_rel
+    assert st.run_to_run == 0.08 and st.process_half_width < st.ci_half_width_rel
     derived = json.loads(r.dumps())["cases"][0]["derived"]["step_time_s"]
     assert (derived["ci_low"], derived["ci_high"]) == (pytest.approx(st.ci_low), pytest.approx(st.ci_high))
     assert "another run" in derived["ci_means"]
