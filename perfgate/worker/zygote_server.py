@@ -98,6 +98,9 @@ def serve(fd: int, run_worker: RunWorker) -> int:
     try:
         return _serve(fd, run_worker)
     finally:
+        # the orchestrator's death both closes the socket and sends SIGTERM (PR_SET_PDEATHSIG): a SIGTERM that
+        # lands while this cleans up must not end the cleanup halfway, with the workload's processes alive
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         reaper.kill_descendants(os.getpid(), reap=True)
 
 
