@@ -56,16 +56,17 @@ def main() -> int:
     ap.add_argument("--family", default="conv16")
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--processes", type=int, default=8)
-    ap.add_argument("--layouts", type=int, default=1, help="[tool.perfgate.timing] layouts in the project")
+    ap.add_argument("--layouts", type=int, default=None,
+                    help="[tool.perfgate.timing] layouts in the project (default: unset, perfgate's default)")
     ap.add_argument("--out", type=Path, help="write every run's per-process figures here as JSON")
     args = ap.parse_args()
     print(f"load before {os.getloadavg()}; PERFGATE_LAYOUT={os.environ.get('PERFGATE_LAYOUT', '(default)')}; "
-          f"family {args.family}, {args.runs} runs x {args.processes} processes, {args.layouts} layout(s) each",
+          f"family {args.family}, {args.runs} runs x {args.processes} processes, layouts {args.layouts or '(default)'}",
           flush=True)
     record: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="layout-spread-") as tmp:
         projects = [make_project(Path(tmp) / name, 0.0, None, None, args.family) for name in PROJECT_NAMES]
-        if args.layouts > 1:
+        if args.layouts is not None:
             for proj in projects:
                 with (proj / "pyproject.toml").open("a") as fh:
                     fh.write(f"\n[tool.perfgate.timing]\nlayouts = {args.layouts}\n")
