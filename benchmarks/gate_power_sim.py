@@ -14,6 +14,7 @@ machine with or without perfgate (docs/gate.md, "Performance modes, compared mod
 
     .venv/bin/python benchmarks/gate_power_sim.py --trials 300
     .venv/bin/python benchmarks/gate_power_sim.py --trials 200 --modes stored --base-processes 16 --fast-share 0.45 --slowed 0.1
+    .venv/bin/python benchmarks/gate_power_sim.py --modes stored --run-to-run 0.0075 --gate-run-to-run 0.0075 --unpaired-min-effect 0.5
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from perfgate.judging import decision  # noqa: E402
 from perfgate.judging.gate_settings import GateSettings  # noqa: E402
 from perfgate.judging.gatesim import Scenario, rates  # noqa: E402
 
@@ -48,7 +50,12 @@ def main() -> int:
     ap.add_argument("--modes", default="against,stored")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--gate-run-to-run", type=float, default=None, help="the gate's run_to_run (default: its own)")
+    ap.add_argument("--unpaired-min-effect", type=float, default=None,
+                    help="an unpaired comparison's minimum effect as a share of the threshold (default: "
+                         f"decision.UNPAIRED_MIN_EFFECT_SHARE, {decision.UNPAIRED_MIN_EFFECT_SHARE:g})")
     args = ap.parse_args()
+    if args.unpaired_min_effect is not None:  # what-if only: the rule reads the module's figure
+        decision.UNPAIRED_MIN_EFFECT_SHARE = args.unpaired_min_effect
     gate = GateSettings(bootstrap_resamples=1000)
     if args.gate_run_to_run is not None:
         gate = dataclasses.replace(gate, run_to_run=args.gate_run_to_run)

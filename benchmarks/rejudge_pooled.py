@@ -16,6 +16,14 @@ rule of their day let them take (16, the budget, where nothing settled), and no 
 step-time verdict is scored, as gate_accuracy.py scores it.
 
     .venv/bin/python benchmarks/rejudge_pooled.py DIR [--run-to-run 0.02,0.06] [--out rejudged.json]
+
+``--levels`` instead reads every run of unchanged code the trials kept (each base run and each gated run
+at +0%) as a repeat: per family and case, how far those runs' levels (``runspread.case_levels`` at the
+gate's process quantile) spread, the part their own processes explain, and what is left, the run effect.
+A stored comparison without a commit carries the head run's own move whatever its baseline is, so this is
+the spread no baseline takes away (docs/lab-record.md, "What no baseline takes away").
+
+    .venv/bin/python benchmarks/rejudge_pooled.py DIR --levels
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from perfgate.judging import baselines, runspread, sequential  # noqa: E402
 from perfgate.judging.compare import compare_runs  # noqa: E402
 from perfgate.judging.gate_settings import GateSettings  # noqa: E402
 from perfgate.model.results import load_results  # noqa: E402
+from perfgate.util.stats import PROCESS_QUANTILE  # noqa: E402
 
 RULES = ("upper", "moderated", "default")
 
@@ -69,12 +78,40 @@ def judge(rule: str, run_to_run: float, bases: list[Path], gated: Path) -> tuple
         runspread.moderated = real
 
 
+def unchanged_levels(root: Path, quantile: float = PROCESS_QUANTILE) -> list[dict]:
+    """Per family and case, the runs of unchanged code under ``root`` (every trial's base runs and gated runs
+    at +0%, in name order): their count, the sd of their levels (log scale), the mean sampling part of one
+    level (between-process variance / processes) and the run effect left (both as relative sd)."""
+    out = []
+    for family in sorted(p for p in root.iterdir() if p.is_dir()):
+        runs = [load_results(d / "results.json") for d in sorted(family.iterdir())
+                if ("-base" in d.name or "-0.00" in d.name) and (d / "results.json").is_file()]
+        for key in sorted({c.key for r in runs for c in r.cases}):
+            levels, sampling = runspread.case_levels([c for r in runs for c in r.cases if c.key == key], quantile)
+            if len(levels) < 2:
+                continue
+            var = statistics.variance(levels)
+            out.append({"family": family.name, "case": key, "runs": len(levels), "levels_ms": [
+                round(math.exp(x) * 1e3, 7) for x in levels], "sd": math.sqrt(var), "sampling_sd": math.sqrt(sampling),
+                "run_effect": math.sqrt(max(var - sampling, 0.0))})
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", type=Path)
     ap.add_argument("--run-to-run", default="0.02")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--levels", action="store_true", help="the spread of the kept runs of unchanged code, no judging")
     args = ap.parse_args()
+    if args.levels:
+        rows = unchanged_levels(args.root)
+        for r in rows:
+            print(f"{r['family']:12s} {r['case']:40s} {r['runs']:3d} runs: levels sd {r['sd'] * 100:.2f}%, of which "
+                  f"sampling {r['sampling_sd'] * 100:.2f}%, run effect {r['run_effect'] * 100:.2f}%")
+        if args.out:
+            args.out.write_text(json.dumps(rows, indent=1) + "\n")
+        return 0
     terms = [float(x) for x in args.run_to_run.split(",")]
     rows = []
     for family, trial, bases, gated in trials(args.root):
