@@ -21,6 +21,11 @@ Two parts:
 
     .venv/bin/python benchmarks/gate_ablation.py --simulated --trials 100
     .venv/bin/python benchmarks/gate_ablation.py --trials 20 --families conv16,transformer,rollout
+    .venv/bin/python benchmarks/gate_ablation.py --table trials.json   # the tables of a run's --out file
+
+Where every verdict is `inconclusive` (a stored comparison without a commit, whose interval carries the CPU
+run-to-run default), the configurations still differ in how far their estimates scatter: the ``ratio sd``
+column, and an F test of each configuration's against the defaults'.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -165,16 +172,34 @@ def real(args: argparse.Namespace) -> int:
             print(f"trial {trial + 1}/{args.trials} done, load {os.getloadavg()}", flush=True)
     print(f"\nload after: {os.getloadavg()}")
     table(results)
+    for mode in args.modes.split(","):
+        print("\n".join(spread_against_defaults(results, mode)))
     return 0
+
+
+def ratio_spread(rows: list[dict]) -> tuple[float, int]:
+    """The spread of ``rows``' step-time estimates: the sd of their log ratios around the mean of their own
+    condition (one mean per work added, so the knob's true size drops out), pooled over the conditions, and
+    its degrees of freedom. Every verdict of a configuration can be `inconclusive` while its estimates still
+    differ in spread: this is the figure that compares them then."""
+    ss, dof = 0.0, 0
+    for extra in {r["extra"] for r in rows}:
+        logs = [math.log(r["ratio"]) for r in rows if r["extra"] == extra and r.get("ratio")]
+        if len(logs) > 1:
+            mean = statistics.fmean(logs)
+            ss += sum((x - mean) ** 2 for x in logs)
+            dof += len(logs) - 1
+    return (math.sqrt(ss / dof) if dof else math.nan), dof
 
 
 def table(results: list[dict]) -> None:
     print(f"{'family':<12} {'config':<18} {'mode':<8} {'A/A alarms':>10} {'A/A unch':>8} {'+5% caught':>10} "
-          f"{'+10% caught':>11} {'wrong dir':>9} {'wall s (median)':>15}")
-    for family in sorted({r["family"] for r in results}):
+          f"{'+10% caught':>11} {'wrong dir':>9} {'ratio sd':>8} {'wall s (median)':>15}")
+    for family in [*sorted({r["family"] for r in results}), "all"]:
         for name in CONFIGS:
             for mode in ("stored", "against"):
-                rows = [r for r in results if (r["family"], r.get("config"), r["mode"]) == (family, name, mode)]
+                rows = [r for r in results if (r["family"] if family != "all" else "all", r.get("config"), r["mode"])
+                        == (family, name, mode)]
                 if not rows:
                     continue
 
@@ -184,9 +209,40 @@ def table(results: list[dict]) -> None:
 
                 wrong = sum(r["extra"] > 0 and r["kind"] == "win" for r in rows)
                 walls = sorted(r["wall_s"] for r in rows)
+                # over every family, the spread around each family's own condition means
+                sd, dof = (ratio_spread(rows) if family != "all" else pooled_spread(
+                    [ratio_spread([r for r in rows if r["family"] == f]) for f in sorted({r["family"] for r in rows})]))
                 print(f"{family:<12} {name:<18} {mode:<8} {tally(0.0, ('regression', 'win')):>10} "
                       f"{tally(0.0, ('unchanged',)):>8} {tally(0.05, ('regression',)):>10} "
-                      f"{tally(0.10, ('regression',)):>11} {wrong:>9} {walls[len(walls) // 2]:>15.0f}")
+                      f"{tally(0.10, ('regression',)):>11} {wrong:>9} {sd * 100:>7.2f}% {walls[len(walls) // 2]:>15.0f}")
+
+
+def spread_against_defaults(results: list[dict], mode: str) -> list[str]:
+    """For each configuration but the defaults, its estimates' spread over every family against the defaults',
+    with a two-sided F test of the two variances (lines to print; none without the defaults' spread)."""
+    from scipy import stats as sps
+
+    def spread(name: str) -> tuple[float, int]:
+        rows = [r for r in results if r.get("config") == name and r["mode"] == mode]
+        return pooled_spread([ratio_spread([r for r in rows if r["family"] == f]) for f in sorted({r["family"] for r in rows})])
+
+    base, base_dof = spread("defaults")
+    lines = []
+    for name in CONFIGS:
+        sd, dof = spread(name)
+        if name == "defaults" or not dof or not base_dof or not base > 0:
+            continue
+        f = (sd / base) ** 2
+        p = min(1.0, 2 * min(sps.f.cdf(f, dof, base_dof), sps.f.sf(f, dof, base_dof)))
+        lines.append(f"{mode}: {name} ratio sd {sd * 100:.2f}% ({dof} dof) against the defaults' {base * 100:.2f}% "
+                     f"({base_dof} dof): variance ratio {f:.2f}, F test p = {p:.2g}")
+    return lines
+
+
+def pooled_spread(parts: list[tuple[float, int]]) -> tuple[float, int]:
+    """Spreads (sd, degrees of freedom) pooled into one."""
+    dof = sum(d for _, d in parts)
+    return (math.sqrt(sum(sd * sd * d for sd, d in parts if d) / dof) if dof else math.nan), dof
 
 
 def main() -> int:
@@ -200,7 +256,14 @@ def main() -> int:
     ap.add_argument("--families", default="conv16,transformer,rollout")
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of: {', '.join(CONFIGS)}")
     ap.add_argument("--out", type=Path, default=None, help="write every real trial as JSON here")
+    ap.add_argument("--table", type=Path, default=None, help="print the tables of a --out file, and run nothing")
     args = ap.parse_args()
+    if args.table:
+        results = json.loads(args.table.read_text())
+        table(results)
+        for mode in sorted({r["mode"] for r in results}):
+            print("\n".join(spread_against_defaults(results, mode)))
+        return 0
     unknown = [c for c in args.configs.split(",") if c not in CONFIGS]
     if unknown:
         print(f"unknown --configs {', '.join(unknown)}; valid: {', '.join(CONFIGS)}", file=sys.stderr)
