@@ -446,6 +446,26 @@ def test_runs_of_other_commits_or_environments_are_not_pooled(other, message):
         baselines.pooled([_run_of(0.0), second], ["r1", "r2"])
 
 
+def test_baseline_update_says_what_a_gate_without_the_commit_can_settle():
+    """Each case's unpaired term alone spans +/- 1.96 * term at 95%: a case whose span is inside its threshold
+    can reach `unchanged` without lockstep, one whose span is not cannot; the line says how many, and points
+    to lockstep and calibrate only where some cannot."""
+    from perfgate.util.stats import two_sided
+
+    run = _run_of(0.0)
+    two = replace(run, cases=[run.cases[0], replace(run.cases[0], spec=replace(run.cases[0].spec, size="pr"))])
+    keys = [c.key for c in two.cases]
+    terms = {keys[0]: (0.01, "measured by calibrate"), keys[1]: (0.08, "run_to_run default, not calibrated")}
+    lines = baselines.commit_less_reach(two, lambda c: terms[c.key], lambda c: 0.05, 0.95)
+    span = (1.08 ** two_sided(0.95) - 1 + 1.01 ** two_sided(0.95) - 1) / 2  # the median of the two cases' spans
+    assert "median 4.5%: " in lines[0] and "1 other source(s)" in lines[0]
+    assert f"alone +/-{span * 100:.0f}% at 95%" in lines[0] and "`unchanged` is within reach for 1 of 2 cases" in lines[0]
+    assert "settles the rest in lockstep" in lines[1] and "calibrate --write" in lines[1]
+    quiet = baselines.commit_less_reach(two, lambda c: (0.01, "measured by calibrate"), lambda c: 0.05, 0.95, only=keys[:1])
+    assert len(quiet) == 1 and "within reach for 1 of 1 case" in quiet[0] and "other source" not in quiet[0]
+    assert baselines.commit_less_reach(two, lambda c: (0.01, "x"), lambda c: 0.05, 0.95, only=[]) == []
+
+
 @pytest.mark.slow
 def test_pooling_through_the_cli_says_what_the_baseline_cost_and_whether_it_is_precise(tmp_path):
     """`perfgate baseline update RUN1 RUN2 RUN3`: one baseline of the three; the cost of recording it and its
@@ -469,6 +489,7 @@ def test_pooling_through_the_cli_says_what_the_baseline_cost_and_whether_it_is_p
     assert "recorded from 3 runs: 24 processes per case (median)" in proc.stdout and "of measuring" in proc.stdout
     assert "spread between the runs (per run)" in proc.stdout
     assert "every case's step time within +/-1.25% (a baseline's precision)" in proc.stdout
+    assert "a stored gate that cannot reach this commit (no lockstep) carries each case's run-to-run term" in proc.stdout
     (path,) = (tmp_path / "baselines").glob("*/smoke.json")
     stored = baselines.load_baseline(path)
     assert len(stored.run.cases[0].processes) == 24 and " + " in stored.source

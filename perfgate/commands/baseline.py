@@ -36,7 +36,10 @@ def update(settings: Settings, results: tuple[str, ...], allow_failed: bool, bas
         baselines.write_baseline(new, path)
     chosen = [c.key for c in baselines.select_cases(run, cases, source)] if cases else None
     echo(f"baseline {path} <- {source}" + (f" ({', '.join(cases)} only)" if cases else ""))
-    for line in baselines.changes(previous, new, only=chosen) + _recording_lines(run, len(results), gs, chosen):
+    reach = baselines.commit_less_reach(
+        new.run, lambda c: gs.run_to_run_term(None, c.key, new.calibration, base=c),
+        lambda c: gs.threshold_for(c, c.key, new.calibration)[0], gs.confidence, only=chosen)
+    for line in baselines.changes(previous, new, only=chosen) + _recording_lines(run, len(results), gs, chosen) + reach:
         echo(line)
     single = [c.key for c in new.run.cases if c.status == "ok" and len(c.processes) < 2]
     if single:  # compare.judge_time: a one-process side never settles a step-time change

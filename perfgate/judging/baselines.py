@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import os
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -41,7 +43,7 @@ from perfgate.model.results import (
 from perfgate.model.results_file import readable
 from perfgate.util.formatting import format_environment, format_value, plural
 from perfgate.util.paths import CEILINGS_FILE, component, contained
-from perfgate.util.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, format_seconds
+from perfgate.util.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, format_seconds, two_sided
 from perfgate.util.storage import atomic_write_text, unwritable
 from perfgate.util.validation import (
     NOT_STORED,
@@ -411,6 +413,36 @@ def recording_lines(run: RunResult, runs: int, plain_precision: float, half_widt
                      "again and pool the runs (`perfgate baseline update RUN1 RUN2 ...`)")
     else:
         lines.append(f"  every case's step time within +/-{target * 100:g}% (a baseline's precision)")
+    return lines
+
+
+Term = Callable[[CaseResult], "tuple[float, str]"]  # a case's unpaired run-to-run term and its source
+
+
+def commit_less_reach(run: RunResult, term: Term, threshold: Callable[[CaseResult], float],
+                      confidence: float, only: Sequence[str] | None = None) -> list[str]:
+    """For `perfgate baseline update`: what a stored gate against this baseline can settle where it cannot
+    reach the baseline's commit (no lockstep): each ok case's unpaired run-to-run ``term`` (GateSettings.
+    run_to_run_term: calibrate's, the pooled runs', or the default) alone spans +/- z * term at
+    ``confidence``, so changes inside that are never settled, and `unchanged` is within reach only where
+    that is inside the case's ``threshold`` (docs/lab-record.md, "What no baseline takes away")."""
+    cases = [c for c in run.cases if c.status == STATUS_OK and (only is None or c.key in only)]
+    if not cases:
+        return []
+    z = two_sided(confidence)
+    terms = [term(c) for c in cases]
+    spans = [math.expm1(z * math.log1p(t)) for t, _ in terms]
+    within = sum(span < threshold(c) for c, span in zip(cases, spans, strict=True))
+    sources = Counter(source for _, source in terms).most_common()
+    median_span = statistics.median(spans)
+    lines = [f"  a stored gate that cannot reach this commit (no lockstep) carries each case's run-to-run term "
+             f"(median {statistics.median(t for t, _ in terms) * 100:.1f}%: {sources[0][0]}"
+             f"{f'; {len(sources) - 1} other source(s)' if len(sources) > 1 else ''}), alone +/-{median_span * 100:.0f}% "
+             f"at {confidence * 100:g}%: it settles only changes past about {median_span * 100:.0f}%, and `unchanged` "
+             f"is within reach for {within} of {plural(len(cases), 'case')}"]
+    if within < len(cases):
+        lines.append("  (a gate that reaches the commit settles the rest in lockstep; `perfgate calibrate --write` "
+                     "measures the term on this runner)")
     return lines
 
 
