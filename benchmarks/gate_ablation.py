@@ -209,9 +209,7 @@ def table(results: list[dict]) -> None:
 
                 wrong = sum(r["extra"] > 0 and r["kind"] == "win" for r in rows)
                 walls = sorted(r["wall_s"] for r in rows)
-                # over every family, the spread around each family's own condition means
-                sd, dof = (ratio_spread(rows) if family != "all" else pooled_spread(
-                    [ratio_spread([r for r in rows if r["family"] == f]) for f in sorted({r["family"] for r in rows})]))
+                sd, dof = ratio_spread(rows) if family != "all" else across_families(rows)
                 print(f"{family:<12} {name:<18} {mode:<8} {tally(0.0, ('regression', 'win')):>10} "
                       f"{tally(0.0, ('unchanged',)):>8} {tally(0.05, ('regression',)):>10} "
                       f"{tally(0.10, ('regression',)):>11} {wrong:>9} {sd * 100:>7.2f}% {walls[len(walls) // 2]:>15.0f}")
@@ -223,8 +221,7 @@ def spread_against_defaults(results: list[dict], mode: str) -> list[str]:
     from scipy import stats as sps
 
     def spread(name: str) -> tuple[float, int]:
-        rows = [r for r in results if r.get("config") == name and r["mode"] == mode]
-        return pooled_spread([ratio_spread([r for r in rows if r["family"] == f]) for f in sorted({r["family"] for r in rows})])
+        return across_families([r for r in results if r.get("config") == name and r["mode"] == mode])
 
     base, base_dof = spread("defaults")
     lines = []
@@ -239,8 +236,10 @@ def spread_against_defaults(results: list[dict], mode: str) -> list[str]:
     return lines
 
 
-def pooled_spread(parts: list[tuple[float, int]]) -> tuple[float, int]:
-    """Spreads (sd, degrees of freedom) pooled into one."""
+def across_families(rows: list[dict]) -> tuple[float, int]:
+    """``ratio_spread`` of each family's ``rows`` pooled into one (sd, degrees of freedom): the spread around
+    each family's own condition means."""
+    parts = [ratio_spread([r for r in rows if r["family"] == f]) for f in sorted({r["family"] for r in rows})]
     dof = sum(d for _, d in parts)
     return (math.sqrt(sum(sd * sd * d for sd, d in parts if d) / dof) if dof else math.nan), dof
 
