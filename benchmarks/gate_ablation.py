@@ -194,7 +194,7 @@ def ratio_spread(rows: list[dict]) -> tuple[float, int]:
 
 def table(results: list[dict]) -> None:
     print(f"{'family':<12} {'config':<18} {'mode':<8} {'A/A alarms':>10} {'A/A unch':>8} {'+5% caught':>10} "
-          f"{'+10% caught':>11} {'wrong dir':>9} {'ratio sd':>8} {'wall s (median)':>15}")
+          f"{'+10% caught':>11} {'wrong dir':>9} {'ratio sd':>8} {'wall s (median)':>15} {'s a process':>11}")
     for family in [*sorted({r["family"] for r in results}), "all"]:
         for name in CONFIGS:
             for mode in ("stored", "against"):
@@ -212,7 +212,8 @@ def table(results: list[dict]) -> None:
                 sd, dof = ratio_spread(rows) if family != "all" else across_families(rows)
                 print(f"{family:<12} {name:<18} {mode:<8} {tally(0.0, ('regression', 'win')):>10} "
                       f"{tally(0.0, ('unchanged',)):>8} {tally(0.05, ('regression',)):>10} "
-                      f"{tally(0.10, ('regression',)):>11} {wrong:>9} {sd * 100:>7.2f}% {walls[len(walls) // 2]:>15.0f}")
+                      f"{tally(0.10, ('regression',)):>11} {wrong:>9} {sd * 100:>7.2f}% {walls[len(walls) // 2]:>15.0f} "
+                      f"{statistics.median(r['wall_s'] / r['processes'] for r in rows if r.get('processes')):>11.2f}")
 
 
 def spread_against_defaults(results: list[dict], mode: str) -> list[str]:
