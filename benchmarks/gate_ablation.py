@@ -8,7 +8,7 @@ The mechanisms and their switches:
 | set-aside of slowed processes (``timechange.set_aside_slowed``; off by default) | ``[tool.perfgate.gate] set_aside_slowed = true`` |
 | mode-by-mode comparison (``timechange.performance_modes`` / ``mode_matches``; off by default) | ``[tool.perfgate.gate] compare_modes = true`` |
 | the unpaired floor (``unpaired_min_processes``) | ``[tool.perfgate.gate] unpaired_min_processes = 1`` |
-| layout groups within a process | ``[tool.perfgate.timing] layouts = 1`` |
+| layout groups within a process (off by default since 2026-12-06) | ``[tool.perfgate.timing] layouts = 3`` |
 | drawn layouts (heap offsets, reserved pages; groups too) | ``PERFGATE_LAYOUT=none`` |
 
 Two parts:
@@ -55,7 +55,7 @@ CONFIGS: dict[str, tuple[dict[str, str], dict[str, str], dict[str, str]]] = {
     "set-aside on": ({"set_aside_slowed": "true"}, {}, {}),
     "modes on": ({"compare_modes": "true"}, {}, {}),
     "no unpaired floor": ({"unpaired_min_processes": "1"}, {}, {}),
-    "no layout groups": ({}, {"layouts": "1"}, {}),
+    "layout groups on": ({}, {"layouts": "3"}, {}),
     "no drawn layouts": ({}, {}, {"PERFGATE_LAYOUT": "none"}),
     "all off": ({"set_aside_slowed": "false", "compare_modes": "false", "unpaired_min_processes": "1"},
                 {"layouts": "1"}, {"PERFGATE_LAYOUT": "none"}),
@@ -257,9 +257,11 @@ def main() -> int:
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of: {', '.join(CONFIGS)}")
     ap.add_argument("--out", type=Path, default=None, help="write every real trial as JSON here")
     ap.add_argument("--table", type=Path, default=None, help="print the tables of a --out file, and run nothing")
+    ap.add_argument("--first-trials", type=int, default=None, help="--table: only the first N trials")
     args = ap.parse_args()
     if args.table:
-        results = json.loads(args.table.read_text())
+        results = [r for r in json.loads(args.table.read_text())
+                   if args.first_trials is None or r.get("trial", 0) < args.first_trials]
         table(results)
         for mode in sorted({r["mode"] for r in results}):
             print("\n".join(spread_against_defaults(results, mode)))

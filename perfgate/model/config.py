@@ -84,12 +84,12 @@ class TimingSettings:
     min_time_s: float = 0.5
     # Memory layouts a worker samples one after the other (perfgate.protocol.layout): its samples come in this many
     # groups, each after the workload is built anew on a freshly drawn layout, and its step time is the
-    # median over the groups. A layout can make a process stably fast or slow by up to 25% (docs/gate.md);
-    # sampled several times inside a process, that spread shrinks with samples, not only with processes.
-    # Applies to eager CPU cases timed on their own (not compiled, not graph-captured, not in lockstep).
-    # 3: the median of three, so one group of a process's three cannot decide it, whether its layout or the
-    # machine's speed during it was the odd one (docs/gate.md, "Layouts drawn per process").
-    layouts: int = 3
+    # median over the groups. Applies to eager CPU cases timed on their own (not compiled, not graph-captured,
+    # not in lockstep). 1 since 2026-12-06 (it was 3): with the workers' allocator steady, three groups neither
+    # narrowed the estimates' spread nor changed a verdict on three outside families, and the rebuilds cost
+    # 6-26% of a plain run's wall time (docs/lab-record.md, "What each mechanism buys"). Each process still draws
+    # its own layout; more groups are for a workload whose step time a layout moves.
+    layouts: int = 1
 
 
 @dataclass(frozen=True)
