@@ -43,7 +43,7 @@ from perfgate.model.results import (
 from perfgate.model.results_file import readable
 from perfgate.util.formatting import format_environment, format_value, plural
 from perfgate.util.paths import CEILINGS_FILE, component, contained
-from perfgate.util.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, format_seconds, two_sided
+from perfgate.util.stats import PROCESS_QUANTILE, RUN_TO_RUN_MAX, format_seconds, run_to_run_log
 from perfgate.util.storage import atomic_write_text, unwritable
 from perfgate.util.validation import (
     NOT_STORED,
@@ -429,9 +429,8 @@ def commit_less_reach(run: RunResult, term: Term, threshold: Callable[[CaseResul
     cases = [c for c in run.cases if c.status == STATUS_OK and (only is None or c.key in only)]
     if not cases:
         return []
-    z = two_sided(confidence)
     terms = [term(c) for c in cases]
-    spans = [math.expm1(z * math.log1p(t)) for t, _ in terms]
+    spans = [math.expm1(run_to_run_log(t, confidence)) for t, _ in terms]
     within = sum(span < threshold(c) for c, span in zip(cases, spans, strict=True))
     sources = Counter(source for _, source in terms).most_common()
     median_span = statistics.median(spans)
