@@ -6,7 +6,6 @@ step-time change is perfgate.judging.decision's. docs/gate.md explains every rul
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import date
@@ -32,6 +31,7 @@ from perfgate.model.results import (
 )
 from perfgate.protocol import host_quiet
 from perfgate.util.formatting import format_environment, plural
+from perfgate.util.stats import run_to_run_log
 
 STEP_TIME = "step_time"
 ACCURACY = "accuracy"
@@ -182,8 +182,7 @@ def budget_advice(change: TimeChange, threshold: float, sampling: dict[str, Any]
         return None
     est = math.log(change.ratio)
     half = (math.log(change.high) - math.log(change.low)) / 2
-    z = statistics.NormalDist().inv_cdf(1 - (1 - confidence) / 2)
-    floor = z * math.log1p(change.run_to_run)
+    floor = run_to_run_log(change.run_to_run, confidence)
     line = math.log1p(threshold)
     # settled once the CI clears the nearer of: 1 (a real change), or the threshold (unchanged)
     needed_half = max(abs(est), line - abs(est)) if abs(est) < line else abs(est)

@@ -36,6 +36,7 @@ from typing import Any
 from perfgate.util.stats import (
     process_step_time,
     quantile_name,
+    run_to_run_log,
 )
 
 
@@ -427,7 +428,7 @@ def time_change(base_groups: Sequence[Sequence[float]], head_groups: Sequence[Se
     if run_to_run > 0:
         # One run's interval is about this run's minutes only; the same change measured again lands
         # elsewhere by about run_to_run (docs/gate.md). Add that spread in quadrature, in log space.
-        extra = statistics.NormalDist().inv_cdf(1 - alpha / 2) * math.log1p(run_to_run)
+        extra = run_to_run_log(run_to_run, 1 - alpha)
         low, high = estimate - math.hypot(estimate - low, extra), estimate + math.hypot(high - estimate, extra)
         test += f", CI + {run_to_run * 100:g}% run-to-run"
     excludes_one = low > 0 or high < 0
