@@ -122,6 +122,18 @@ def repo_of(root: Path, name: str, family: str, extra: float) -> Path:
     return repo
 
 
+def record_baseline(proj: Path, base_dir: Path, env: dict[str, str]) -> Path | None:
+    """A plain run of unchanged code into ``base_dir``, stored by ``baseline update``: the baseline file, or
+    None (after printing what failed) when either command did."""
+    for cmd in (["run", "--out", str(base_dir)], ["baseline", "update", str(base_dir)]):
+        proc = gate_accuracy.perfgate(cmd, proj, {**env, "GATE_KNOB_EXTRA": "0.00"})
+        if proc.returncode != 0:
+            print(proc.stdout[-2000:], proc.stderr[-2000:])
+            return None
+    (baseline_file,) = (proj / "baselines").glob("*/smoke.json")
+    return baseline_file
+
+
 def real(args: argparse.Namespace) -> int:
     """Trials are the outer loop and configurations alternate inside it, so a slow drift of the machine
     falls on every configuration alike and a run stopped early leaves balanced cells."""
@@ -143,14 +155,9 @@ def real(args: argparse.Namespace) -> int:
                 start = len(results)
                 if "stored" in args.modes:
                     proj = root / "stored"
-                    base_dir = proj / "runs" / f"t{trial:02d}-base"
-                    base = gate_accuracy.perfgate(["run", "--out", str(base_dir)], proj,
-                                                  {**env, "GATE_KNOB_EXTRA": "0.00"})
-                    if base.returncode != 0:
-                        print(base.stdout[-2000:], base.stderr[-2000:])
+                    baseline_file = record_baseline(proj, proj / "runs" / f"t{trial:02d}-base", env)
+                    if baseline_file is None:
                         return 3
-                    gate_accuracy.perfgate(["baseline", "update", str(base_dir)], proj, env)
-                    (baseline_file,) = (proj / "baselines").glob("*/smoke.json")
                     for extra in extras:
                         out = proj / "runs" / f"t{trial:02d}-{extra:.2f}"
                         t0 = time.perf_counter()

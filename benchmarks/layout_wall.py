@@ -52,15 +52,12 @@ def summarize(rows: list[dict]) -> list[str]:
     """Per configuration: median wall and seconds a process over runs that did not re-measure, and the
     median of each round's wall against ``none``'s in the same round."""
     lines = []
+    none_wall = {r["round"]: r["wall_s"] for r in rows if r["name"] == "none" and not r["remeasure"]}
     for name in CONFIGS:
         kept = [r for r in rows if r["name"] == name and not r["remeasure"]]
         if not kept:
             continue
-        ratios = []
-        for r in kept:
-            ref = [o for o in rows if o["round"] == r["round"] and o["name"] == "none" and not o["remeasure"]]
-            if ref and name != "none":
-                ratios.append(r["wall_s"] / ref[0]["wall_s"])
+        ratios = [r["wall_s"] / none_wall[r["round"]] for r in kept if name != "none" and r["round"] in none_wall]
         against = (f", against none in its round {statistics.median(ratios):.3f}x "
                    f"({min(ratios):.3f}-{max(ratios):.3f})") if ratios else ""
         lines.append(f"{name:<8} {len(kept)} runs: wall {statistics.median(r['wall_s'] for r in kept):.1f} s, "
@@ -78,21 +75,17 @@ def main() -> int:
     names = list(CONFIGS)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="layout-wall-") as tmp:
-        projects: dict[str, Path] = {}
+        projects: dict[str, tuple[Path, Path]] = {}  # configuration -> (project, its baseline file)
         for config in dict.fromkeys(c for c, _ in CONFIGS.values()):
             proj = gate_ablation.project(Path(tmp) / config.replace(" ", "-"), config, args.family)
-            base = proj / "runs" / "base"
-            for cmd in (["run", "--out", str(base)], ["baseline", "update", str(base)]):
-                proc = gate_accuracy.perfgate(cmd, proj, {"GATE_KNOB_EXTRA": "0.00"})
-                if proc.returncode != 0:
-                    print(proc.stdout[-2000:], proc.stderr[-2000:])
-                    return 3
-            projects[config] = proj
+            baseline = gate_ablation.record_baseline(proj, proj / "runs" / "base", {})
+            if baseline is None:
+                return 3
+            projects[config] = (proj, baseline)
         for rnd in range(args.rounds):
             for name in names[rnd % len(names):] + names[:rnd % len(names)]:
                 config, env = CONFIGS[name]
-                proj = projects[config]
-                (baseline,) = (proj / "baselines").glob("*/smoke.json")
+                proj, baseline = projects[config]
                 out = proj / "runs" / f"g{rnd}-{name}"
                 t0 = time.perf_counter()
                 proc = gate_accuracy.perfgate(["run", "--gate", "--baseline", str(baseline), "--out", str(out)],
